@@ -1,0 +1,229 @@
+//! Errors: a small `Copy` enum for the hot path, and one for setting up streams.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Why an offer or claim did not append. Cheap to return, cheap to match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OfferError {
+    /// The slowest live reader is a whole window behind. Retry later (idle first).
+    BackPressured,
+    /// No live reader is reading this session, so there is nobody to deliver to. Retry later or
+    /// drop the message; see `Publication::is_connected`.
+    NotConnected,
+    /// The stream reached its largest position (`term_length * 2^31`). Create a new publication,
+    /// with a bigger term if needed. Never clears.
+    MaxPositionExceeded,
+    /// The message is longer than `Publication::max_message_len` (or, for `try_claim`, than
+    /// `Publication::max_payload_len`). Never clears.
+    MessageTooLarge {
+        /// Length asked for.
+        len: usize,
+        /// Largest length accepted for this operation.
+        max: usize,
+    },
+}
+
+impl OfferError {
+    /// `true` when the same call may succeed later: back pressure or no reader yet.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::BackPressured | Self::NotConnected)
+    }
+}
+
+impl fmt::Display for OfferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BackPressured => f.write_str("back pressured: the slowest reader is a window behind"),
+            Self::NotConnected => f.write_str("not connected: no live reader on this stream"),
+            Self::MaxPositionExceeded => f.write_str("the stream reached its maximum position"),
+            Self::MessageTooLarge { len, max } => {
+                write!(f, "message of {len} bytes exceeds the maximum of {max} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OfferError {}
+
+/// Why creating or opening a stream failed. Every variant names the file involved.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The stream name cannot be used as a file name.
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
+    /// A builder setting is out of range.
+    InvalidConfig(&'static str),
+    /// A live publisher already owns this stream.
+    AlreadyExists {
+        /// The log file.
+        path: PathBuf,
+    },
+    /// The file or directory is not ours to use (wrong owner, mode, or a symlink).
+    PermissionDenied {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was wrong.
+        reason: &'static str,
+    },
+    /// The file system cannot hold the log; nothing was left behind.
+    InsufficientSpace {
+        /// The directory.
+        path: PathBuf,
+        /// Bytes the log needs.
+        needed: u64,
+        /// Bytes available to us.
+        available: u64,
+    },
+    /// The file was written by an incompatible version of shmlog.
+    VersionMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Layout version in the file.
+        found: i32,
+        /// Layout version this build reads.
+        expected: i32,
+    },
+    /// The file is not a valid shmlog file (foreign, truncated, corrupt, or half-initialised).
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What check failed.
+        what: &'static str,
+    },
+    /// Every reader slot of the stream is held by a live reader.
+    TooManyReaders {
+        /// The reader-slot file.
+        path: PathBuf,
+        /// Number of slots in it.
+        slots: usize,
+    },
+    /// The requested join position is no longer (or not yet) in the log.
+    PositionNotAvailable {
+        /// Position asked for.
+        requested: i64,
+        /// Oldest position that could be joined.
+        oldest: i64,
+        /// Newest position (the publisher's).
+        newest: i64,
+    },
+    /// Waiting for a publisher or reader did not finish in time.
+    Timeout,
+    /// Any other operating-system error, with what we were doing and on which file.
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On which file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        let path = path.into();
+        match source.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                Self::PermissionDenied { path, reason: "the operating system denied access" }
+            }
+            Some(libc::ELOOP) => Self::PermissionDenied { path, reason: "refusing to follow a symlink" },
+            _ => Self::Io { op, path, source },
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidName { name, reason } => write!(f, "invalid stream name {name:?}: {reason}"),
+            Self::InvalidConfig(what) => write!(f, "invalid configuration: {what}"),
+            Self::AlreadyExists { path } => {
+                write!(f, "{}: a live publisher already owns this stream", path.display())
+            }
+            Self::PermissionDenied { path, reason } => {
+                write!(f, "{}: permission denied: {reason}", path.display())
+            }
+            Self::InsufficientSpace { path, needed, available } => write!(
+                f,
+                "{}: insufficient space: the log needs {needed} bytes, {available} are available \
+                 (enlarge /dev/shm, e.g. docker --shm-size, or use a smaller term length)",
+                path.display()
+            ),
+            Self::VersionMismatch { path, found, expected } => write!(
+                f,
+                "{}: layout version {found} found, this build of shmlog reads version {expected}",
+                path.display()
+            ),
+            Self::Corrupt { path, what } => write!(f, "{}: not a valid shmlog file: {what}", path.display()),
+            Self::TooManyReaders { path, slots } => {
+                write!(f, "{}: all {slots} reader slots are in use by live readers", path.display())
+            }
+            Self::PositionNotAvailable { requested, oldest, newest } => write!(
+                f,
+                "position {requested} is not available; joinable positions are {oldest}..={newest}"
+            ),
+            Self::Timeout => f.write_str("timed out"),
+            Self::Io { op, path, source } => write!(f, "{}: {op}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Why a file failed validation, before we know which path to blame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Invalid {
+    VersionMismatch { found: i32 },
+    Corrupt(&'static str),
+}
+
+impl Invalid {
+    /// Attaches the file the problem was found in.
+    pub(crate) fn at(self, path: impl Into<PathBuf>) -> Error {
+        let path = path.into();
+        match self {
+            Self::VersionMismatch { found } => Error::VersionMismatch {
+                path,
+                found,
+                expected: crate::layout::log_meta::LAYOUT_VERSION,
+            },
+            Self::Corrupt(what) => Error::Corrupt { path, what },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_back_pressure_and_not_connected_are_retryable() {
+        assert!(OfferError::BackPressured.is_retryable());
+        assert!(OfferError::NotConnected.is_retryable());
+        assert!(!OfferError::MaxPositionExceeded.is_retryable());
+        assert!(!OfferError::MessageTooLarge { len: 2, max: 1 }.is_retryable());
+    }
+
+    #[test]
+    fn messages_name_the_file_and_the_cause() {
+        let e = Error::InsufficientSpace { path: "/dev/shm/x".into(), needed: 10, available: 5 };
+        let s = e.to_string();
+        assert!(s.contains("/dev/shm/x") && s.contains("10") && s.contains('5'), "{s}");
+        let e = Invalid::VersionMismatch { found: 9 }.at("/f");
+        assert!(matches!(e, Error::VersionMismatch { found: 9, expected: 1, .. }));
+    }
+}

@@ -1,0 +1,152 @@
+//! The log file: three term partitions followed by a 4096-byte metadata section.
+//!
+//! Offsets 0..496 of the metadata follow Aeron's `LogBufferDescriptor`; shmlog's own fields start at
+//! 512. Hot words written by the publisher sit on their own 128-byte blocks.
+
+use super::align;
+use super::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
+
+/// Number of term partitions in a log.
+pub(crate) const PARTITION_COUNT: usize = 3;
+/// Size of the metadata section at the end of the file.
+pub(crate) const META_LEN: usize = 4096;
+/// Smallest term length accepted in files (64 KiB).
+pub const TERM_MIN_LENGTH: usize = 64 * 1024;
+/// Largest term length (1 GiB).
+pub const TERM_MAX_LENGTH: usize = 1 << 30;
+/// Smallest and largest file page size.
+pub(crate) const PAGE_MIN: usize = 4096;
+pub(crate) const PAGE_MAX: usize = 1 << 30;
+
+/// `b"SHMLOG\0L"` little-endian: the first thing checked when a file is opened as a log.
+pub(crate) const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
+/// Bumped whenever the layout of the log or reader-slot file changes incompatibly.
+pub const LAYOUT_VERSION: i32 = 1;
+
+// Aeron-compatible fields (offsets inside the metadata section).
+/// Three packed tail counters, `termId << 32 | offset`, one per partition.
+pub(crate) const TAIL_COUNTERS: usize = 0;
+/// Terms since the initial one (`i32`).
+pub(crate) const ACTIVE_TERM_COUNT: usize = 24;
+/// End-of-stream position, `i64::MAX` while open.
+pub(crate) const EOS_POSITION: usize = 128;
+/// Creation time, ns since the Unix epoch (Aeron's correlation id slot).
+pub(crate) const CREATED_NS: usize = 256;
+pub(crate) const INITIAL_TERM_ID: usize = 264;
+pub(crate) const HEADER_LENGTH: usize = 268;
+pub(crate) const MTU: usize = 272;
+pub(crate) const TERM_LENGTH: usize = 276;
+pub(crate) const PAGE_SIZE: usize = 280;
+pub(crate) const WINDOW: usize = 284;
+
+// shmlog fields.
+pub(crate) const MAGIC_OFFSET: usize = 512;
+pub(crate) const VERSION: usize = 520;
+/// Written last, with release: 1 once every other field is valid.
+pub(crate) const READY: usize = 524;
+pub(crate) const PUBLISHER_PID: usize = 528;
+pub(crate) const SESSION_ID: usize = 532;
+pub(crate) const STREAM_ID: usize = 536;
+pub(crate) const NAME_LEN: usize = 540;
+
+// Counters the publisher keeps for `stat`, on their own block (i64 each).
+pub(crate) const PUBLISHER_LIMIT: usize = 640;
+pub(crate) const BACK_PRESSURE_EVENTS: usize = 648;
+pub(crate) const LIMIT_RECOMPUTES: usize = 656;
+pub(crate) const READERS_EVICTED: usize = 664;
+pub(crate) const CONNECTED_READERS: usize = 672;
+
+/// The stream's name, `NAME_LEN` bytes, for tools.
+pub(crate) const NAME: usize = 768;
+/// Longest name the metadata holds.
+pub(crate) const NAME_MAX: usize = 255;
+
+const _: () = assert!(NAME + NAME_MAX <= META_LEN);
+
+/// Length of a log file with terms of `term_length` on pages of `page_size`.
+pub(crate) const fn file_length(term_length: usize, page_size: usize) -> usize {
+    align(PARTITION_COUNT * term_length + META_LEN, page_size)
+}
+
+/// The parameters that fix a log's geometry, as stored in its metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub term_length: usize,
+    pub page_size: usize,
+    pub mtu: usize,
+    pub window: usize,
+}
+
+impl Geometry {
+    /// Checks every rule a log must satisfy; names the first broken one.
+    pub(crate) fn validate(&self) -> Result<(), &'static str> {
+        let t = self.term_length;
+        if !t.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&t) {
+            return Err("term length must be a power of two from 64 KiB to 1 GiB");
+        }
+        self.validate_rest()
+    }
+
+    /// The rules other than the term-length range (the in-process models use tiny terms).
+    pub(crate) fn validate_rest(&self) -> Result<(), &'static str> {
+        let t = self.term_length;
+        if !t.is_power_of_two() || t < 4 * FRAME_ALIGNMENT {
+            return Err("term length must be a power of two");
+        }
+        if !self.page_size.is_power_of_two() || !(PAGE_MIN..=PAGE_MAX).contains(&self.page_size) {
+            return Err("page size must be a power of two from 4 KiB to 1 GiB");
+        }
+        if self.mtu <= HEADER_LEN || self.mtu % FRAME_ALIGNMENT != 0 {
+            return Err("MTU must be a multiple of 32 above 32");
+        }
+        if self.mtu > max_message_len(t).max(2 * HEADER_LEN) {
+            return Err("MTU must not exceed the max message length (term length / 8)");
+        }
+        if self.window < self.mtu || self.window > t / 2 {
+            return Err("window must be at least the MTU and at most half the term length");
+        }
+        Ok(())
+    }
+
+    /// Bytes of the whole file.
+    pub(crate) fn file_length(&self) -> usize {
+        file_length(self.term_length, self.page_size)
+    }
+
+    /// Offset of the metadata section: the last 4096 bytes of the file.
+    pub(crate) fn meta_offset(&self) -> usize {
+        self.file_length() - META_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo(term_length: usize) -> Geometry {
+        Geometry { term_length, page_size: 4096, mtu: 1408, window: term_length / 2 }
+    }
+
+    #[test]
+    fn file_length_is_three_terms_plus_metadata_page_aligned() {
+        assert_eq!(file_length(64 * 1024, 4096), 3 * 64 * 1024 + 4096);
+        assert_eq!(file_length(64 * 1024, 2 << 20), 2 << 20);
+    }
+
+    #[test]
+    fn rejects_bad_geometry() {
+        assert!(geo(64 * 1024).validate().is_ok());
+        assert!(geo(96 * 1024).validate().is_err());
+        assert!(geo(32 * 1024).validate().is_err());
+        assert!(Geometry { page_size: 1000, ..geo(1 << 16) }.validate().is_err());
+        assert!(Geometry { mtu: 1000, ..geo(1 << 16) }.validate().is_err());
+        assert!(Geometry { mtu: 16 * 1024, ..geo(1 << 16) }.validate().is_err());
+        assert!(Geometry { window: (1 << 15) + 32, ..geo(1 << 16) }.validate().is_err());
+        assert!(Geometry { window: 64, ..geo(1 << 16) }.validate().is_err());
+    }
+
+    #[test]
+    fn magic_spells_the_name() {
+        assert_eq!(&MAGIC.to_le_bytes(), b"SHMLOG\0L");
+    }
+}

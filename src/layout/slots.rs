@@ -1,0 +1,82 @@
+//! The reader-slot file of a stream: a 128-byte header, then one 128-byte slot per reader.
+//!
+//! Positions live outside the log so readers can map the log read-only. A slot is owned by whoever
+//! holds the kernel lock on its byte range (see `stream::lock`); the words below only describe it.
+
+/// `b"SHMLOG\0R"` little-endian.
+pub(crate) const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0R");
+
+/// Header fields.
+pub(crate) const MAGIC_OFFSET: usize = 0;
+pub(crate) const VERSION: usize = 8;
+pub(crate) const SLOT_COUNT: usize = 12;
+pub(crate) const READY: usize = 16;
+/// One past the highest slot index ever claimed (`i64`), so scans stop early.
+pub(crate) const HIGH_WATER: usize = 64;
+/// Bytes before the first slot.
+pub(crate) const HEADER_LEN: usize = 128;
+/// Bytes per slot: two cache lines, so neighbours never share one.
+pub(crate) const SLOT_LEN: usize = 128;
+
+/// Slot fields (offsets inside a slot, all `i64`).
+/// `session_id << 32 | state`, written as one word so the pair is always consistent.
+pub(crate) const STATE: usize = 0;
+/// The reader's position in its session's log.
+pub(crate) const POSITION: usize = 8;
+/// Where it joined the session.
+pub(crate) const JOIN_POSITION: usize = 16;
+/// Owner's process id.
+pub(crate) const PID: usize = 24;
+/// When it claimed the slot, ns since the Unix epoch.
+pub(crate) const CLAIMED_NS: usize = 32;
+
+/// Slot states (low 32 bits of `STATE`).
+pub(crate) const STATE_FREE: i64 = 0;
+/// Claimed, not reading any session yet.
+pub(crate) const STATE_WAITING: i64 = 1;
+/// Reading the session in the high 32 bits; counts for that session's flow control.
+pub(crate) const STATE_ACTIVE: i64 = 2;
+
+/// Most slots a file may declare.
+pub(crate) const MAX_SLOTS: usize = 4096;
+
+/// Packs a state word.
+pub(crate) const fn pack_state(session_id: i32, state: i64) -> i64 {
+    ((session_id as i64) << 32) | (state & 0xFFFF_FFFF)
+}
+
+/// Unpacks a state word into `(session_id, state)`.
+pub(crate) const fn unpack_state(word: i64) -> (i32, i64) {
+    ((word >> 32) as i32, word & 0xFFFF_FFFF)
+}
+
+/// Byte offset of slot `index`.
+pub(crate) const fn slot_offset(index: usize) -> usize {
+    HEADER_LEN + index * SLOT_LEN
+}
+
+/// Length of a file with `count` slots.
+pub(crate) const fn file_length(count: usize) -> usize {
+    HEADER_LEN + count * SLOT_LEN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_word_round_trips_negative_sessions() {
+        for s in [0, 1, -1, i32::MIN, i32::MAX] {
+            for st in [STATE_FREE, STATE_WAITING, STATE_ACTIVE] {
+                assert_eq!(unpack_state(pack_state(s, st)), (s, st));
+            }
+        }
+    }
+
+    #[test]
+    fn slots_are_128_byte_aligned() {
+        assert_eq!(slot_offset(0) % 128, 0);
+        assert_eq!(slot_offset(7) % 128, 0);
+        assert_eq!(file_length(64), 128 + 64 * 128);
+    }
+}

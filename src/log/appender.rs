@@ -1,0 +1,302 @@
+//! The single writer: appends frames to the active term, pads and rotates at term end, and zeroes
+//! the next partition as it goes so that it is clean before the writer enters it (invariant I3)
+//! with no memset spike at rotation.
+//!
+//! Order of writes for every frame (invariant I1): the tail counter (release), the cleaning of the
+//! same range in the next partition, the header bytes after the length word, the payload, and last
+//! the frame length with a release store. Readers acquire-load the length and read nothing of a
+//! frame whose length is zero.
+
+use super::position::pack_tail;
+use super::Log;
+use crate::layout::align;
+use crate::layout::frame::{
+    framed_length, rest, HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN,
+    REST_OFFSET, TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
+};
+use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
+use crate::layout::log_meta::{self as meta, PARTITION_COUNT};
+use crate::region::RegionMut;
+use crate::sync::Ordering;
+
+/// The message does not fit in the rest of the term: the term was padded to its end and the
+/// caller must [`Appender::rotate`] and retry.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Tripped;
+
+/// The stream reached `term_length * 2^31`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct MaxPosition;
+
+/// A reserved, uncommitted frame: readers stop at it until it is committed or aborted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClaimedFrame {
+    /// Region offset of the frame.
+    base: usize,
+    /// Header plus payload bytes.
+    frame_length: usize,
+    /// Stream position just after the frame.
+    pub position: i64,
+}
+
+impl ClaimedFrame {
+    pub(crate) fn payload_len(&self) -> usize {
+        self.frame_length - HEADER_LEN
+    }
+}
+
+/// Reads a message gathered from several slices, fragment by fragment.
+struct Gather<'a> {
+    parts: &'a [&'a [u8]],
+    part: usize,
+    at: usize,
+}
+
+impl Gather<'_> {
+    /// Copies the next `n` bytes of the message into the region at `dst`.
+    #[inline(always)]
+    fn copy_next<R: RegionMut>(&mut self, region: &R, mut dst: usize, mut n: usize) {
+        while n > 0 {
+            let part = self.parts[self.part];
+            let take = n.min(part.len() - self.at);
+            region.copy_in(dst, &part[self.at..self.at + take]);
+            dst += take;
+            n -= take;
+            self.at += take;
+            if self.at == part.len() {
+                self.part += 1;
+                self.at = 0;
+            }
+        }
+    }
+
+    /// `parts` must hold at least as many bytes as will be copied out of it.
+    fn new<'a>(parts: &'a [&'a [u8]]) -> Gather<'a> {
+        Gather { parts, part: 0, at: 0 }
+    }
+}
+
+/// The writer's private state over a log it owns.
+#[derive(Debug)]
+pub(crate) struct Appender<R> {
+    log: Log<R>,
+    term_length: usize,
+    term_offset: usize,
+    term_id: i32,
+    index: usize,
+    term_begin: i64,
+    /// The next partition still holds an old term that must be zeroed before it is reused.
+    clean_next: bool,
+    /// Header bytes after the length word, with this term's id; per frame only the flags, type
+    /// and term offset change.
+    template: [u8; REST_LEN],
+    max_payload: usize,
+}
+
+impl<R: RegionMut> Appender<R> {
+    /// Takes over a log where its tail counters say the writer stopped (a fresh log: position 0).
+    pub(crate) fn new(log: Log<R>) -> Result<Self, crate::error::Invalid> {
+        let terms = log.terms();
+        let count = log.active_term_count();
+        if count < 0 {
+            return Err(crate::error::Invalid::Corrupt("negative active term count"));
+        }
+        let index = count as usize % PARTITION_COUNT;
+        let raw = log.raw_tail(index);
+        let term_id = terms.initial_term_id.wrapping_add(count);
+        if super::position::tail_term_id(raw) != term_id {
+            return Err(crate::error::Invalid::Corrupt("tail counter does not match the active term"));
+        }
+        let template = HeaderRest {
+            version: CURRENT_VERSION,
+            flags: UNFRAGMENTED,
+            frame_type: TYPE_DATA,
+            term_offset: 0,
+            session_id: log.session_id(),
+            stream_id: log.stream_id(),
+            term_id,
+            reserved_value: 0,
+        }
+        .encode();
+        Ok(Self {
+            term_length: log.term_length(),
+            max_payload: log.geometry().mtu - HEADER_LEN,
+            term_offset: super::position::tail_offset(raw, log.term_length()),
+            term_id,
+            index,
+            term_begin: (count as i64) << terms.bits,
+            clean_next: count >= 2,
+            template,
+            log,
+        })
+    }
+
+    pub(crate) fn log(&self) -> &Log<R> {
+        &self.log
+    }
+
+    /// Position after the last reserved frame.
+    #[inline(always)]
+    pub(crate) fn position(&self) -> i64 {
+        self.term_begin + self.term_offset as i64
+    }
+
+    pub(crate) fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Position at which the current term begins.
+    pub(crate) fn term_begin(&self) -> i64 {
+        self.term_begin
+    }
+
+    /// Appends a message of `len` bytes gathered from `parts` (whose lengths sum to `len`),
+    /// fragmenting it above the max payload. Returns the position after it.
+    ///
+    /// The caller checked `len` against the max message length and admission against the limit.
+    #[inline]
+    pub(crate) fn append(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, Tripped> {
+        let start = self.term_offset;
+        let end = start + framed_length(len, self.max_payload);
+        if end > self.term_length {
+            self.pad_to_end();
+            return Err(Tripped);
+        }
+        self.reserve(start, end);
+        let mut gather = Gather::new(parts);
+        if len <= self.max_payload {
+            self.write_frame(start, UNFRAGMENTED, TYPE_DATA, len, &mut gather);
+        } else {
+            let mut offset = start;
+            let mut remaining = len;
+            let mut flags = BEGIN_FLAG;
+            while remaining > 0 {
+                let chunk = remaining.min(self.max_payload);
+                remaining -= chunk;
+                if remaining == 0 {
+                    flags |= END_FLAG;
+                }
+                self.write_frame(offset, flags, TYPE_DATA, chunk, &mut gather);
+                offset += align(chunk + HEADER_LEN, FRAME_ALIGNMENT);
+                flags = 0;
+            }
+        }
+        self.term_offset = end;
+        Ok(self.term_begin + end as i64)
+    }
+
+    /// Reserves one frame of `len` payload bytes (at most the max payload) and writes its header;
+    /// the length word stays zero until [`Appender::commit`] or [`Appender::abort`].
+    pub(crate) fn claim(&mut self, len: usize) -> Result<ClaimedFrame, Tripped> {
+        debug_assert!(len <= self.max_payload);
+        let start = self.term_offset;
+        let end = start + align(len + HEADER_LEN, FRAME_ALIGNMENT);
+        if end > self.term_length {
+            self.pad_to_end();
+            return Err(Tripped);
+        }
+        self.reserve(start, end);
+        let rest = self.rest_for(start, UNFRAGMENTED, TYPE_DATA);
+        let base = self.log.partition_base(self.index) + start;
+        self.log.region().copy_in(base + REST_OFFSET, &rest);
+        self.term_offset = end;
+        Ok(ClaimedFrame { base, frame_length: len + HEADER_LEN, position: self.term_begin + end as i64 })
+    }
+
+    /// Gives `f` the payload bytes of a claimed frame.
+    pub(crate) fn with_claim_payload<T>(&self, frame: &ClaimedFrame, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        // SAFETY: the frame was reserved by this single writer and its length word is still zero,
+        // so no reader reads these bytes (readers stop at a zero length, I1), cleaning never
+        // touches the active partition, and `&self` on the only writer excludes other writes.
+        unsafe {
+            self.log.region().with_bytes_mut(frame.base + HEADER_LEN, frame.payload_len(), f)
+        }
+    }
+
+    /// Sets the reserved value of a claimed frame.
+    pub(crate) fn set_claim_reserved_value(&self, frame: &ClaimedFrame, value: i64) {
+        let at = frame.base + REST_OFFSET + rest::RESERVED_VALUE;
+        self.log.region().copy_in(at, &value.to_le_bytes());
+    }
+
+    /// Publishes a claimed frame to readers.
+    pub(crate) fn commit(&self, frame: ClaimedFrame) {
+        let r = self.log.region();
+        r.store_i32(frame.base, frame.frame_length as i32, Ordering::Release);
+    }
+
+    /// Turns a claimed frame into padding that readers skip.
+    pub(crate) fn abort(&self, frame: ClaimedFrame) {
+        let r = self.log.region();
+        r.copy_in(frame.base + REST_OFFSET + rest::TYPE, &TYPE_PAD.to_le_bytes());
+        r.store_i32(frame.base, frame.frame_length as i32, Ordering::Release);
+    }
+
+    /// Moves to the next partition after a trip. Fails at the stream's maximum position.
+    pub(crate) fn rotate(&mut self) -> Result<(), MaxPosition> {
+        let next_begin = self.term_begin + self.term_length as i64;
+        if next_begin >= self.log.terms().max_position() {
+            return Err(MaxPosition);
+        }
+        self.index = (self.index + 1) % PARTITION_COUNT;
+        self.term_id = self.term_id.wrapping_add(1);
+        self.term_begin = next_begin;
+        self.term_offset = 0;
+        self.template[rest::TERM_ID..rest::TERM_ID + 4].copy_from_slice(&self.term_id.to_le_bytes());
+        let count = self.log.terms().term_count(self.term_id);
+        // The partition after the new one last held term `count - 2`, if that term existed.
+        self.clean_next = count >= 2;
+        let r = self.log.region();
+        let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
+        r.store_i64(tail, pack_tail(self.term_id, 0), Ordering::Release);
+        let field = self.log.meta_field(meta::ACTIVE_TERM_COUNT);
+        r.store_i32(field, count as i32, Ordering::Release);
+        Ok(())
+    }
+
+    /// Pads `[term_offset, T)` so readers move on to the next term.
+    fn pad_to_end(&mut self) {
+        let start = self.term_offset;
+        if start < self.term_length {
+            let end = self.term_length;
+            self.reserve(start, end);
+            let rest = self.rest_for(start, UNFRAGMENTED, TYPE_PAD);
+            let base = self.log.partition_base(self.index) + start;
+            let r = self.log.region();
+            r.copy_in(base + REST_OFFSET, &rest);
+            r.store_i32(base, (end - start) as i32, Ordering::Release);
+            self.term_offset = end;
+        }
+    }
+
+    /// Publishes the tail and zeroes the same range of the next partition, which every live
+    /// reader has passed (it is two terms behind, and the limit keeps readers within T/2 + T/8).
+    #[inline(always)]
+    fn reserve(&self, start: usize, end: usize) {
+        let r = self.log.region();
+        let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
+        r.store_i64(tail, pack_tail(self.term_id, end), Ordering::Release);
+        if self.clean_next {
+            let next = (self.index + 1) % PARTITION_COUNT;
+            r.zero(self.log.partition_base(next) + start, end - start);
+        }
+    }
+
+    #[inline(always)]
+    fn rest_for(&self, offset: usize, flags: u8, frame_type: u16) -> [u8; REST_LEN] {
+        let mut rest = self.template;
+        rest[rest::FLAGS] = flags;
+        rest[rest::TYPE..rest::TYPE + 2].copy_from_slice(&frame_type.to_le_bytes());
+        rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+        rest
+    }
+
+    #[inline(always)]
+    fn write_frame(&self, offset: usize, flags: u8, frame_type: u16, len: usize, src: &mut Gather<'_>) {
+        let base = self.log.partition_base(self.index) + offset;
+        let r = self.log.region();
+        r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
+        src.copy_next(r, base + HEADER_LEN, len);
+        r.store_i32(base, (len + HEADER_LEN) as i32, Ordering::Release);
+    }
+}

@@ -1,0 +1,254 @@
+//! The log protocol over any region: metadata, append, read. Written once and run over mmapped
+//! files, heap memory and (under `--cfg shmlog_loom`) the model checker's memory.
+
+pub(crate) mod appender;
+pub(crate) mod header;
+pub(crate) mod position;
+pub(crate) mod reader;
+
+use crate::error::Invalid;
+use crate::layout::frame::{HEADER_LEN, REST_LEN};
+use crate::layout::log_meta::{self as meta, Geometry, META_LEN, PAGE_MIN, PARTITION_COUNT};
+use crate::region::{Region, RegionMut};
+use crate::sync::Ordering;
+use position::{pack_tail, tail_offset, tail_term_id, Terms};
+
+/// What a publisher writes into a fresh log's metadata.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogInit<'a> {
+    pub geometry: Geometry,
+    pub initial_term_id: i32,
+    pub session_id: i32,
+    pub stream_id: i32,
+    pub pid: i32,
+    pub created_ns: i64,
+    pub name: &'a str,
+}
+
+/// A log buffer in a region: the three partitions and the metadata after them.
+#[derive(Debug)]
+pub(crate) struct Log<R> {
+    region: R,
+    geometry: Geometry,
+    terms: Terms,
+    meta: usize,
+    session_id: i32,
+    stream_id: i32,
+}
+
+impl<R: RegionMut> Log<R> {
+    /// Writes the metadata of a fresh, zeroed log and marks it ready (release, last).
+    ///
+    /// Panics if the region is not exactly `geometry.file_length()` bytes: the caller sized it.
+    pub(crate) fn initialize(region: R, init: &LogInit<'_>) -> Self {
+        let g = init.geometry;
+        assert_eq!(region.len(), g.file_length(), "region sized for this geometry");
+        let m = g.meta_offset();
+        let r = &region;
+        r.store_i64(m + meta::MAGIC_OFFSET, meta::MAGIC, Ordering::Relaxed);
+        r.store_i32(m + meta::VERSION, meta::LAYOUT_VERSION, Ordering::Relaxed);
+        r.store_i64(m + meta::CREATED_NS, init.created_ns, Ordering::Relaxed);
+        r.store_i32(m + meta::INITIAL_TERM_ID, init.initial_term_id, Ordering::Relaxed);
+        r.store_i32(m + meta::HEADER_LENGTH, HEADER_LEN as i32, Ordering::Relaxed);
+        r.store_i32(m + meta::MTU, g.mtu as i32, Ordering::Relaxed);
+        r.store_i32(m + meta::TERM_LENGTH, g.term_length as i32, Ordering::Relaxed);
+        r.store_i32(m + meta::PAGE_SIZE, g.page_size as i32, Ordering::Relaxed);
+        r.store_i32(m + meta::WINDOW, g.window as i32, Ordering::Relaxed);
+        r.store_i32(m + meta::PUBLISHER_PID, init.pid, Ordering::Relaxed);
+        r.store_i32(m + meta::SESSION_ID, init.session_id, Ordering::Relaxed);
+        r.store_i32(m + meta::STREAM_ID, init.stream_id, Ordering::Relaxed);
+        let name = &init.name.as_bytes()[..init.name.len().min(meta::NAME_MAX)];
+        r.store_i32(m + meta::NAME_LEN, name.len() as i32, Ordering::Relaxed);
+        r.copy_in(m + meta::NAME, name);
+        // Partition 0 starts the stream; the others hold the term id they had "one cycle
+        // earlier", as Aeron does, so a tail always names the term its partition last held.
+        let id = init.initial_term_id;
+        r.store_i64(m + meta::TAIL_COUNTERS, pack_tail(id, 0), Ordering::Relaxed);
+        for i in 1..PARTITION_COUNT {
+            let earlier = id.wrapping_add(i as i32).wrapping_sub(PARTITION_COUNT as i32);
+            r.store_i64(m + meta::TAIL_COUNTERS + 8 * i, pack_tail(earlier, 0), Ordering::Relaxed);
+        }
+        r.store_i32(m + meta::ACTIVE_TERM_COUNT, 0, Ordering::Relaxed);
+        r.store_i64(m + meta::EOS_POSITION, i64::MAX, Ordering::Relaxed);
+        r.store_i32(m + meta::READY, 1, Ordering::Release);
+        Self {
+            region,
+            geometry: g,
+            terms: Terms::new(g.term_length, id),
+            meta: m,
+            session_id: init.session_id,
+            stream_id: init.stream_id,
+        }
+    }
+
+    /// Stores the end-of-stream position: readers drain to it and then report end of stream.
+    pub(crate) fn set_eos_position(&self, position: i64) {
+        self.region.store_i64(self.meta + meta::EOS_POSITION, position, Ordering::Release);
+    }
+
+    /// Stores a publisher counter for tools.
+    pub(crate) fn set_counter(&self, field: usize, value: i64) {
+        self.region.store_i64(self.meta + field, value, Ordering::Relaxed);
+    }
+
+    /// Adds to a publisher counter.
+    pub(crate) fn bump_counter(&self, field: usize) {
+        let r = &self.region;
+        // Single writer: a load and a store are enough and cheaper than an atomic add.
+        let v = r.load_i64(self.meta + field, Ordering::Relaxed);
+        r.store_i64(self.meta + field, v.wrapping_add(1), Ordering::Relaxed);
+    }
+}
+
+impl<R: Region> Log<R> {
+    /// Validates a log file's bytes; term lengths must be the file range (64 KiB..1 GiB).
+    pub(crate) fn open(region: R) -> Result<Self, Invalid> {
+        Self::open_checked(region, true)
+    }
+
+    /// Like [`Log::open`], but accepts any power-of-two term length (in-process models).
+    pub(crate) fn open_any_term(region: R) -> Result<Self, Invalid> {
+        Self::open_checked(region, false)
+    }
+
+    fn open_checked(region: R, file_rules: bool) -> Result<Self, Invalid> {
+        use Invalid::Corrupt;
+        let len = region.len();
+        if len < META_LEN + PARTITION_COUNT * 4 * HEADER_LEN {
+            return Err(Corrupt("file is shorter than a log's metadata and terms"));
+        }
+        if len % PAGE_MIN != 0 {
+            return Err(Corrupt("file length is not a multiple of 4 KiB"));
+        }
+        let m = len - META_LEN;
+        if region.load_i64(m + meta::MAGIC_OFFSET, Ordering::Relaxed) != meta::MAGIC {
+            return Err(Corrupt("bad magic: not a shmlog log file"));
+        }
+        let found = region.load_i32(m + meta::VERSION, Ordering::Relaxed);
+        if found != meta::LAYOUT_VERSION {
+            return Err(Invalid::VersionMismatch { found });
+        }
+        if region.load_i32(m + meta::READY, Ordering::Acquire) != 1 {
+            return Err(Corrupt("log is not initialised (ready flag not set)"));
+        }
+        let field = |off: usize| region.load_i32(m + off, Ordering::Relaxed);
+        let non_negative = |v: i32| usize::try_from(v).map_err(|_| Corrupt("negative size field"));
+        let geometry = Geometry {
+            term_length: non_negative(field(meta::TERM_LENGTH))?,
+            page_size: non_negative(field(meta::PAGE_SIZE))?,
+            mtu: non_negative(field(meta::MTU))?,
+            window: non_negative(field(meta::WINDOW))?,
+        };
+        if file_rules { geometry.validate() } else { geometry.validate_rest() }.map_err(Corrupt)?;
+        if geometry.file_length() != len {
+            return Err(Corrupt("file length does not match its term length and page size"));
+        }
+        if field(meta::HEADER_LENGTH) != HEADER_LEN as i32 {
+            return Err(Corrupt("frame header length is not 32"));
+        }
+        if !(0..=meta::NAME_MAX as i32).contains(&field(meta::NAME_LEN)) {
+            return Err(Corrupt("stream name length out of range"));
+        }
+        let initial_term_id = field(meta::INITIAL_TERM_ID);
+        Ok(Self {
+            terms: Terms::new(geometry.term_length, initial_term_id),
+            geometry,
+            meta: m,
+            session_id: field(meta::SESSION_ID),
+            stream_id: field(meta::STREAM_ID),
+            region,
+        })
+    }
+
+    pub(crate) fn region(&self) -> &R {
+        &self.region
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub(crate) fn terms(&self) -> Terms {
+        self.terms
+    }
+
+    pub(crate) fn term_length(&self) -> usize {
+        self.geometry.term_length
+    }
+
+    pub(crate) fn session_id(&self) -> i32 {
+        self.session_id
+    }
+
+    pub(crate) fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+
+    /// Byte offset of partition `index` in the region.
+    #[inline(always)]
+    pub(crate) fn partition_base(&self, index: usize) -> usize {
+        index * self.geometry.term_length
+    }
+
+    /// Byte offset of a metadata field.
+    #[inline(always)]
+    pub(crate) fn meta_field(&self, field: usize) -> usize {
+        self.meta + field
+    }
+
+    /// End-of-stream position; `i64::MAX` while the publisher has not closed.
+    pub(crate) fn eos_position(&self) -> i64 {
+        self.region.load_i64(self.meta + meta::EOS_POSITION, Ordering::Acquire)
+    }
+
+    /// A publisher counter (see `layout::log_meta`).
+    pub(crate) fn counter(&self, field: usize) -> i64 {
+        self.region.load_i64(self.meta + field, Ordering::Relaxed)
+    }
+
+    /// The publisher's process id as it wrote it.
+    pub(crate) fn publisher_pid(&self) -> i32 {
+        self.region.load_i32(self.meta + meta::PUBLISHER_PID, Ordering::Relaxed)
+    }
+
+    /// The stream name stored in the metadata (lossy if a peer wrote invalid UTF-8).
+    pub(crate) fn name(&self) -> String {
+        let len = self.region.load_i32(self.meta + meta::NAME_LEN, Ordering::Relaxed);
+        let len = usize::try_from(len).unwrap_or(0).min(meta::NAME_MAX);
+        let mut buf = vec![0u8; len];
+        self.region.copy_out(self.meta + meta::NAME, &mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// The raw tail counter of partition `index`.
+    pub(crate) fn raw_tail(&self, index: usize) -> i64 {
+        self.region.load_i64(self.meta + meta::TAIL_COUNTERS + 8 * index, Ordering::Acquire)
+    }
+
+    /// Terms since the initial one, as the writer last published it.
+    pub(crate) fn active_term_count(&self) -> i32 {
+        self.region.load_i32(self.meta + meta::ACTIVE_TERM_COUNT, Ordering::Acquire)
+    }
+
+    /// The writer's position (including space reserved for a message still being written).
+    ///
+    /// Retries when a rotation races with the read; a tail that never matches its term count is
+    /// corruption.
+    pub(crate) fn producer_position(&self) -> Result<i64, Invalid> {
+        for _ in 0..16 {
+            let count = self.active_term_count();
+            if count < 0 {
+                return Err(Invalid::Corrupt("negative active term count"));
+            }
+            let raw = self.raw_tail(count as usize % PARTITION_COUNT);
+            if tail_term_id(raw) == self.terms.initial_term_id.wrapping_add(count) {
+                let offset = tail_offset(raw, self.geometry.term_length);
+                return Ok(((count as i64) << self.terms.bits) + offset as i64);
+            }
+        }
+        Err(Invalid::Corrupt("tail counter does not match the active term"))
+    }
+}
+
+/// Bytes of header after the length word; re-exported for the reader and appender.
+pub(crate) const HEADER_REST_LEN: usize = REST_LEN;

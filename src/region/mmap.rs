@@ -1,0 +1,51 @@
+//! File-backed backends over `memmap2::MmapRaw`, which never hands out references.
+
+use super::raw::{delegate_region, RawView};
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::File;
+use std::io;
+
+/// A shared read-write mapping of a whole file. Pages are pre-faulted (`MAP_POPULATE`).
+#[derive(Debug)]
+pub(crate) struct MmapRegion {
+    map: MmapRaw,
+}
+
+impl MmapRegion {
+    /// Maps the first `len` bytes of `file` read-write and shared.
+    pub(crate) fn map(file: &File, len: usize) -> io::Result<Self> {
+        let map = MmapOptions::new().len(len).populate().map_raw(file)?;
+        Ok(Self { map })
+    }
+
+    #[inline(always)]
+    fn view(&self) -> RawView {
+        // SAFETY: the mapping is page-aligned, `map.len()` bytes long, readable and writable, and
+        // lives as long as `self`; views never outlive the borrow they are made from.
+        unsafe { RawView::new(self.map.as_mut_ptr(), self.map.len()) }
+    }
+}
+
+/// A shared read-only mapping: a reader can never corrupt the log, whatever its bugs.
+#[derive(Debug)]
+pub(crate) struct ReadOnlyRegion {
+    map: MmapRaw,
+}
+
+impl ReadOnlyRegion {
+    /// Maps the first `len` bytes of `file` read-only.
+    pub(crate) fn map(file: &File, len: usize) -> io::Result<Self> {
+        let map = MmapOptions::new().len(len).populate().map_raw_read_only(file)?;
+        Ok(Self { map })
+    }
+
+    #[inline(always)]
+    fn view(&self) -> RawView {
+        // SAFETY: page-aligned, `map.len()` readable bytes that live as long as `self`. Only the
+        // read methods of the view are reachable through `Region`, never the write ones.
+        unsafe { RawView::new(self.map.as_ptr() as *mut u8, self.map.len()) }
+    }
+}
+
+delegate_region!(MmapRegion, mut);
+delegate_region!(ReadOnlyRegion);

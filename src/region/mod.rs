@@ -1,0 +1,153 @@
+//! The only layer that touches raw memory.
+//!
+//! A region is a bounds-checked view of bytes that other threads or processes may access at the
+//! same time. It never hands out a reference into that memory except through the two `unsafe`
+//! scoped accessors, whose callers prove (by the log protocol) that nobody writes the bytes while
+//! the reference lives. Everything else is an atomic load/store of a control word or a copy.
+//!
+//! Contract shared by all backends, relied on by the loom model backend:
+//! - an offset used for atomic `i32` access is never used for atomic `i64` access, and neither is
+//!   read or written by the copy operations (only [`RegionMut::zero`] may cover it);
+//! - offsets are aligned to the width of the access.
+//!
+//! Every operation checks bounds and alignment and panics on a violation: that is a bug in this
+//! crate (values read from shared memory are validated before they become offsets), and a panic is
+//! the safe outcome where the alternative would be an out-of-bounds access.
+
+use crate::sync::Ordering;
+
+#[cfg(not(shmlog_loom))]
+mod heap;
+#[cfg(not(shmlog_loom))]
+mod mmap;
+#[cfg(not(shmlog_loom))]
+mod raw;
+
+#[cfg(not(shmlog_loom))]
+pub(crate) use heap::HeapRegion;
+#[cfg(not(shmlog_loom))]
+pub(crate) use mmap::{MmapRegion, ReadOnlyRegion};
+
+/// Read access to a region of possibly shared memory.
+pub(crate) trait Region {
+    /// Length in bytes.
+    fn len(&self) -> usize;
+
+    /// Atomic load of the `i32` at `off`. `Acquire` loads stay valid on read-only mappings (they
+    /// are done as a relaxed load followed by an acquire fence).
+    fn load_i32(&self, off: usize, order: Ordering) -> i32;
+
+    /// Atomic load of the `i64` at `off`.
+    fn load_i64(&self, off: usize, order: Ordering) -> i64;
+
+    /// Copies `dst.len()` bytes starting at `off` out of the region.
+    fn copy_out(&self, off: usize, dst: &mut [u8]);
+
+    /// Calls `f` with a shared slice of `len` bytes at `off`.
+    ///
+    /// # Safety
+    /// Nobody (thread or process) may write those bytes while `f` runs: the caller has acquired a
+    /// committed frame and holds flow control so the writer cannot reach it.
+    unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T;
+}
+
+/// Write access to a region. Only the single writer of a log, or a reader on its own slot, has it.
+pub(crate) trait RegionMut: Region {
+    /// Atomic store of the `i32` at `off`.
+    fn store_i32(&self, off: usize, value: i32, order: Ordering);
+
+    /// Atomic store of the `i64` at `off`.
+    fn store_i64(&self, off: usize, value: i64, order: Ordering);
+
+    /// Atomic add to the `i64` at `off`; returns the previous value.
+    fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64;
+
+    /// Atomic compare-and-exchange of the `i64` at `off` (AcqRel on success, Acquire on failure).
+    fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64>;
+
+    /// Copies `src` into the region at `off`.
+    fn copy_in(&self, off: usize, src: &[u8]);
+
+    /// Writes `len` zero bytes at `off`.
+    fn zero(&self, off: usize, len: usize);
+
+    /// Calls `f` with an exclusive slice of `len` bytes at `off`.
+    ///
+    /// # Safety
+    /// Nobody else may read or write those bytes while `f` runs: the caller is the single writer
+    /// and the bytes belong to a frame whose length word is not yet committed.
+    unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T)
+        -> T;
+}
+
+/// Panics unless `[off, off + size)` lies inside `len` and `off` is a multiple of `align`.
+#[inline(always)]
+pub(crate) fn check_range(len: usize, off: usize, size: usize, align: usize) {
+    let in_bounds = off <= len && size <= len - off;
+    assert!(
+        in_bounds && off % align == 0,
+        "region access out of bounds or misaligned: off={off} size={size} len={len}"
+    );
+}
+
+macro_rules! forward_region {
+    ($($wrapper:ty),*) => {$(
+        impl<T: Region> Region for $wrapper {
+            #[inline(always)]
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            #[inline(always)]
+            fn load_i32(&self, off: usize, order: Ordering) -> i32 {
+                (**self).load_i32(off, order)
+            }
+            #[inline(always)]
+            fn load_i64(&self, off: usize, order: Ordering) -> i64 {
+                (**self).load_i64(off, order)
+            }
+            #[inline(always)]
+            fn copy_out(&self, off: usize, dst: &mut [u8]) {
+                (**self).copy_out(off, dst)
+            }
+            #[inline(always)]
+            unsafe fn with_bytes<U>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> U) -> U {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).with_bytes(off, len, f) }
+            }
+        }
+        impl<T: RegionMut> RegionMut for $wrapper {
+            #[inline(always)]
+            fn store_i32(&self, off: usize, value: i32, order: Ordering) {
+                (**self).store_i32(off, value, order)
+            }
+            #[inline(always)]
+            fn store_i64(&self, off: usize, value: i64, order: Ordering) {
+                (**self).store_i64(off, value, order)
+            }
+            fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64 {
+                (**self).fetch_add_i64(off, delta, order)
+            }
+            fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
+                (**self).compare_exchange_i64(off, current, new)
+            }
+            #[inline(always)]
+            fn copy_in(&self, off: usize, src: &[u8]) {
+                (**self).copy_in(off, src)
+            }
+            fn zero(&self, off: usize, len: usize) {
+                (**self).zero(off, len)
+            }
+            #[inline(always)]
+            unsafe fn with_bytes_mut<U>(
+                &self,
+                off: usize,
+                len: usize,
+                f: impl FnOnce(&mut [u8]) -> U,
+            ) -> U {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).with_bytes_mut(off, len, f) }
+            }
+        }
+    )*};
+}
+forward_region!(&T, std::sync::Arc<T>);
