@@ -16,7 +16,7 @@ use crate::layout::frame::{
 };
 use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
 use crate::layout::log_meta::{self as meta, PARTITION_COUNT};
-use crate::region::RegionMut;
+use crate::region::{DirectRegion, RegionMut};
 use crate::sync::Ordering;
 
 /// The message does not fit in the rest of the term: the term was padded to its end and the
@@ -298,5 +298,18 @@ impl<R: RegionMut> Appender<R> {
         r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
         src.copy_next(r, base + HEADER_LEN, len);
         r.store_i32(base, (len + HEADER_LEN) as i32, Ordering::Release);
+    }
+}
+
+impl<R: DirectRegion> Appender<R> {
+    /// Lends the payload of the pending claim `frame` as a slice.
+    ///
+    /// `frame` must be the claim most recently made and neither committed nor aborted; the
+    /// publication's `Claim` guard guarantees it by owning the frame.
+    pub(crate) fn claim_slice(&mut self, frame: &ClaimedFrame) -> &mut [u8] {
+        // SAFETY: as in `with_claim_payload`: the frame is reserved and uncommitted, so no reader
+        // touches it; the slice borrows `self` mutably, so no append, commit or abort (the only
+        // writes near it) can happen while it lives, and it cannot outlive the mapping.
+        unsafe { self.log.region().slice_mut(frame.base + HEADER_LEN, frame.payload_len()) }
     }
 }

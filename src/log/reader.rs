@@ -204,3 +204,11 @@ pub(crate) fn read_block<R: Region>(
     }
     Scan { position: term_begin + end as i64, fragments: end - (terms.term_offset(position)), fault }
 }
+
+/// `true` if a valid, committed frame (data or padding) starts at `position`.
+pub(crate) fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+    let terms = log.terms();
+    let offset = terms.term_offset(position);
+    let base = log.partition_base(terms.partition(position));
+    matches!(next_frame(log.region(), base, offset, log.term_length(), terms.term_id(position)), Ok(Some(_)))
+}

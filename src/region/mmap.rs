@@ -48,4 +48,15 @@ impl ReadOnlyRegion {
 }
 
 delegate_region!(MmapRegion, mut);
+
+impl MmapRegion {
+    /// # Safety
+    /// See [`super::DirectRegion::slice_mut`].
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        // SAFETY: the view's memory lives as long as `self`, which bounds the returned lifetime;
+        // the rest of the contract is forwarded to the caller.
+        unsafe { self.view().slice_mut(off, len) }
+    }
+}
 delegate_region!(ReadOnlyRegion);

@@ -28,6 +28,22 @@ pub(crate) use heap::HeapRegion;
 #[cfg(not(shmlog_loom))]
 pub(crate) use mmap::{MmapRegion, ReadOnlyRegion};
 
+#[cfg(not(shmlog_loom))]
+impl DirectRegion for MmapRegion {
+    unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        // SAFETY: contract forwarded to the caller.
+        unsafe { self.slice_mut(off, len) }
+    }
+}
+
+#[cfg(not(shmlog_loom))]
+impl DirectRegion for HeapRegion {
+    unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
+        // SAFETY: contract forwarded to the caller.
+        unsafe { self.slice_mut(off, len) }
+    }
+}
+
 /// Read access to a region of possibly shared memory.
 pub(crate) trait Region {
     /// Length in bytes.
@@ -78,6 +94,17 @@ pub(crate) trait RegionMut: Region {
     /// and the bytes belong to a frame whose length word is not yet committed.
     unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T)
         -> T;
+}
+
+/// Backends whose bytes are real memory, so a claimed frame can be lent out as a slice whose
+/// lifetime the borrow checker tracks (the loom backend cannot, and does not implement this).
+pub(crate) trait DirectRegion: RegionMut {
+    /// An exclusive slice of `len` bytes at `off`, borrowed from `self`.
+    ///
+    /// # Safety
+    /// As [`RegionMut::with_bytes_mut`], for as long as the returned slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8];
 }
 
 /// Panics unless `[off, off + size)` lies inside `len` and `off` is a multiple of `align`.

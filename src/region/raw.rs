@@ -134,6 +134,18 @@ impl RawView {
     }
 }
 
+impl RawView {
+    /// # Safety
+    /// See [`super::DirectRegion::slice_mut`]; the caller also bounds the lifetime `'a` by the
+    /// backend that owns the memory.
+    pub(super) unsafe fn slice_mut<'a>(&self, off: usize, len: usize) -> &'a mut [u8] {
+        check_range(self.len, off, len, 1);
+        // SAFETY: in bounds (checked) and writable; exclusivity and lifetime are the caller's
+        // contract.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
+    }
+}
+
 /// Implements `Region` (and optionally `RegionMut`) for a backend with a `view()` method.
 macro_rules! delegate_region {
     ($ty:ty) => {

@@ -1,0 +1,7 @@
+//! The user-facing types.
+
+pub(crate) mod assembler;
+pub(crate) mod handler;
+pub(crate) mod idle;
+pub(crate) mod publication;
+pub(crate) mod subscription;

@@ -1,0 +1,358 @@
+//! Creating, publishing and opening the files of a stream.
+//!
+//! A file is built under a temporary name, fully initialised (ready flag last), and only then
+//! made visible under the stream's name with `link` (fails if the name exists) or `rename` over a
+//! stale file whose owner provably died (we hold its lock while replacing it). So nobody ever
+//! opens a half-initialised file by name, and a live publisher's file is never replaced (I7).
+
+use super::name;
+use crate::error::Error;
+use crate::layout::log_meta::{self as meta, Geometry, META_LEN};
+use crate::layout::slots as s;
+use crate::log::{Log, LogInit};
+use crate::region::{MmapRegion, ReadOnlyRegion};
+use crate::stream::slots::Slots;
+use crate::sys::fs::{available_space, euid, is_same_file, reserve};
+use crate::sys::lock::{self, Kind};
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Byte the publisher write-locks in its log while it lives.
+pub(crate) const PUBLISHER_LOCK: u64 = 0;
+/// Byte every reader of a log read-locks while it maps it.
+pub(crate) const READER_LOCK: u64 = 1;
+
+/// Largest file we agree to map as a log (1 GiB terms with 1 GiB pages).
+const MAX_LOG_FILE: u64 = 4 << 30;
+
+/// A random 64-bit value from std's per-process hashing keys, the clock and the pid.
+pub(crate) fn random_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(now_ns() as u128);
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Nanoseconds since the Unix epoch.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+fn open_new(path: &Path, mode: u32) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    // The umask may have narrowed the mode; the caller asked for exactly this one.
+    f.set_permissions(Permissions::from_mode(mode))?;
+    Ok(f)
+}
+
+fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Refuses files that are not plain files of ours, or that anyone may write.
+fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
+    let m = file.metadata().map_err(|e| Error::io("inspect file", path, e))?;
+    if !m.is_file() {
+        return Err(Error::Corrupt { path: path.into(), what: "not a regular file" });
+    }
+    if m.uid() != euid() {
+        return Err(Error::PermissionDenied { path: path.into(), reason: "file belongs to another user" });
+    }
+    if m.mode() & 0o002 != 0 {
+        return Err(Error::PermissionDenied { path: path.into(), reason: "file is writable by any user" });
+    }
+    Ok(m.len())
+}
+
+/// Fails early with `InsufficientSpace` when `dir` cannot hold `needed` more bytes.
+fn check_space(dir: &Path, needed: u64) -> Result<(), Error> {
+    let available = available_space(dir).map_err(|e| Error::io("query free space", dir, e))?;
+    if available < needed {
+        return Err(Error::InsufficientSpace { path: dir.into(), needed, available });
+    }
+    Ok(())
+}
+
+/// Creates the file at a temporary path with reserved storage; removes it on any failure.
+fn create_reserved(dir: &Path, tmp: &Path, len: u64, mode: u32) -> Result<File, Error> {
+    check_space(dir, len)?;
+    let file = open_new(tmp, mode).map_err(|e| Error::io("create file", tmp, e))?;
+    if let Err(e) = reserve(&file, len) {
+        let _ = fs::remove_file(tmp);
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            let available = available_space(dir).unwrap_or(0);
+            return Err(Error::InsufficientSpace { path: dir.into(), needed: len, available });
+        }
+        return Err(Error::io("reserve space", tmp, e));
+    }
+    Ok(file)
+}
+
+/// A removable temporary file: deleted on drop unless disarmed.
+struct TempGuard<'a>(Option<&'a Path>);
+
+impl Drop for TempGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// Options for a new log.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewLog<'a> {
+    pub dir: &'a Path,
+    pub name: &'a str,
+    pub geometry: Geometry,
+    pub mode: u32,
+}
+
+/// A log we created and own: the publisher lock is held on `file`.
+#[derive(Debug)]
+pub(crate) struct OwnedLog {
+    pub file: File,
+    pub path: PathBuf,
+    pub log: Log<MmapRegion>,
+}
+
+/// Creates, initialises and publishes a new session's log under the stream's name.
+pub(crate) fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
+    let g = opts.geometry;
+    let len = g.file_length() as u64;
+    let nonce = random_u64();
+    let tmp = name::temp_path(opts.dir, opts.name, "log", nonce);
+    let file = create_reserved(opts.dir, &tmp, len, opts.mode)?;
+    let mut guard = TempGuard(Some(&tmp));
+    if !lock::try_lock(&file, Kind::Exclusive, PUBLISHER_LOCK, 1).map_err(|e| Error::io("lock", &tmp, e))? {
+        return Err(Error::io("lock", &tmp, io::Error::other("fresh file already locked")));
+    }
+    let region = MmapRegion::map(&file, len as usize).map_err(|e| Error::io("map", &tmp, e))?;
+    let log = Log::initialize(
+        region,
+        &LogInit {
+            geometry: g,
+            initial_term_id: (nonce >> 32) as i32,
+            session_id: nonce as i32,
+            stream_id: name::stream_id(opts.name),
+            pid: std::process::id() as i32,
+            created_ns: now_ns(),
+            name: opts.name,
+        },
+    );
+    let path = name::log_path(opts.dir, opts.name);
+    publish(&tmp, &path)?;
+    guard.0 = None;
+    Ok(OwnedLog { file, path, log })
+}
+
+/// Makes the initialised file at `tmp` visible at `path`, replacing only a stale log.
+fn publish(tmp: &Path, path: &Path) -> Result<(), Error> {
+    for _ in 0..64 {
+        match open_existing(path, true) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::hard_link(tmp, path) {
+                Ok(()) => {
+                    let _ = fs::remove_file(tmp);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io("publish log", path, e)),
+            },
+            Err(e) => return Err(Error::io("open existing log", path, e)),
+            Ok(old) => {
+                check_owner(&old, path)?;
+                // Holding the old owner's lock proves it dead and keeps racing creators out.
+                if !lock::try_lock(&old, Kind::Exclusive, PUBLISHER_LOCK, 1)
+                    .map_err(|e| Error::io("lock", path, e))?
+                {
+                    return Err(Error::AlreadyExists { path: path.into() });
+                }
+                if !looks_like_log(&old) {
+                    return Err(Error::Corrupt {
+                        path: path.into(),
+                        what: "a file that is not a shmlog log holds the stream's name; remove it",
+                    });
+                }
+                if !is_same_file(&old, path).map_err(|e| Error::io("inspect", path, e))? {
+                    continue; // replaced while we looked: start over
+                }
+                fs::rename(tmp, path).map_err(|e| Error::io("replace stale log", path, e))?;
+                return Ok(());
+            }
+        }
+    }
+    Err(Error::io("publish log", path, io::Error::other("the stream's name kept changing")))
+}
+
+/// `true` if `file` carries a log's magic where its metadata would be (any layout version).
+fn looks_like_log(file: &File) -> bool {
+    let Ok(m) = file.metadata() else { return false };
+    if m.len() < META_LEN as u64 {
+        return m.len() == 0;
+    }
+    let mut magic = [0u8; 8];
+    let at = m.len() - META_LEN as u64 + meta::MAGIC_OFFSET as u64;
+    file.read_exact_at(&mut magic, at).is_ok() && i64::from_le_bytes(magic) == meta::MAGIC
+}
+
+/// A log opened for reading: read-only mapping, reader lock held.
+#[derive(Debug)]
+pub(crate) struct ReadLog {
+    pub file: File,
+    pub log: Log<ReadOnlyRegion>,
+}
+
+/// Opens the stream's current log read-only; `Ok(None)` when there is none.
+pub(crate) fn open_log(path: &Path) -> Result<Option<ReadLog>, Error> {
+    let file = match open_existing(path, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open log", path, e)),
+    };
+    let len = check_owner(&file, path)?;
+    if len < (META_LEN * 2) as u64 {
+        return Err(Error::Corrupt { path: path.into(), what: "file is truncated (shorter than a log)" });
+    }
+    if len > MAX_LOG_FILE {
+        return Err(Error::Corrupt { path: path.into(), what: "file is larger than any log" });
+    }
+    let region = ReadOnlyRegion::map(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
+    let log = Log::open(region).map_err(|e| e.at(path))?;
+    lock::try_lock(&file, Kind::Shared, READER_LOCK, 1).map_err(|e| Error::io("lock", path, e))?;
+    Ok(Some(ReadLog { file, log }))
+}
+
+/// `true` while the log's publisher process holds its lock.
+pub(crate) fn publisher_alive(file: &File) -> bool {
+    // An error (which would be a bug) reads as "alive": never declare a live publisher dead.
+    lock::is_held(file, Kind::Shared, PUBLISHER_LOCK, 1).unwrap_or(true)
+}
+
+/// The reader-slot file of a stream, mapped read-write.
+#[derive(Debug)]
+pub(crate) struct ReadersFile {
+    pub file: File,
+    pub path: PathBuf,
+    pub slots: Slots<MmapRegion>,
+}
+
+/// Opens the stream's reader-slot file, creating it with `count` slots if it does not exist.
+pub(crate) fn open_readers(dir: &Path, stream: &str, count: usize, mode: u32) -> Result<ReadersFile, Error> {
+    let path = name::readers_path(dir, stream);
+    for _ in 0..64 {
+        match open_existing(&path, true) {
+            Ok(file) => {
+                let len = check_owner(&file, &path)?;
+                if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
+                    return Err(Error::Corrupt { path, what: "reader-slot file has an impossible size" });
+                }
+                let region = MmapRegion::map(&file, len as usize).map_err(|e| Error::io("map", &path, e))?;
+                let slots = Slots::open(region).map_err(|e| e.at(&path))?;
+                return Ok(ReadersFile { file, path, slots });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("open reader slots", &path, e)),
+        }
+        let len = s::file_length(count);
+        let tmp = name::temp_path(dir, stream, "readers", random_u64());
+        let file = create_reserved(dir, &tmp, len as u64, mode)?;
+        let _guard = TempGuard(Some(&tmp));
+        let region = MmapRegion::map(&file, len).map_err(|e| Error::io("map", &tmp, e))?;
+        let slots = Slots::initialize(region, count);
+        match fs::hard_link(&tmp, &path) {
+            Ok(()) => return Ok(ReadersFile { file, path, slots }),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io("publish reader slots", &path, e)),
+        }
+    }
+    Err(Error::io("open reader slots", &path, io::Error::other("the file kept changing")))
+}
+
+impl ReadersFile {
+    fn slot_range(index: usize) -> (u64, u64) {
+        (s::slot_offset(index) as u64, s::SLOT_LEN as u64)
+    }
+
+    /// Claims a free slot by taking its lock. `Ok(None)` if every slot is held, or if the file
+    /// was removed meanwhile (the caller reopens).
+    pub(crate) fn claim_slot(&self) -> Result<Option<usize>, Error> {
+        for i in 0..self.slots.count() {
+            let (start, len) = Self::slot_range(i);
+            if lock::try_lock(&self.file, Kind::Exclusive, start, len).map_err(|e| self.io("lock", e))? {
+                if !is_same_file(&self.file, &self.path).map_err(|e| self.io("inspect", e))? {
+                    let _ = lock::unlock(&self.file, start, len);
+                    return Ok(None);
+                }
+                self.slots.claim(i, std::process::id() as i64, now_ns());
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Frees our slot and drops its lock.
+    pub(crate) fn release_slot(&self, index: usize) {
+        self.slots.free(index);
+        let (start, len) = Self::slot_range(index);
+        let _ = lock::unlock(&self.file, start, len);
+    }
+
+    /// `true` while some process holds slot `index`'s lock.
+    pub(crate) fn slot_owner_alive(&self, index: usize) -> bool {
+        let (start, len) = Self::slot_range(index);
+        lock::is_held(&self.file, Kind::Exclusive, start, len).unwrap_or(true)
+    }
+
+    /// Frees every slot whose owner is provably gone (we could take its lock); returns how many.
+    pub(crate) fn evict_dead(&self) -> usize {
+        let mut evicted = 0;
+        for i in 0..self.slots.high_water() {
+            if self.slots.state(i).1 == s::STATE_FREE {
+                continue;
+            }
+            let (start, len) = Self::slot_range(i);
+            if let Ok(true) = lock::try_lock(&self.file, Kind::Exclusive, start, len) {
+                // Re-check under the lock: a new owner may have claimed and freed it meanwhile.
+                if self.slots.state(i).1 != s::STATE_FREE {
+                    self.slots.free(i);
+                    evicted += 1;
+                }
+                let _ = lock::unlock(&self.file, start, len);
+            }
+        }
+        evicted
+    }
+
+    /// Removes the file if no reader holds any slot, keeping readers that attach concurrently
+    /// safe: they re-check the path after taking their slot lock.
+    pub(crate) fn remove_if_unused(&self) {
+        let start = s::HEADER_LEN as u64;
+        let len = (self.slots.count() * s::SLOT_LEN) as u64;
+        if let Ok(true) = lock::try_lock(&self.file, Kind::Exclusive, start, len) {
+            if let Ok(true) = is_same_file(&self.file, &self.path) {
+                let _ = fs::remove_file(&self.path);
+            }
+            let _ = lock::unlock(&self.file, start, len);
+        }
+    }
+
+    fn io(&self, op: &'static str, e: io::Error) -> Error {
+        Error::io(op, &self.path, e)
+    }
+}

@@ -1,0 +1,80 @@
+//! Stream names and the files they map to.
+
+use crate::error::Error;
+use std::path::{Path, PathBuf};
+
+/// Longest stream name, in bytes: leaves room for suffixes within NAME_MAX (255).
+pub(crate) const MAX_NAME_LEN: usize = 200;
+
+/// Checks that `name` is usable as one file-name component on every Unix.
+pub(crate) fn validate(name: &str) -> Result<(), Error> {
+    let bad = |reason| Err(Error::InvalidName { name: name.to_owned(), reason });
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return bad("longer than 200 bytes");
+    }
+    if name.contains('/') {
+        return bad("contains '/'");
+    }
+    if name.contains('\0') {
+        return bad("contains NUL");
+    }
+    if name.starts_with('.') {
+        return bad("starts with '.' (reserved for temporary files; also rules out '.' and '..')");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("contains a control character");
+    }
+    Ok(())
+}
+
+/// The log of the stream's current session.
+pub(crate) fn log_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.log"))
+}
+
+/// The stream's reader-slot file, shared by all its sessions.
+pub(crate) fn readers_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.readers"))
+}
+
+/// A file being initialised, invisible under the stream's name until it is complete.
+pub(crate) fn temp_path(dir: &Path, name: &str, suffix: &str, nonce: u64) -> PathBuf {
+    dir.join(format!(".{name}.{nonce:016x}.{suffix}.tmp"))
+}
+
+/// A 32-bit id for the stream (FNV-1a of its name), written in every frame header.
+pub(crate) fn stream_id(name: &str) -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_names_that_are_not_one_plain_file_name() {
+        for bad in ["", ".", "..", "../x", "a/b", "a\0b", ".hidden", "tab\there", &"x".repeat(201)] {
+            assert!(matches!(validate(bad), Err(Error::InvalidName { .. })), "{bad:?}");
+        }
+        for good in ["orders", "md.eurusd", "a-b_c", "ünïcode", &"x".repeat(200)] {
+            assert!(validate(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn paths_and_ids_are_stable() {
+        let d = Path::new("/d");
+        assert_eq!(log_path(d, "s"), Path::new("/d/s.log"));
+        assert_eq!(readers_path(d, "s"), Path::new("/d/s.readers"));
+        assert_eq!(stream_id("orders"), stream_id("orders"));
+        assert_ne!(stream_id("orders"), stream_id("orderz"));
+    }
+}

@@ -1,0 +1,241 @@
+//! Reader slots over any region: who reads which session, and where. Pure memory, so the same
+//! code runs over the mmapped reader-slot file and in the in-process models.
+//!
+//! Protocol (invariants I4–I6):
+//! - a slot belongs to whoever holds the kernel lock on its byte range (see `sys::lock`);
+//! - its owner publishes position (release) before the state word names a session, and only
+//!   moves the position forward within a session;
+//! - the publisher counts a slot for flow control while its state word says ACTIVE in the
+//!   publisher's session; only a publisher that took the dead owner's lock frees it.
+
+use crate::error::Invalid;
+use crate::layout::log_meta::LAYOUT_VERSION;
+use crate::layout::slots::{self as s, pack_state, slot_offset, unpack_state};
+use crate::region::{Region, RegionMut};
+use crate::sync::Ordering;
+
+/// The slot table of one stream.
+#[derive(Debug)]
+pub(crate) struct Slots<R> {
+    region: R,
+    count: usize,
+}
+
+/// What one scan of the slots found for a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SessionReaders {
+    /// Readers counted.
+    pub count: usize,
+    /// Slowest position among them.
+    pub min: Option<i64>,
+    /// Fastest position among them.
+    pub max: Option<i64>,
+}
+
+/// A snapshot of one slot, for tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotView {
+    pub index: usize,
+    pub session_id: i32,
+    pub state: i64,
+    pub position: i64,
+    pub join_position: i64,
+    pub pid: i64,
+    pub claimed_ns: i64,
+}
+
+impl<R: RegionMut> Slots<R> {
+    /// Writes the header of a fresh, zeroed slot file and marks it ready (release, last).
+    pub(crate) fn initialize(region: R, count: usize) -> Self {
+        assert!(count > 0 && count <= s::MAX_SLOTS && region.len() == s::file_length(count));
+        region.store_i64(s::MAGIC_OFFSET, s::MAGIC, Ordering::Relaxed);
+        region.store_i32(s::VERSION, LAYOUT_VERSION, Ordering::Relaxed);
+        region.store_i32(s::SLOT_COUNT, count as i32, Ordering::Relaxed);
+        region.store_i32(s::READY, 1, Ordering::Release);
+        Self { region, count }
+    }
+
+    /// Marks slot `index` as claimed by `pid` and not yet reading (call with its lock held).
+    pub(crate) fn claim(&self, index: usize, pid: i64, now_ns: i64) {
+        let base = slot_offset(index);
+        let r = &self.region;
+        r.store_i64(base + s::STATE, pack_state(0, s::STATE_WAITING), Ordering::Release);
+        r.store_i64(base + s::PID, pid, Ordering::Relaxed);
+        r.store_i64(base + s::CLAIMED_NS, now_ns, Ordering::Relaxed);
+        self.raise_high_water(index + 1);
+    }
+
+    /// Publishes that slot `index` reads `session` from `position` (position first, then state).
+    pub(crate) fn activate(&self, index: usize, session: i32, position: i64) {
+        let base = slot_offset(index);
+        let r = &self.region;
+        r.store_i64(base + s::POSITION, position, Ordering::Release);
+        r.store_i64(base + s::JOIN_POSITION, position, Ordering::Relaxed);
+        r.store_i64(base + s::STATE, pack_state(session, s::STATE_ACTIVE), Ordering::SeqCst);
+    }
+
+    /// Back to claimed-but-not-reading (e.g. a join that must be retried, or a finished session).
+    pub(crate) fn deactivate(&self, index: usize) {
+        let base = slot_offset(index);
+        self.region.store_i64(base + s::STATE, pack_state(0, s::STATE_WAITING), Ordering::Release);
+    }
+
+    /// Frees slot `index` (its owner leaves, or was proven dead by taking its lock).
+    pub(crate) fn free(&self, index: usize) {
+        let base = slot_offset(index);
+        self.region.store_i64(base + s::STATE, pack_state(0, s::STATE_FREE), Ordering::Release);
+    }
+
+    /// Publishes the reader's new position (only the owner calls this, only forward).
+    #[inline(always)]
+    pub(crate) fn set_position(&self, index: usize, position: i64) {
+        self.region.store_i64(slot_offset(index) + s::POSITION, position, Ordering::Release);
+    }
+
+    fn raise_high_water(&self, to: usize) {
+        let mut seen = self.region.load_i64(s::HIGH_WATER, Ordering::Acquire);
+        while seen < to as i64 {
+            match self.region.compare_exchange_i64(s::HIGH_WATER, seen, to as i64) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+    }
+}
+
+impl<R: Region> Slots<R> {
+    /// Validates a slot file's bytes.
+    pub(crate) fn open(region: R) -> Result<Self, Invalid> {
+        use Invalid::Corrupt;
+        if region.len() < s::HEADER_LEN {
+            return Err(Corrupt("reader-slot file is shorter than its header"));
+        }
+        if region.load_i64(s::MAGIC_OFFSET, Ordering::Relaxed) != s::MAGIC {
+            return Err(Corrupt("bad magic: not a shmlog reader-slot file"));
+        }
+        let found = region.load_i32(s::VERSION, Ordering::Relaxed);
+        if found != LAYOUT_VERSION {
+            return Err(Invalid::VersionMismatch { found });
+        }
+        if region.load_i32(s::READY, Ordering::Acquire) != 1 {
+            return Err(Corrupt("reader-slot file is not initialised"));
+        }
+        let count = region.load_i32(s::SLOT_COUNT, Ordering::Relaxed);
+        let count = usize::try_from(count).map_err(|_| Corrupt("negative slot count"))?;
+        if count == 0 || count > s::MAX_SLOTS {
+            return Err(Corrupt("slot count out of range"));
+        }
+        if region.len() != s::file_length(count) {
+            return Err(Corrupt("reader-slot file length does not match its slot count"));
+        }
+        Ok(Self { region, count })
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Slots ever claimed, clamped to the table (a peer may have written anything there).
+    #[inline]
+    pub(crate) fn high_water(&self) -> usize {
+        let hw = self.region.load_i64(s::HIGH_WATER, Ordering::Acquire);
+        usize::try_from(hw).unwrap_or(0).min(self.count)
+    }
+
+    /// `(session, state)` of slot `index`.
+    #[inline]
+    pub(crate) fn state(&self, index: usize) -> (i32, i64) {
+        unpack_state(self.region.load_i64(slot_offset(index) + s::STATE, Ordering::Acquire))
+    }
+
+    /// Position of slot `index`.
+    #[inline]
+    pub(crate) fn position(&self, index: usize) -> i64 {
+        self.region.load_i64(slot_offset(index) + s::POSITION, Ordering::Acquire)
+    }
+
+    /// Readers of `session`: how many, the slowest and the fastest, skipping `exclude`.
+    ///
+    /// Liveness is not checked here (that costs system calls); a dead reader counts until a sweep
+    /// frees its slot.
+    pub(crate) fn scan(&self, session: i32, exclude: Option<usize>) -> SessionReaders {
+        let mut found = SessionReaders::default();
+        for i in 0..self.high_water() {
+            if Some(i) == exclude {
+                continue;
+            }
+            let (sid, state) = self.state(i);
+            if state != s::STATE_ACTIVE || sid != session {
+                continue;
+            }
+            let p = self.position(i);
+            found.count += 1;
+            found.min = Some(found.min.map_or(p, |m| m.min(p)));
+            found.max = Some(found.max.map_or(p, |m| m.max(p)));
+        }
+        found
+    }
+
+    /// A snapshot of slot `index`.
+    pub(crate) fn view(&self, index: usize) -> SlotView {
+        let base = slot_offset(index);
+        let r = &self.region;
+        let (session_id, state) = self.state(index);
+        SlotView {
+            index,
+            session_id,
+            state,
+            position: self.position(index),
+            join_position: r.load_i64(base + s::JOIN_POSITION, Ordering::Relaxed),
+            pid: r.load_i64(base + s::PID, Ordering::Relaxed),
+            claimed_ns: r.load_i64(base + s::CLAIMED_NS, Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests {
+    use super::*;
+    use crate::region::HeapRegion;
+
+    fn slots(n: usize) -> Slots<HeapRegion> {
+        Slots::initialize(HeapRegion::new(s::file_length(n)), n)
+    }
+
+    #[test]
+    fn scan_counts_only_active_readers_of_the_session() {
+        let t = slots(8);
+        t.claim(0, 1, 0);
+        t.claim(1, 2, 0);
+        t.claim(2, 3, 0);
+        t.claim(5, 4, 0);
+        t.activate(0, 7, 4096);
+        t.activate(1, 7, 1024);
+        t.activate(2, 8, 0); // another session
+        // slot 5 waits, slot 3 never claimed
+        let r = t.scan(7, None);
+        assert_eq!(r, SessionReaders { count: 2, min: Some(1024), max: Some(4096) });
+        assert_eq!(t.scan(7, Some(1)).min, Some(4096));
+        assert_eq!(t.high_water(), 6);
+        t.free(1);
+        assert_eq!(t.scan(7, None).count, 1);
+        t.deactivate(0);
+        assert_eq!(t.scan(7, None), SessionReaders::default());
+    }
+
+    #[test]
+    fn open_rejects_garbage() {
+        let r = HeapRegion::new(s::file_length(4));
+        assert!(matches!(Slots::open(&r), Err(Invalid::Corrupt(_))));
+        let t = slots(4);
+        assert!(Slots::open(&t.region).is_ok());
+        t.region.store_i32(s::VERSION, 99, Ordering::Relaxed);
+        assert_eq!(Slots::open(&t.region).unwrap_err(), Invalid::VersionMismatch { found: 99 });
+        t.region.store_i32(s::VERSION, LAYOUT_VERSION, Ordering::Relaxed);
+        t.region.store_i32(s::SLOT_COUNT, 5, Ordering::Relaxed);
+        assert!(Slots::open(&t.region).is_err());
+        t.region.store_i32(s::SLOT_COUNT, 4, Ordering::Relaxed);
+        t.region.store_i64(s::HIGH_WATER, i64::MAX, Ordering::Relaxed);
+        assert_eq!(Slots::open(&t.region).unwrap().high_water(), 4);
+    }
+}
