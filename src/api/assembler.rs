@@ -119,6 +119,22 @@ impl<F: FnMut(&[u8], &Header) -> Action> ControlledFragmentHandler for FragmentA
     }
 }
 
+/// Lets `poll(&mut assembler, n)` keep the assembler (and its buffer) across polls.
+impl<F: FnMut(&[u8], &Header)> FragmentHandler for &mut FragmentAssembler<F> {
+    #[inline]
+    fn on_fragment(&mut self, payload: &[u8], header: &Header) {
+        FragmentHandler::on_fragment(&mut **self, payload, header)
+    }
+}
+
+/// Lets `controlled_poll(&mut assembler, n)` keep the assembler across polls.
+impl<F: FnMut(&[u8], &Header) -> Action> ControlledFragmentHandler for &mut FragmentAssembler<F> {
+    #[inline]
+    fn on_fragment(&mut self, payload: &[u8], header: &Header) -> Action {
+        ControlledFragmentHandler::on_fragment(&mut **self, payload, header)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

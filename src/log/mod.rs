@@ -3,8 +3,12 @@
 
 pub(crate) mod appender;
 pub(crate) mod header;
+#[cfg(all(test, shmlog_loom))]
+mod loom_models;
 pub(crate) mod position;
 pub(crate) mod reader;
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests;
 
 use crate::error::Invalid;
 use crate::layout::frame::{HEADER_LEN, REST_LEN};
