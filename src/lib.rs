@@ -1,4 +1,77 @@
-//! shmlog: Aeron-style log buffers in shared memory, with no media driver.
+//! Aeron-style log buffers in shared memory, for messaging between processes (and threads) on
+//! one host, with no media driver.
+//!
+//! A [`Publication`] creates a log file (by default under `/dev/shm/shmlog-<uid>/`) and appends
+//! messages to it; any number of [`Subscription`]s, in any processes, map the same file read-only
+//! and read the messages in place. There is no broker, no extra hop and no lock on any path.
+//!
+//! ```no_run
+//! use shmlog::{Header, Publication, Subscription};
+//! # fn main() -> Result<(), shmlog::Error> {
+//! // Process A
+//! let mut publication = Publication::builder("orders").create()?;
+//! // Process B (before or after A)
+//! let mut subscription = Subscription::builder("orders").open()?;
+//! # publication.wait_connected(std::time::Duration::from_secs(1))?;
+//! publication.offer(b"buy 100").expect("a reader is connected");
+//! subscription.poll(|msg: &[u8], header: &Header| println!("{msg:?} at {}", header.position()), 10);
+//! # Ok(()) }
+//! ```
+//!
+//! # The model
+//! - **Log.** One file per publisher session: three term partitions of `T` bytes (a power of two,
+//!   64 KiB to 1 GiB) and a 4096-byte metadata section, in Aeron's format: 32-byte frame headers
+//!   at 32-byte alignment (see `docs/format.md`). A **position** is a byte count from the start of
+//!   the stream; term `n` lives in partition `n % 3`.
+//! - **Single writer.** The publication appends frames to the active term and rotates to the
+//!   next partition at its end, padding the rest. Messages above `mtu - 32` bytes are fragmented
+//!   (a [`FragmentAssembler`] reassembles them); the largest message is `min(T/8, 16 MiB)`.
+//! - **Readers.** Each subscription owns a slot in the stream's `<name>.readers` file holding its
+//!   position. The publisher may run at most a window (default `T/2`) ahead of the slowest live
+//!   reader ([`OfferError::BackPressured`] otherwise), so it never overwrites unread data, and it
+//!   zeroes the partition it will enter next as it writes, two terms behind itself.
+//! - **Liveness.** Kernel-held locks (Linux OFD byte-range locks) mark the publisher and every
+//!   reader as alive; the kernel drops them when a process dies, even by SIGKILL. A dead reader
+//!   stops holding the publisher back within the liveness interval (100 ms by default); a live
+//!   reader is never evicted. Readers see a dead publisher as disconnected.
+//! - **Sessions.** A new publisher on the same name creates a fresh log (new session id) and
+//!   atomically replaces the old file name; subscriptions finish the old session (to its
+//!   end-of-stream position, or to what was committed when its publisher died) and then join the
+//!   new one at the slowest reader of that session or at its publisher's position.
+//!
+//! # Soundness and trust
+//! - No reference into memory another process writes is ever created, except the payload slice
+//!   of a frame whose length was acquire-loaded as committed, while flow control keeps the
+//!   writer away from it (and a claim's buffer, which no reader reads before its commit). Control
+//!   words are accessed only through atomics; payload is copied in before the release store of
+//!   the frame length.
+//! - Every number read from shared memory is validated before it becomes an offset. A corrupt or
+//!   hostile file gives a typed [`Error`] on open, or stops a reader at the bad frame
+//!   ([`Subscription::fault`]); never an out-of-bounds access.
+//! - Trust model: peers are processes of the same user running this crate. A peer's bug can
+//!   corrupt messages but cannot make this process read out of bounds. Files of other users and
+//!   world-writable files are refused; symlinks are never followed. A peer that truncates a log
+//!   file we have mapped makes our next access fault (SIGBUS): nothing in POSIX prevents a file
+//!   owner from doing that (see `docs/reliability.md`).
+//! - `unsafe` lives in the region, sync and sys layers, each block with a `// SAFETY:` comment,
+//!   plus the two places in the log layer that lend committed or claimed frame bytes as slices.
+//!
+//! # Thread safety
+//! [`Publication`] and [`Subscription`] are `Send` but not `Sync`: move one to the thread that
+//! uses it; all their methods take `&mut self`. The single writer is enforced by the type (it is
+//! not `Clone`) and by the kernel (a second live publisher on the same name gets
+//! [`Error::AlreadyExists`]).
+//!
+//! # File lifecycle
+//! Files are created `0600` in a `0700` directory, with space reserved up front
+//! (`posix_fallocate`: a full tmpfs is [`Error::InsufficientSpace`] at creation, never a SIGBUS
+//! later) and pages pre-faulted. A log becomes visible under its name only once fully
+//! initialised. Closing (or dropping) the publication marks end of stream and removes its log
+//! (unless `keep_files(true)`); files left by crashed processes are replaced by the next
+//! publisher.
+//!
+//! # Platform
+//! Linux (OFD locks, `/dev/shm`), x86_64 and aarch64.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
@@ -31,3 +104,5 @@ pub use api::{
 };
 #[cfg(not(shmlog_loom))]
 pub use stream::dir::default_dir;
+#[cfg(not(shmlog_loom))]
+pub use api::inspect;
