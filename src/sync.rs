@@ -9,7 +9,7 @@
 pub(crate) use loom::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU64, Ordering};
 
 #[cfg(not(shmlog_loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, Ordering};
 
 /// Atomics that overlay raw memory (mmap and the std heap backend). Never loom.
 #[cfg(not(shmlog_loom))]

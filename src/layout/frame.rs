@@ -18,8 +18,6 @@ use super::align;
 pub(crate) const HEADER_LEN: usize = 32;
 /// Every frame starts at a multiple of this.
 pub(crate) const FRAME_ALIGNMENT: usize = 32;
-/// Offset of the frame-length word; the only word accessed atomically.
-pub(crate) const LENGTH_OFFSET: usize = 0;
 /// Bytes after the length word that make up the rest of the header.
 pub(crate) const REST_OFFSET: usize = 4;
 /// Length of the rest of the header, copied in and out as bytes.

@@ -19,6 +19,14 @@ use crate::layout::log_meta::{self as meta, PARTITION_COUNT};
 use crate::region::{DirectRegion, RegionMut};
 use crate::sync::Ordering;
 
+/// Ordering of the frame-length stores that commit a frame (I1). The mutant cfg exists only so the
+/// loom models can show they catch a broken commit (`.ci/loom.sh`).
+const COMMIT: Ordering =
+    if cfg!(shmlog_mutant_relaxed_commit) { Ordering::Relaxed } else { Ordering::Release };
+
+/// Whether `reserve` zeroes the next partition (I3); off only in the loom models' mutant build.
+const CLEAN: bool = !cfg!(shmlog_mutant_skip_clean);
+
 /// The message does not fit in the rest of the term: the term was padded to its end and the
 /// caller must [`Appender::rotate`] and retry.
 #[derive(Debug, PartialEq, Eq)]
@@ -145,11 +153,6 @@ impl<R: RegionMut> Appender<R> {
         self.max_payload
     }
 
-    /// Position at which the current term begins.
-    pub(crate) fn term_begin(&self) -> i64 {
-        self.term_begin
-    }
-
     /// Appends a message of `len` bytes gathered from `parts` (whose lengths sum to `len`),
     /// fragmenting it above the max payload. Returns the position after it.
     ///
@@ -203,7 +206,9 @@ impl<R: RegionMut> Appender<R> {
         Ok(ClaimedFrame { base, frame_length: len + HEADER_LEN, position: self.term_begin + end as i64 })
     }
 
-    /// Gives `f` the payload bytes of a claimed frame.
+    /// Gives `f` the payload bytes of a claimed frame (the closure form works on every backend,
+    /// loom's included; the publication uses `claim_slice`).
+    #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
     pub(crate) fn with_claim_payload<T>(&self, frame: &ClaimedFrame, f: impl FnOnce(&mut [u8]) -> T) -> T {
         // SAFETY: the frame was reserved by this single writer and its length word is still zero,
         // so no reader reads these bytes (readers stop at a zero length, I1), cleaning never
@@ -222,14 +227,14 @@ impl<R: RegionMut> Appender<R> {
     /// Publishes a claimed frame to readers.
     pub(crate) fn commit(&self, frame: ClaimedFrame) {
         let r = self.log.region();
-        r.store_i32(frame.base, frame.frame_length as i32, Ordering::Release);
+        r.store_i32(frame.base, frame.frame_length as i32, COMMIT);
     }
 
     /// Turns a claimed frame into padding that readers skip.
     pub(crate) fn abort(&self, frame: ClaimedFrame) {
         let r = self.log.region();
         r.copy_in(frame.base + REST_OFFSET + rest::TYPE, &TYPE_PAD.to_le_bytes());
-        r.store_i32(frame.base, frame.frame_length as i32, Ordering::Release);
+        r.store_i32(frame.base, frame.frame_length as i32, COMMIT);
     }
 
     /// Moves to the next partition after a trip. Fails at the stream's maximum position.
@@ -264,7 +269,7 @@ impl<R: RegionMut> Appender<R> {
             let base = self.log.partition_base(self.index) + start;
             let r = self.log.region();
             r.copy_in(base + REST_OFFSET, &rest);
-            r.store_i32(base, (end - start) as i32, Ordering::Release);
+            r.store_i32(base, (end - start) as i32, COMMIT);
             self.term_offset = end;
         }
     }
@@ -276,7 +281,7 @@ impl<R: RegionMut> Appender<R> {
         let r = self.log.region();
         let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
         r.store_i64(tail, pack_tail(self.term_id, end), Ordering::Release);
-        if self.clean_next {
+        if CLEAN && self.clean_next {
             let next = (self.index + 1) % PARTITION_COUNT;
             r.zero(self.log.partition_base(next) + start, end - start);
         }
@@ -297,7 +302,7 @@ impl<R: RegionMut> Appender<R> {
         let r = self.log.region();
         r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
         src.copy_next(r, base + HEADER_LEN, len);
-        r.store_i32(base, (len + HEADER_LEN) as i32, Ordering::Release);
+        r.store_i32(base, (len + HEADER_LEN) as i32, COMMIT);
     }
 }
 

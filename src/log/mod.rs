@@ -11,7 +11,7 @@ pub(crate) mod reader;
 mod tests;
 
 use crate::error::Invalid;
-use crate::layout::frame::{HEADER_LEN, REST_LEN};
+use crate::layout::frame::HEADER_LEN;
 use crate::layout::log_meta::{self as meta, Geometry, META_LEN, PAGE_MIN, PARTITION_COUNT};
 use crate::region::{Region, RegionMut};
 use crate::sync::Ordering;
@@ -111,6 +111,7 @@ impl<R: Region> Log<R> {
     }
 
     /// Like [`Log::open`], but accepts any power-of-two term length (in-process models).
+    #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
     pub(crate) fn open_any_term(region: R) -> Result<Self, Invalid> {
         Self::open_checked(region, false)
     }
@@ -253,6 +254,3 @@ impl<R: Region> Log<R> {
         Err(Invalid::Corrupt("tail counter does not match the active term"))
     }
 }
-
-/// Bytes of header after the length word; re-exported for the reader and appender.
-pub(crate) const HEADER_REST_LEN: usize = REST_LEN;

@@ -75,6 +75,7 @@ impl RawView {
         self.atomic_i64(off).store(value, order);
     }
 
+    #[allow(dead_code)] // see RegionMut::fetch_add_i64
     pub(super) fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64 {
         self.atomic_i64(off).fetch_add(delta, order)
     }
@@ -120,6 +121,7 @@ impl RawView {
     /// # Safety
     /// See [`super::RegionMut::with_bytes_mut`].
     #[inline(always)]
+    #[cfg_attr(not(any(test, fuzzing)), allow(dead_code))]
     pub(super) unsafe fn with_bytes_mut<T>(
         &self,
         off: usize,

@@ -314,6 +314,7 @@ impl ReadersFile {
     }
 
     /// `true` while some process holds slot `index`'s lock.
+    #[allow(dead_code)] // for tools: the publisher itself frees dead slots with `evict_dead`
     pub(crate) fn slot_owner_alive(&self, index: usize) -> bool {
         let (start, len) = Self::slot_range(index);
         lock::is_held(&self.file, Kind::Exclusive, start, len).unwrap_or(true)
