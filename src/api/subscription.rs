@@ -319,7 +319,12 @@ impl Subscription {
             let available = position >= oldest
                 && position <= newest
                 && position % 32 == 0
-                && (position == newest || reader::frame_starts_at(log, position));
+                && (position == newest
+                    || reader::frame_starts_at(log, position)
+                    // The frame being written where the slowest reader caught up (an open claim,
+                    // or an offer caught mid-copy): readable once committed, never cleaned (it
+                    // is in the active term), so as good a join position as a committed one.
+                    || reader::frame_pending_at(log, position));
             if available {
                 self.session = Some(Session {
                     file: next.file,

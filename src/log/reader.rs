@@ -205,6 +205,15 @@ pub(crate) fn read_block<R: Region>(
     Scan { position: term_begin + end as i64, fragments: end - (terms.term_offset(position)), fault }
 }
 
+/// `true` if nothing is committed at `position` yet (its length word is zero): below the
+/// producer position this is the frame the writer is still writing (an open claim, or an offer
+/// caught mid-copy), where a reader that caught up stands and waits. `position` must be 32-aligned.
+pub(crate) fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+    let terms = log.terms();
+    let at = log.partition_base(terms.partition(position)) + terms.term_offset(position);
+    log.region().load_i32(at, Ordering::Acquire) <= 0
+}
+
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
 pub(crate) fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let terms = log.terms();
