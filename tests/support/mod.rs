@@ -1,0 +1,111 @@
+//! Machinery of the multi-process and reliability tests.
+//!
+//! Every test binary that uses peers re-runs itself: it defines
+//! `#[test] fn peer_process() { support::roles::run_if_peer() }`, which does nothing in a normal
+//! run and plays a role (publisher, subscriber, ...) when started by [`peer::Peer::spawn`].
+#![allow(dead_code)]
+
+pub mod peer;
+pub mod raw;
+pub mod roles;
+pub mod wire;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A fresh directory, removed on drop: under `/dev/shm` (where streams live by default) when it
+/// exists, else under the temp dir. Unique per process, call and time.
+pub struct ShmDir(PathBuf);
+
+impl ShmDir {
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let base =
+            if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let p = base.join(format!(
+            "shmlog-it-{tag}-{}-{}-{nanos:x}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Names in the directory (sorted), for "nothing left behind" checks.
+    pub fn entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Serialises the heavy multi-process tests of one binary: they measure reaction times (1 s
+/// bounds) on a 2-core machine, where two of them at once would only measure each other.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `SHMLOG_LONG=1`: run many iterations instead of a few.
+pub fn long() -> bool {
+    std::env::var("SHMLOG_LONG").is_ok_and(|v| v == "1")
+}
+
+/// `short` iterations normally, `long` with `SHMLOG_LONG=1`.
+pub fn iterations(short: usize, long_n: usize) -> usize {
+    if long() {
+        long_n
+    } else {
+        short
+    }
+}
+
+/// A small deterministic generator for test decisions (kill times, churn); seeded from
+/// `SHMLOG_SEED` or the clock, and printed so a failure can be replayed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(tag: &str) -> Self {
+        let seed = std::env::var("SHMLOG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+        });
+        println!("[{tag}] SHMLOG_SEED={seed}");
+        Self(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        wire::mix(self.0)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo).max(1)
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// Seconds with millisecond precision, for reports.
+pub fn secs(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}

@@ -1,0 +1,541 @@
+//! The child's side: the roles a peer process plays (publisher, subscriber, ...).
+//!
+//! A role reads its settings from the environment, prints `@@` events on stdout, takes commands
+//! from stdin, and ends the process itself (`process::exit`), so the test harness of the child
+//! never reports anything. Every role has a deadline: a peer never outlives a broken test.
+
+use super::peer::{CFG_VAR, ROLE_VAR};
+use super::wire::{fill, seed_of, Shape, Verifier};
+use shmlog::{
+    Action, Backoff, FragmentAssembler, Header, IdleStrategy, JoinAt, OfferError, Publication, Subscription,
+    Yielding,
+};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// Runs the role named in the environment, if any; returns at once in a normal test run.
+pub fn run_if_peer() {
+    let Ok(role) = std::env::var(ROLE_VAR) else { return };
+    // Die with the parent: a peer must never outlive the test that started it.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    let cfg = Settings::from_env();
+    let ctx = Ctx::new(&cfg);
+    match role.as_str() {
+        "publisher" => publisher(&cfg, &ctx),
+        "subscriber" => subscriber(&cfg, &ctx),
+        "open_default" => open_default(&cfg, &ctx),
+        other => ctx.fail(&format!("unknown role {other}")),
+    }
+}
+
+/// A peer's settings, from [`CFG_VAR`].
+pub struct Settings(HashMap<String, String>);
+
+impl Settings {
+    fn from_env() -> Self {
+        let raw = std::env::var(CFG_VAR).unwrap_or_default();
+        Self(
+            raw.split(';')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn u64(&self, key: &str) -> Option<u64> {
+        self.str(key).map(|v| v.parse().unwrap_or_else(|_| panic!("setting {key}={v} is not a number")))
+    }
+
+    fn u64_or(&self, key: &str, default: u64) -> u64 {
+        self.u64(key).unwrap_or(default)
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        self.str(key) == Some("1")
+    }
+
+    fn name(&self) -> &str {
+        self.str("name").expect("setting name")
+    }
+
+    fn dir(&self) -> PathBuf {
+        PathBuf::from(self.str("dir").expect("setting dir"))
+    }
+
+    fn mtu(&self) -> usize {
+        self.u64_or("mtu", 1024) as usize
+    }
+
+    fn shape(&self) -> Shape {
+        let mtu = self.mtu();
+        Shape::new(mtu, self.u64_or("max_len", 4 * (mtu as u64 - 32)) as usize)
+    }
+}
+
+/// Output, commands and the deadline of a peer.
+struct Ctx {
+    commands: Receiver<String>,
+    deadline: Instant,
+}
+
+impl Ctx {
+    fn new(cfg: &Settings) -> Self {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line.trim().to_owned()).is_err() {
+                    return;
+                }
+            }
+            // The parent closed our stdin (it is gone or dropped us): leave.
+            let _ = tx.send("eof".to_owned());
+        });
+        Self { commands: rx, deadline: Instant::now() + Duration::from_secs(cfg.u64_or("deadline_s", 150)) }
+    }
+
+    fn emit(&self, kind: &str, fields: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "@@ {kind} {fields}");
+        let _ = out.flush();
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        self.emit("fail", what);
+        std::process::exit(1)
+    }
+
+    fn check_deadline(&self) {
+        if Instant::now() > self.deadline {
+            self.fail("deadline passed");
+        }
+    }
+
+    /// A command if one arrived; `eof` (parent gone) ends the process.
+    fn try_command(&self) -> Option<String> {
+        match self.commands.try_recv() {
+            Ok(c) if c == "eof" => std::process::exit(2),
+            Ok(c) => Some(c),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => std::process::exit(2),
+        }
+    }
+
+    /// Waits for command `want`; `quit` exits cleanly.
+    fn wait_command(&self, want: &str) {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match self.commands.recv_timeout(left) {
+            Ok(c) if c == want => {}
+            Ok(c) if c == "quit" => std::process::exit(0),
+            Ok(c) if c == "eof" => std::process::exit(2),
+            Ok(other) => self.fail(&format!("expected command {want}, got {other}")),
+            Err(_) => self.fail(&format!("no {want} command before the deadline")),
+        }
+    }
+}
+
+/// Ends this process at once, as a crash would: no destructor runs, the kernel drops our locks.
+fn die_now() -> ! {
+    // SAFETY: kill(2) with our own pid; SIGKILL cannot be caught, so this does not return.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    loop {
+        std::hint::spin_loop();
+    }
+}
+
+/// Kills this process after `us` microseconds, from another thread (lands anywhere in the
+/// main thread's work: between offers, inside an offer, a claim, a rotation, a create).
+fn die_after(us: u64) {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_micros(us));
+        die_now();
+    });
+}
+
+/// Where a publisher kills itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kill {
+    Never,
+    /// Before offering message N: exactly N messages were published.
+    Before(u64),
+    /// At message N: claims it, writes half, dies with the claim open.
+    InClaim(u64),
+    /// From message N on, at the first message that does not fit in the term: dies before it.
+    BeforeRotation(u64),
+    /// From message N on, right after the first offer that rotated to a new term.
+    AfterRotation(u64),
+}
+
+fn parse_kill(cfg: &Settings) -> Kill {
+    let Some(spec) = cfg.str("kill") else { return Kill::Never };
+    let (mode, n) = spec.split_once(':').expect("kill=<mode>:<n>");
+    let n: u64 = n.parse().expect("kill count");
+    match mode {
+        "before" => Kill::Before(n),
+        "claim" => Kill::InClaim(n),
+        "before_rotation" => Kill::BeforeRotation(n),
+        "after_rotation" => Kill::AfterRotation(n),
+        other => panic!("unknown kill mode {other}"),
+    }
+}
+
+/// Offers `msg` once with the API chosen by `seq` (offer / offer_vectored / try_claim).
+fn offer_once(p: &mut Publication, seq: u64, msg: &[u8]) -> Result<i64, OfferError> {
+    match seq % 3 {
+        0 if msg.len() <= p.max_payload_len() => {
+            let mut claim = p.try_claim(msg.len())?;
+            claim.buffer().copy_from_slice(msg);
+            claim.set_reserved_value(seq as i64);
+            Ok(claim.commit())
+        }
+        1 => {
+            let a = msg.len() / 3;
+            let b = msg.len() - msg.len() / 4;
+            p.offer_vectored(&[&msg[..a], &msg[a..b], &msg[b..]])
+        }
+        _ => p.offer(msg),
+    }
+}
+
+/// Publishes messages 0.. of its session; see the settings read below.
+fn publisher(cfg: &Settings, ctx: &Ctx) -> ! {
+    let shape = cfg.shape();
+    let mut b = Publication::builder(cfg.name())
+        .dir(cfg.dir())
+        .term_length(cfg.u64_or("term", 64 * 1024) as usize)
+        .mtu(cfg.mtu());
+    if let Some(ms) = cfg.u64("liveness_ms") {
+        b = b.liveness_interval(Duration::from_millis(ms));
+    }
+    if let Some(n) = cfg.u64("max_readers") {
+        b = b.max_readers(n as usize);
+    }
+    if let Some(us) = cfg.u64("create_kill_us") {
+        die_after(us);
+    }
+    let mut p = match b.create() {
+        Ok(p) => p,
+        Err(e) => {
+            ctx.emit("create_error", &format!("err={}", format!("{e:?}").replace(' ', "_")));
+            std::process::exit(3)
+        }
+    };
+    let session = p.session_id();
+    ctx.emit("ready", &format!("session={session} position={} pid={}", p.position(), std::process::id()));
+    if cfg.flag("wait_go") {
+        ctx.wait_command("go");
+    }
+    if let Some(us) = cfg.u64("kill_us") {
+        die_after(us);
+    }
+    let kill = parse_kill(cfg);
+    let count = cfg.u64_or("count", u64::MAX);
+    let progress = cfg.u64_or("progress", 0);
+    let pause_at = cfg.u64("pause_at");
+    let report_blocked = Duration::from_millis(cfg.u64_or("blocked_ms", 200));
+    let term = p.term_length() as i64;
+    let seed = seed_of(session);
+    let mut buf = Vec::new();
+    let mut idle = Backoff::default();
+    let mut max_stall = Duration::ZERO;
+    let mut rotated_after = None;
+    let mut seq = 0u64;
+    while seq < count {
+        let len = shape.len(seed, seq);
+        fill(seed, seq, len, &mut buf);
+        let fits = (p.position() & (term - 1)) + shape.framed(len) as i64 <= term;
+        match kill {
+            Kill::Before(n) if seq == n => die_now(),
+            Kill::BeforeRotation(n) if seq >= n && !fits => die_now(),
+            Kill::AfterRotation(n) if seq >= n && !fits => rotated_after = Some(seq),
+            Kill::InClaim(n) if seq == n => {
+                let len = len.min(p.max_payload_len());
+                let start = Instant::now();
+                loop {
+                    match p.try_claim(len) {
+                        Ok(mut claim) => {
+                            let half = len / 2;
+                            claim.buffer()[..half].copy_from_slice(&buf[..half]);
+                            die_now();
+                        }
+                        Err(e) if e.is_retryable() => idle.idle(0),
+                        Err(e) => ctx.fail(&format!("claim failed: {e}")),
+                    }
+                    if start.elapsed() > Duration::from_secs(30) {
+                        ctx.fail("claim never admitted");
+                    }
+                }
+            }
+            _ => {}
+        }
+        let mut stalled: Option<Instant> = None;
+        let mut reported = false;
+        let mut tries = 0u32;
+        loop {
+            match offer_once(&mut p, seq, &buf) {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() => {
+                    let since = *stalled.get_or_insert_with(Instant::now);
+                    tries = tries.wrapping_add(1);
+                    if tries % 64 == 0 {
+                        if !reported && since.elapsed() >= report_blocked {
+                            reported = true;
+                            ctx.emit("blocked", &format!("seq={seq} position={} error={e:?}", p.position()));
+                        }
+                        if let Some(c) = ctx.try_command() {
+                            if c == "quit" {
+                                std::process::exit(0);
+                            }
+                        }
+                        ctx.check_deadline();
+                    }
+                    idle.idle(0);
+                }
+                Err(e) => ctx.fail(&format!("offer of message {seq} failed: {e}")),
+            }
+        }
+        idle.reset();
+        if let Some(since) = stalled {
+            let stall = since.elapsed();
+            max_stall = max_stall.max(stall);
+            if reported {
+                ctx.emit("unblocked", &format!("seq={seq} stall_ms={}", stall.as_millis()));
+            }
+        }
+        if rotated_after == Some(seq) {
+            die_now();
+        }
+        seq += 1;
+        if progress > 0 && seq % progress == 0 {
+            ctx.emit("progress", &format!("seq={seq} position={}", p.position()));
+        }
+        if pause_at == Some(seq) {
+            ctx.emit("paused", &format!("count={seq} position={}", p.position()));
+            ctx.wait_command("go");
+        }
+        if seq % 1024 == 0 {
+            match ctx.try_command().as_deref() {
+                Some("stop") => break,
+                Some("quit") => std::process::exit(0),
+                _ => {}
+            }
+            ctx.check_deadline();
+        }
+    }
+    ctx.emit(
+        "done",
+        &format!("count={seq} position={} max_stall_us={}", p.position(), max_stall.as_micros()),
+    );
+    if cfg.flag("linger") {
+        ctx.wait_command("close");
+    }
+    let position = p.position();
+    p.close();
+    ctx.emit("closed", &format!("count={seq} position={position}"));
+    std::process::exit(0)
+}
+
+/// Subscribes and checks every message (see `wire::Verifier`), session after session.
+fn subscriber(cfg: &Settings, ctx: &Ctx) -> ! {
+    let join = match cfg.str("join") {
+        Some("latest") => JoinAt::Latest,
+        _ => JoinAt::Slowest,
+    };
+    let mut b = Subscription::builder(cfg.name()).dir(cfg.dir()).join_at(join);
+    if let Some(ms) = cfg.u64("liveness_ms") {
+        b = b.liveness_interval(Duration::from_millis(ms));
+    }
+    if let Some(n) = cfg.u64("max_readers") {
+        b = b.max_readers(n as usize);
+    }
+    let mut sub = match b.open() {
+        Ok(s) => s,
+        Err(e) => {
+            ctx.emit("open_error", &format!("err={}", format!("{e:?}").replace(' ', "_")));
+            std::process::exit(3)
+        }
+    };
+    ctx.emit("opened", &format!("pid={}", std::process::id()));
+    let v = RefCell::new(Verifier::new(cfg.shape()));
+    v.borrow_mut().break_after = cfg.u64("pause_after");
+    let mut plain = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.borrow_mut().on_message(m, h.session_id());
+    });
+    let mut controlled = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        if v.borrow_mut().on_message(m, h.session_id()) {
+            Action::Break
+        } else {
+            Action::Continue
+        }
+    });
+    let use_controlled = cfg.flag("controlled") || cfg.u64("pause_after").is_some();
+    let sessions_wanted = cfg.u64_or("sessions", 1);
+    let quit_after = cfg.u64("quit_after");
+    let progress = cfg.u64_or("progress", 0);
+    let limit = cfg.u64_or("fragment_limit", 64) as usize;
+    let mut backoff = Backoff::default();
+    let mut yielding = Yielding;
+    let idle: &mut dyn IdleStrategy =
+        if cfg.str("idle") == Some("yield") { &mut yielding } else { &mut backoff };
+    let mut sessions_joined = 0u64;
+    let mut connected = false;
+    let mut eos_seen = false;
+    let mut next_progress = progress;
+    let mut last_check = Instant::now();
+    let mut polls = 0u64;
+    loop {
+        if sub.session_id() != v.borrow().session {
+            let mut vb = v.borrow_mut();
+            if let Some(old) = vb.session {
+                ctx.emit(
+                    "session_end",
+                    &format!(
+                        "session={old} count={} first={} next={}",
+                        vb.count,
+                        opt(vb.first_seq),
+                        vb.next_seq
+                    ),
+                );
+            }
+            let sid = sub.session_id().expect("a subscription never leaves a session for none");
+            let from_start = sub.join_position() == Some(0);
+            vb.begin_session(sid, from_start);
+            sessions_joined += 1;
+            connected = true;
+            eos_seen = false;
+            next_progress = progress;
+            ctx.emit(
+                "joined",
+                &format!(
+                    "session={sid} position={} from_start={}",
+                    sub.join_position().unwrap_or(-1),
+                    from_start as u8
+                ),
+            );
+            drop(vb);
+            plain.reset();
+            controlled.reset();
+        }
+        let n = if use_controlled {
+            sub.controlled_poll(&mut controlled, limit)
+        } else {
+            sub.poll(&mut plain, limit)
+        };
+        polls += 1;
+        {
+            let mut vb = v.borrow_mut();
+            if let Some(f) = vb.failure.take() {
+                ctx.fail(&f);
+            }
+            while progress > 0 && vb.count >= next_progress {
+                ctx.emit(
+                    "progress",
+                    &format!("session={} count={next_progress} position={}", opt(vb.session), sub.position()),
+                );
+                next_progress += progress;
+            }
+            if vb.broke {
+                vb.broke = false;
+                ctx.emit("paused", &format!("seq={} position={}", vb.next_seq - 1, sub.position()));
+                drop(vb);
+                ctx.wait_command("resume");
+                continue;
+            }
+            if quit_after.is_some_and(|q| vb.total >= q) {
+                ctx.emit("done", &format!("total={} reason=quit_after", vb.total));
+                drop(vb);
+                leave(sub, 0);
+            }
+        }
+        if n > 0 {
+            idle.reset();
+            if polls % 256 == 0 {
+                if let Some(c) = ctx.try_command() {
+                    if c == "quit" {
+                        ctx.emit("done", &format!("total={} reason=quit", v.borrow().total));
+                        leave(sub, 0);
+                    }
+                }
+            }
+            continue;
+        }
+        if let Some(fault) = sub.fault() {
+            ctx.fail(&format!("the subscription reports a faulty frame: {fault}"));
+        }
+        let now = Instant::now();
+        if connected && now.duration_since(last_check) >= Duration::from_millis(1) {
+            last_check = now;
+            if !sub.is_connected() {
+                connected = false;
+                let vb = v.borrow();
+                ctx.emit(
+                    "disconnected",
+                    &format!(
+                        "session={} count={} next={} eos={}",
+                        opt(vb.session),
+                        vb.count,
+                        vb.next_seq,
+                        sub.is_end_of_stream() as u8
+                    ),
+                );
+            }
+        }
+        if !eos_seen && sub.session_id().is_some() && sub.is_end_of_stream() {
+            eos_seen = true;
+            let vb = v.borrow();
+            ctx.emit(
+                "eos",
+                &format!(
+                    "session={} count={} first={} next={} position={}",
+                    opt(vb.session),
+                    vb.count,
+                    opt(vb.first_seq),
+                    vb.next_seq,
+                    sub.position()
+                ),
+            );
+            if sessions_joined >= sessions_wanted {
+                ctx.emit("done", &format!("total={} reason=eos", vb.total));
+                drop(vb);
+                leave(sub, 0);
+            }
+        }
+        if let Some(c) = ctx.try_command() {
+            if c == "quit" {
+                ctx.emit("done", &format!("total={} reason=quit", v.borrow().total));
+                leave(sub, 0);
+            }
+        }
+        ctx.check_deadline();
+        idle.idle(0);
+    }
+}
+
+/// An optional number for an event: the number, or `none`.
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "none".to_owned(), |x| x.to_string())
+}
+
+/// Leaves cleanly: the subscription frees its slot, then the process ends.
+fn leave(sub: Subscription, code: i32) -> ! {
+    drop(sub);
+    std::process::exit(code)
+}
+
+/// Opens a subscription in the default directory (`SHMLOG_DIR` set by the parent) and reports.
+fn open_default(cfg: &Settings, ctx: &Ctx) -> ! {
+    match Subscription::builder(cfg.name()).open() {
+        Ok(_) => ctx.emit("result", "ok=1"),
+        Err(e) => ctx.emit("result", &format!("ok=0 err={}", format!("{e:?}").replace(' ', "_"))),
+    }
+    std::process::exit(0)
+}
