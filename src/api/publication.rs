@@ -328,6 +328,7 @@ impl Publication {
         self.appender.rotate().map_err(|_| OfferError::MaxPositionExceeded)
     }
 
+    #[inline(always)]
     fn abort_pending(&mut self) {
         if let Some(frame) = self.pending.take() {
             self.appender.abort(frame);

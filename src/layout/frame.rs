@@ -82,6 +82,7 @@ pub(crate) struct HeaderRest {
 
 impl HeaderRest {
     /// Encodes into the 28 bytes that follow the length word.
+    #[inline]
     pub(crate) fn encode(&self) -> [u8; REST_LEN] {
         let mut b = [0u8; REST_LEN];
         b[0] = self.version;
@@ -96,6 +97,7 @@ impl HeaderRest {
     }
 
     /// Decodes the 28 bytes that follow the length word.
+    #[inline(always)]
     pub(crate) fn decode(b: &[u8; REST_LEN]) -> Self {
         let i32_at = |o: usize| i32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let mut reserved = [0u8; 8];

@@ -27,6 +27,9 @@ const COMMIT: Ordering =
 /// Whether `reserve` zeroes the next partition (I3); off only in the loom models' mutant build.
 const CLEAN: bool = !cfg!(shmlog_mutant_skip_clean);
 
+/// Granularity of cleaning the next partition.
+const CLEAN_CHUNK: usize = 1024;
+
 /// The message does not fit in the rest of the term: the term was padded to its end and the
 /// caller must [`Appender::rotate`] and retry.
 #[derive(Debug, PartialEq, Eq)]
@@ -95,6 +98,8 @@ pub(crate) struct Appender<R> {
     term_begin: i64,
     /// The next partition still holds an old term that must be zeroed before it is reused.
     clean_next: bool,
+    /// Offset up to which the next partition is already zeroed for the coming term.
+    cleaned_to: usize,
     /// Header bytes after the length word, with this term's id; per frame only the flags, type
     /// and term offset change.
     template: [u8; REST_LEN],
@@ -134,6 +139,7 @@ impl<R: RegionMut> Appender<R> {
             index,
             term_begin: (count as i64) << terms.bits,
             clean_next: count >= 2,
+            cleaned_to: 0,
             template,
             log,
         })
@@ -251,6 +257,7 @@ impl<R: RegionMut> Appender<R> {
         let count = self.log.terms().term_count(self.term_id);
         // The partition after the new one last held term `count - 2`, if that term existed.
         self.clean_next = count >= 2;
+        self.cleaned_to = 0;
         let r = self.log.region();
         let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
         r.store_i64(tail, pack_tail(self.term_id, 0), Ordering::Release);
@@ -274,17 +281,29 @@ impl<R: RegionMut> Appender<R> {
         }
     }
 
-    /// Publishes the tail and zeroes the same range of the next partition, which every live
-    /// reader has passed (it is two terms behind, and the limit keeps readers within T/2 + T/8).
+    /// Publishes the tail and zeroes the next partition up to (at least) the same offset. That
+    /// partition holds the term two behind this one, which every live reader has finished (the
+    /// limit keeps readers within a window, at most T/2, of the writer) and which no joining
+    /// reader may pick (joins are at most one term behind the writer). Zeroing in chunks of
+    /// `CLEAN_CHUNK` keeps the cost per message small and free of spikes.
     #[inline(always)]
-    fn reserve(&self, start: usize, end: usize) {
+    fn reserve(&mut self, start: usize, end: usize) {
+        debug_assert!(start <= end && end <= self.term_length);
         let r = self.log.region();
         let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
         r.store_i64(tail, pack_tail(self.term_id, end), Ordering::Release);
-        if CLEAN && self.clean_next {
-            let next = (self.index + 1) % PARTITION_COUNT;
-            r.zero(self.log.partition_base(next) + start, end - start);
+        if CLEAN && self.clean_next && end > self.cleaned_to {
+            self.clean_up_to(end);
         }
+    }
+
+    #[inline(never)]
+    fn clean_up_to(&mut self, end: usize) {
+        let to = align(end, CLEAN_CHUNK).min(self.term_length);
+        let next = (self.index + 1) % PARTITION_COUNT;
+        let base = self.log.partition_base(next);
+        self.log.region().zero(base + self.cleaned_to, to - self.cleaned_to);
+        self.cleaned_to = to;
     }
 
     #[inline(always)]

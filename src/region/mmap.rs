@@ -9,20 +9,29 @@ use std::io;
 #[derive(Debug)]
 pub(crate) struct MmapRegion {
     map: MmapRaw,
+    view: RawView,
 }
+
+// SAFETY: `view` is a pointer into `map`, which is itself `Send + Sync`; all access through the
+// view is atomic or covered by the region contract, exactly as through `map`.
+unsafe impl Send for MmapRegion {}
+// SAFETY: as above.
+unsafe impl Sync for MmapRegion {}
 
 impl MmapRegion {
     /// Maps the first `len` bytes of `file` read-write and shared.
     pub(crate) fn map(file: &File, len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().len(len).populate().map_raw(file)?;
-        Ok(Self { map })
+        // SAFETY: the mapping is page-aligned, `map.len()` bytes long, readable and writable, and
+        // lives as long as `self` (the view is never handed out beyond a borrow of `self`).
+        let view = unsafe { RawView::new(map.as_mut_ptr(), map.len()) };
+        Ok(Self { map, view })
     }
 
     #[inline(always)]
     fn view(&self) -> RawView {
-        // SAFETY: the mapping is page-aligned, `map.len()` bytes long, readable and writable, and
-        // lives as long as `self`; views never outlive the borrow they are made from.
-        unsafe { RawView::new(self.map.as_mut_ptr(), self.map.len()) }
+        debug_assert_eq!(self.view.len(), self.map.len());
+        self.view
     }
 }
 
@@ -30,20 +39,28 @@ impl MmapRegion {
 #[derive(Debug)]
 pub(crate) struct ReadOnlyRegion {
     map: MmapRaw,
+    view: RawView,
 }
+
+// SAFETY: as for `MmapRegion`.
+unsafe impl Send for ReadOnlyRegion {}
+// SAFETY: as for `MmapRegion`.
+unsafe impl Sync for ReadOnlyRegion {}
 
 impl ReadOnlyRegion {
     /// Maps the first `len` bytes of `file` read-only.
     pub(crate) fn map(file: &File, len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().len(len).populate().map_raw_read_only(file)?;
-        Ok(Self { map })
+        // SAFETY: page-aligned, `map.len()` readable bytes that live as long as `self`. Only the
+        // read methods of the view are reachable through `Region`, never the write ones.
+        let view = unsafe { RawView::new(map.as_ptr() as *mut u8, map.len()) };
+        Ok(Self { map, view })
     }
 
     #[inline(always)]
     fn view(&self) -> RawView {
-        // SAFETY: page-aligned, `map.len()` readable bytes that live as long as `self`. Only the
-        // read methods of the view are reachable through `Region`, never the write ones.
-        unsafe { RawView::new(self.map.as_ptr() as *mut u8, self.map.len()) }
+        debug_assert_eq!(self.view.len(), self.map.len());
+        self.view
     }
 }
 

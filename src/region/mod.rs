@@ -30,6 +30,7 @@ mod raw;
 #[cfg_attr(not(any(test, fuzzing)), allow(unused_imports))]
 pub(crate) use heap::HeapRegion;
 #[cfg(shmlog_loom)]
+#[cfg_attr(not(test), allow(unused_imports))] // used by the loom models only
 pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 pub(crate) use mmap::{MmapRegion, ReadOnlyRegion};
@@ -119,11 +120,17 @@ pub(crate) trait DirectRegion: RegionMut {
 /// Panics unless `[off, off + size)` lies inside `len` and `off` is a multiple of `align`.
 #[inline(always)]
 pub(crate) fn check_range(len: usize, off: usize, size: usize, align: usize) {
-    let in_bounds = off <= len && size <= len - off;
-    assert!(
-        in_bounds && off % align == 0,
-        "region access out of bounds or misaligned: off={off} size={size} len={len}"
-    );
+    debug_assert!(align.is_power_of_two());
+    if size > len || off > len - size || off & (align - 1) != 0 {
+        range_violation(len, off, size);
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn range_violation(len: usize, off: usize, size: usize) -> ! {
+    panic!("region access out of bounds or misaligned: off={off} size={size} len={len}")
 }
 
 macro_rules! forward_region {
