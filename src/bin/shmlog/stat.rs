@@ -1,0 +1,390 @@
+//! `shmlog stat` and `shmlog clean`: the inspection API, printed for people or as JSON.
+
+use crate::json::{self, Object};
+use crate::sys::stop_requested;
+use shmlog::inspect::{self, CleanEntry, CleanReport, LogInfo, ReaderInfo, StreamInfo};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Rates computed between two snapshots.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StreamRates {
+    /// Publisher throughput, bytes per second.
+    pub bytes_per_sec: f64,
+    /// Back-pressure events per second.
+    pub back_pressure_per_sec: f64,
+}
+
+/// What the previous snapshot saw, to turn counters into rates.
+#[derive(Debug, Default)]
+pub struct Previous {
+    at: Option<Instant>,
+    streams: HashMap<(String, i32), (i64, i64)>,
+    readers: HashMap<(String, usize, i64, Option<i32>), i64>,
+}
+
+/// Rates of one snapshot, keyed like `Previous`.
+#[derive(Debug, Default)]
+pub struct Rates {
+    streams: HashMap<String, StreamRates>,
+    readers: HashMap<(String, usize), f64>,
+}
+
+impl Previous {
+    /// Rates since the previous call (none the first time), and remembers `now` for the next.
+    pub fn update(&mut self, list: &[StreamInfo], now: Instant) -> Option<Rates> {
+        let elapsed = self.at.map(|t| now.duration_since(t).as_secs_f64()).filter(|&s| s > 0.0);
+        let mut rates = Rates::default();
+        let mut streams = HashMap::new();
+        let mut readers = HashMap::new();
+        for st in list {
+            if let Some(log) = &st.log {
+                let key = (st.name.clone(), log.session_id);
+                if let (Some(secs), Some(&(pos, bp))) = (elapsed, self.streams.get(&key)) {
+                    rates.streams.insert(
+                        st.name.clone(),
+                        StreamRates {
+                            bytes_per_sec: (log.position - pos) as f64 / secs,
+                            back_pressure_per_sec: (log.back_pressure_events - bp) as f64 / secs,
+                        },
+                    );
+                }
+                streams.insert(key, (log.position, log.back_pressure_events));
+            }
+            for r in &st.readers {
+                let key = (st.name.clone(), r.slot, r.pid, r.session_id);
+                if let (Some(secs), Some(&pos)) = (elapsed, self.readers.get(&key)) {
+                    rates.readers.insert((st.name.clone(), r.slot), (r.position - pos) as f64 / secs);
+                }
+                readers.insert(key, r.position);
+            }
+        }
+        self.at = Some(now);
+        self.streams = streams;
+        self.readers = readers;
+        elapsed.map(|_| rates)
+    }
+}
+
+/// `shmlog stat`: prints every stream once, or every `watch` seconds until Ctrl-C.
+pub fn run(dir: &Path, watch: Option<f64>, as_json: bool) -> Result<(), shmlog::Error> {
+    let mut previous = Previous::default();
+    let started = Instant::now();
+    loop {
+        let list = inspect::streams(dir)?;
+        let rates = previous.update(&list, Instant::now());
+        if as_json {
+            println!("{}", stat_json(dir, &list, rates.as_ref()));
+        } else {
+            if watch.is_some() {
+                println!("--- {:.1} s ---", started.elapsed().as_secs_f64());
+            }
+            print!("{}", stat_text(dir, &list, rates.as_ref()));
+        }
+        let Some(period) = watch else { return Ok(()) };
+        let until = Instant::now() + Duration::from_secs_f64(period.max(0.05));
+        while Instant::now() < until {
+            if stop_requested() {
+                return Ok(());
+            }
+            std::thread::sleep(
+                Duration::from_millis(20).min(until.saturating_duration_since(Instant::now())),
+            );
+        }
+        if stop_requested() {
+            return Ok(());
+        }
+    }
+}
+
+/// Bytes for people: "16 MiB", "48.0 MiB", "4 KiB", "100 B".
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut unit = "B";
+    for u in UNITS {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    if v == v.trunc() {
+        format!("{v:.0} {unit}")
+    } else {
+        format!("{v:.1} {unit}")
+    }
+}
+
+fn age(created_ns: i64) -> String {
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+    let secs = (now - created_ns) as f64 / 1e9;
+    if secs < 0.0 {
+        "in the future".to_owned()
+    } else if secs < 120.0 {
+        format!("{secs:.1} s ago")
+    } else if secs < 7200.0 {
+        format!("{:.1} min ago", secs / 60.0)
+    } else {
+        format!("{:.1} h ago", secs / 3600.0)
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// The text report.
+pub fn stat_text(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> String {
+    let mut s = String::new();
+    let n = list.len();
+    let _ = writeln!(s, "{}: {n} stream{}", dir.display(), if n == 1 { "" } else { "s" });
+    for st in list {
+        let _ = writeln!(s, "\nstream {}", st.name);
+        match &st.log {
+            Some(log) => log_text(&mut s, log, rates.and_then(|r| r.streams.get(&st.name))),
+            None => {
+                let _ = writeln!(s, "  log         none (no publisher has this stream open)");
+            }
+        }
+        for p in &st.problems {
+            let _ = writeln!(s, "  PROBLEM     {p}");
+        }
+        if let Some(path) = &st.readers_path {
+            let live = st.readers.iter().filter(|r| r.alive).count();
+            let _ = writeln!(
+                s,
+                "  readers     {} claimed ({live} live) of {} slots in {}",
+                st.readers.len(),
+                st.slot_count,
+                path.display()
+            );
+        }
+        if !st.readers.is_empty() {
+            let _ = writeln!(
+                s,
+                "    {:>4} {:>8} {:>5} {:>8} {:>10} {:>14} {:>12} {:>12} {:>9}  note",
+                "slot", "pid", "alive", "state", "session", "position", "lag", "join", "MB/s"
+            );
+            for r in &st.readers {
+                let rate = rates.and_then(|x| x.readers.get(&(st.name.clone(), r.slot)));
+                reader_text(&mut s, r, rate.copied());
+            }
+        }
+    }
+    s
+}
+
+fn log_text(s: &mut String, log: &LogInfo, rates: Option<&StreamRates>) {
+    let _ = writeln!(s, "  log         {} ({})", log.path.display(), bytes(log.file_length));
+    let _ = writeln!(
+        s,
+        "  publisher   pid {} {}",
+        log.publisher_pid,
+        if log.publisher_alive { "alive" } else { "DEAD" }
+    );
+    let _ = writeln!(
+        s,
+        "  session     {:#010x}, stream id {:#010x}, created {}",
+        log.session_id,
+        log.stream_id,
+        age(log.created_ns)
+    );
+    let _ = writeln!(
+        s,
+        "  geometry    term {}, window {}, mtu {}, page {}",
+        bytes(log.term_length as u64),
+        bytes(log.window as u64),
+        bytes(log.mtu as u64),
+        bytes(log.page_size as u64)
+    );
+    let eos = log.eos_position.map_or_else(|| "-".to_owned(), |p| p.to_string());
+    let _ = writeln!(s, "  position    {} (limit {}, end of stream {eos})", log.position, log.limit);
+    let _ = writeln!(
+        s,
+        "  counters    back-pressure events {}, rotations {}, limit recomputes {}, readers evicted {}, \
+         connected readers {}",
+        log.back_pressure_events,
+        log.rotations,
+        log.limit_recomputes,
+        log.readers_evicted,
+        log.connected_readers
+    );
+    if let Some(r) = rates {
+        let _ = writeln!(
+            s,
+            "  rates       {:.3} MB/s, {:.1} back-pressure events/s",
+            r.bytes_per_sec / 1e6,
+            r.back_pressure_per_sec
+        );
+    }
+}
+
+fn reader_text(s: &mut String, r: &ReaderInfo, rate: Option<f64>) {
+    let session = r.session_id.map_or_else(|| "-".to_owned(), |v| format!("{v:#010x}"));
+    let lag = r.lag.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    let rate = rate.map_or_else(|| "-".to_owned(), |v| format!("{:.3}", v / 1e6));
+    let mut note = String::new();
+    if r.holds_back {
+        note.push_str("HOLDING BACK THE PUBLISHER (a window behind)");
+    } else if r.slowest {
+        note.push_str("slowest");
+    }
+    if !r.alive {
+        note.push_str("dead: slot freed when the publisher next checks");
+    }
+    let _ = writeln!(
+        s,
+        "    {:>4} {:>8} {:>5} {:>8} {:>10} {:>14} {:>12} {:>12} {:>9}  {note}",
+        r.slot,
+        r.pid,
+        yes_no(r.alive),
+        r.state.to_string(),
+        session,
+        r.position,
+        lag,
+        r.join_position,
+        rate
+    );
+}
+
+/// The JSON report: one object.
+pub fn stat_json(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> String {
+    let streams = list.iter().map(|st| {
+        let log = st
+            .log
+            .as_ref()
+            .map_or_else(|| "null".to_owned(), |l| log_json(l, rates.and_then(|r| r.streams.get(&st.name))));
+        let readers = json::array(st.readers.iter().map(|r| {
+            let rate = rates.and_then(|x| x.readers.get(&(st.name.clone(), r.slot))).copied();
+            reader_json(r, rate)
+        }));
+        Object::new()
+            .str("name", &st.name)
+            .raw("log", log)
+            .raw(
+                "readers_path",
+                json::opt(st.readers_path.as_ref().map(|p| json::string(&p.display().to_string()))),
+            )
+            .raw("slot_count", st.slot_count)
+            .raw("readers", readers)
+            .raw("problems", json::array(st.problems.iter().map(|p| json::string(&p.to_string()))))
+            .finish()
+    });
+    Object::new().str("dir", &dir.display().to_string()).raw("streams", json::array(streams)).finish()
+}
+
+fn log_json(l: &LogInfo, rates: Option<&StreamRates>) -> String {
+    Object::new()
+        .str("path", &l.path.display().to_string())
+        .raw("file_length", l.file_length)
+        .str("name", &l.name)
+        .raw("publisher_pid", l.publisher_pid)
+        .raw("publisher_alive", l.publisher_alive)
+        .raw("mapped_by_readers", l.mapped_by_readers)
+        .raw("session_id", l.session_id)
+        .raw("stream_id", l.stream_id)
+        .raw("created_ns", l.created_ns)
+        .raw("term_length", l.term_length)
+        .raw("window", l.window)
+        .raw("mtu", l.mtu)
+        .raw("page_size", l.page_size)
+        .raw("position", l.position)
+        .raw("limit", l.limit)
+        .raw("eos_position", json::opt(l.eos_position))
+        .raw("back_pressure_events", l.back_pressure_events)
+        .raw("rotations", l.rotations)
+        .raw("limit_recomputes", l.limit_recomputes)
+        .raw("readers_evicted", l.readers_evicted)
+        .raw("connected_readers", l.connected_readers)
+        .raw("bytes_per_sec", json::opt(rates.map(|r| json::float(r.bytes_per_sec))))
+        .raw("back_pressure_per_sec", json::opt(rates.map(|r| json::float(r.back_pressure_per_sec))))
+        .finish()
+}
+
+fn reader_json(r: &ReaderInfo, rate: Option<f64>) -> String {
+    Object::new()
+        .raw("slot", r.slot)
+        .raw("pid", r.pid)
+        .raw("alive", r.alive)
+        .str("state", &r.state.to_string())
+        .raw("session_id", json::opt(r.session_id))
+        .raw("position", r.position)
+        .raw("join_position", r.join_position)
+        .raw("claimed_ns", r.claimed_ns)
+        .raw("lag", json::opt(r.lag))
+        .raw("slowest", r.slowest)
+        .raw("holds_back", r.holds_back)
+        .raw("bytes_per_sec", json::opt(rate.map(json::float)))
+        .finish()
+}
+
+/// `shmlog clean`.
+pub fn clean(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Error> {
+    let report = inspect::clean(dir, dry_run)?;
+    if as_json {
+        println!("{}", clean_json(&report));
+    } else {
+        print!("{}", clean_text(&report));
+    }
+    Ok(())
+}
+
+pub fn clean_text(report: &CleanReport) -> String {
+    let mut s = String::new();
+    let verb = if report.dry_run { "would remove" } else { "removed" };
+    for e in &report.removed {
+        let _ = writeln!(s, "{verb:<12} {}: {}", e.path.display(), e.reason);
+    }
+    for e in &report.kept {
+        let _ = writeln!(s, "{:<12} {}: {}", "kept", e.path.display(), e.reason);
+    }
+    let _ = writeln!(
+        s,
+        "{} file{} {verb}, {} kept{}",
+        report.removed.len(),
+        if report.removed.len() == 1 { "" } else { "s" },
+        report.kept.len(),
+        if report.dry_run { " (dry run)" } else { "" }
+    );
+    s
+}
+
+fn clean_json(report: &CleanReport) -> String {
+    let entries = |list: &[CleanEntry]| {
+        json::array(list.iter().map(|e| {
+            Object::new()
+                .str("path", &e.path.display().to_string())
+                .str("reason", &e.reason.to_string())
+                .finish()
+        }))
+    };
+    Object::new()
+        .raw("dry_run", report.dry_run)
+        .raw("removed", entries(&report.removed))
+        .raw("kept", entries(&report.kept))
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_human() {
+        assert_eq!(bytes(100), "100 B");
+        assert_eq!(bytes(4096), "4 KiB");
+        assert_eq!(bytes(16 << 20), "16 MiB");
+        assert_eq!(bytes(3 * (16 << 20) + 4096), "48.0 MiB");
+    }
+}

@@ -1,0 +1,65 @@
+//! The two system calls the tool needs beyond the library: the monotonic clock shared by all
+//! processes of a host, and a Ctrl-C flag.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process on the host, so a timestamp
+/// taken by a publisher can be compared with one taken by a subscriber in another process.
+#[inline]
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call; CLOCK_MONOTONIC is
+    // always available on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Makes the first SIGINT (Ctrl-C) or SIGTERM set the stop flag instead of killing the process,
+/// so a run can end cleanly and print what it has. A second signal kills as usual.
+pub fn install_stop_handler() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: an all-zero `sigaction` is a valid value (empty mask, no flags) that we then fill
+        // in; the handler only performs an atomic store, which is async-signal-safe; the struct
+        // outlives the call and the old-action pointer may be null.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Lets a closed output pipe (`shmlog stat | head`) end the process quietly, as it does for other
+/// command-line tools, instead of making every later `println!` panic.
+pub fn default_sigpipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE installs no handler and touches no
+    // memory of ours.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// `true` once Ctrl-C (or SIGTERM) was received.
+#[inline]
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_moves_forward() {
+        let a = mono_ns();
+        let b = mono_ns();
+        assert!(a > 0 && b >= a);
+    }
+}

@@ -1,0 +1,575 @@
+//! The `shmlog` command-line tool, run as a separate process against real streams.
+#![cfg(feature = "cli")]
+
+mod common;
+
+use common::TempDir;
+use shmlog::{Header, Publication, Subscription};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmlog");
+
+fn shmlog(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run shmlog")
+}
+
+/// Runs `shmlog` and returns its standard output, failing the test on a non-zero exit.
+fn shmlog_ok(args: &[&str]) -> String {
+    let out = shmlog(args);
+    assert!(
+        out.status.success(),
+        "shmlog {args:?} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn shmlog")
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn finish(child: Child) -> (String, String, std::process::ExitStatus) {
+    let out = child.wait_with_output().expect("wait for shmlog");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status,
+    )
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("run kill").success();
+    assert!(ok, "kill {sig} {}", child.id());
+}
+
+fn drain(sub: &mut Subscription) -> usize {
+    let mut n = 0;
+    loop {
+        let got = sub.poll(|_: &[u8], _: &Header| {}, 1000);
+        if got == 0 {
+            return n;
+        }
+        n += got;
+    }
+}
+
+fn dir_arg(dir: &TempDir) -> &str {
+    dir.path().to_str().expect("UTF-8 temp path")
+}
+
+#[test]
+fn stat_json_reports_positions_and_pids_of_a_live_publisher_and_readers() {
+    let dir = TempDir::new("cli-stat");
+    let mut publication =
+        Publication::builder("prices").dir(dir.path()).term_length(64 * 1024).create().unwrap();
+    let mut fast = Subscription::builder("prices").dir(dir.path()).open().unwrap();
+    let idle = Subscription::builder("prices").dir(dir.path()).open().unwrap();
+    assert!(publication.is_connected());
+    for i in 0..50u32 {
+        publication.offer(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(drain(&mut fast), 50);
+    let position = publication.position();
+
+    let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", dir_arg(&dir)]));
+    let streams = doc.get("streams").arr();
+    assert_eq!(streams.len(), 1);
+    let st = &streams[0];
+    assert_eq!(st.get("name").str(), "prices");
+    assert!(st.get("problems").arr().is_empty());
+    let log = st.get("log");
+    assert_eq!(log.get("publisher_pid").int(), i64::from(std::process::id()));
+    assert!(log.get("publisher_alive").bool());
+    assert_eq!(log.get("position").int(), position);
+    assert_eq!(log.get("session_id").int(), i64::from(publication.session_id()));
+    assert_eq!(log.get("term_length").int(), 64 * 1024);
+    assert_eq!(log.get("eos_position"), &json::Value::Null);
+    let readers = st.get("readers").arr();
+    assert_eq!(readers.len(), 2);
+    for r in readers {
+        assert_eq!(r.get("pid").int(), i64::from(std::process::id()));
+        assert!(r.get("alive").bool());
+        assert_eq!(r.get("state").str(), "active");
+    }
+    assert_eq!(readers[0].get("position").int(), fast.position());
+    assert_eq!(readers[0].get("lag").int(), 0);
+    assert_eq!(readers[1].get("position").int(), idle.position());
+    assert_eq!(readers[1].get("lag").int(), position);
+    assert!(readers[1].get("slowest").bool() && !readers[0].get("slowest").bool());
+
+    let text = shmlog_ok(&["stat", "--dir", dir_arg(&dir)]);
+    assert!(text.contains("stream prices") && text.contains("slowest"), "{text}");
+    assert!(text.contains(&format!("position    {position}")), "{text}");
+}
+
+#[test]
+fn stat_follows_a_publisher_in_another_process_and_sees_it_die() {
+    let dir = TempDir::new("cli-stat-child");
+    let d = dir_arg(&dir);
+    let mut child = spawn(&[
+        "latency",
+        "pub",
+        "--dir",
+        d,
+        "--stream",
+        "feed",
+        "--rate",
+        "2000",
+        "--duration",
+        "120",
+        "--idle",
+        "sleep",
+    ]);
+    let mut sub = Subscription::builder("feed")
+        .dir(dir.path())
+        .wait_for_publisher(Duration::from_secs(60))
+        .open()
+        .unwrap();
+    let mut got = 0;
+    wait_until("messages from the child publisher", || {
+        got += drain(&mut sub);
+        got >= 100
+    });
+    let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", d]));
+    let st = &doc.get("streams").arr()[0];
+    let log = st.get("log");
+    assert_eq!(log.get("publisher_pid").int(), i64::from(child.id()));
+    assert!(log.get("publisher_alive").bool());
+    assert!(log.get("position").int() >= sub.position());
+    let reader = &st.get("readers").arr()[0];
+    assert_eq!(reader.get("pid").int(), i64::from(std::process::id()));
+    assert_eq!(reader.get("position").int(), sub.position());
+
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", d]));
+    let log = doc.get("streams").arr()[0].get("log");
+    assert!(!log.get("publisher_alive").bool(), "the kernel dropped the dead publisher's lock");
+}
+
+#[test]
+fn clean_removes_a_killed_publishers_files_and_keeps_live_ones() {
+    let dir = TempDir::new("cli-clean");
+    let d = dir_arg(&dir);
+    let mut child = spawn(&["latency", "pub", "--dir", d, "--stream", "dead", "--wait", "120"]);
+    let dead_log = dir.path().join("dead.log");
+    let dead_readers = dir.path().join("dead.readers");
+    wait_until("the child's log", || dead_log.exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _live = Publication::builder("live").dir(dir.path()).term_length(64 * 1024).create().unwrap();
+    let _reader = Subscription::builder("live").dir(dir.path()).open().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"not a stream").unwrap();
+
+    let dry = shmlog_ok(&["clean", "--dry-run", "--dir", d]);
+    assert!(dry.contains("would remove") && dry.contains("dead.log"), "{dry}");
+    assert!(dead_log.exists() && dead_readers.exists(), "a dry run removes nothing");
+
+    let report = json::parse(&shmlog_ok(&["clean", "--json", "--dir", d]));
+    let paths = |key: &str| -> Vec<String> {
+        report
+            .get(key)
+            .arr()
+            .iter()
+            .map(|e| e.get("path").str().rsplit('/').next().unwrap().to_owned())
+            .collect()
+    };
+    let mut removed = paths("removed");
+    removed.sort();
+    assert_eq!(removed, ["dead.log", "dead.readers"]);
+    let mut kept = paths("kept");
+    kept.sort();
+    assert_eq!(kept, ["live.log", "live.readers", "notes.txt"]);
+    assert!(!dead_log.exists() && !dead_readers.exists());
+    assert!(dir.path().join("live.log").exists() && dir.path().join("live.readers").exists());
+    let pid = std::process::id();
+    let reasons: Vec<&str> = report.get("kept").arr().iter().map(|e| e.get("reason").str()).collect();
+    assert!(reasons.iter().any(|r| r.contains(&format!("pid {pid}")) && r.contains("alive")), "{reasons:?}");
+
+    let again = shmlog_ok(&["clean", "--dir", d]);
+    assert!(again.contains("0 files removed"), "idempotent: {again}");
+}
+
+#[test]
+fn latency_burst_prints_statistics_and_writes_hgrm_and_svg() {
+    let dir = TempDir::new("cli-burst");
+    let hgrm = dir.path().join("latency.hgrm");
+    let svg = dir.path().join("latency.svg");
+    let out = shmlog_ok(&[
+        "latency",
+        "burst",
+        "--dir",
+        dir_arg(&dir),
+        "--count",
+        "20000",
+        "--size",
+        "64",
+        "--idle",
+        "yield",
+        "--hgrm",
+        hgrm.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.contains("received 20000 messages"), "{out}");
+    for label in ["count", "mean", "min", "max", "p50", "p90", "p95", "p99", "p99.9", "1/20", "20/20"] {
+        assert!(out.contains(label), "{label} missing from:\n{out}");
+    }
+    let text = std::fs::read_to_string(&hgrm).unwrap();
+    assert!(text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)"), "{text}");
+    assert!(text.contains("Total count    =        20000]"), "{text}");
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg"), "{picture}");
+    assert!(picture.contains(r#"<path class="latency" d="M"#));
+    assert_balanced_tags(&picture);
+    assert!(!dir.path().join(format!("shmlog-burst-{}.log", std::process::id())).exists());
+}
+
+#[test]
+fn latency_pub_and_sub_in_two_processes() {
+    let dir = TempDir::new("cli-pubsub");
+    let d = dir_arg(&dir);
+    let sub = spawn(&[
+        "latency",
+        "sub",
+        "--dir",
+        d,
+        "--stream",
+        "lat",
+        "--count",
+        "3000",
+        "--timeout",
+        "60",
+        "--idle",
+        "yield",
+    ]);
+    let publisher = shmlog_ok(&[
+        "latency",
+        "pub",
+        "--dir",
+        d,
+        "--stream",
+        "lat",
+        "--rate",
+        "20000",
+        "--duration",
+        "0.15",
+        "--idle",
+        "yield",
+    ]);
+    assert!(publisher.contains("sent 3000 messages"), "{publisher}");
+    let (out, err, status) = finish(sub);
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    assert!(out.contains("received 3000 messages"), "{out}");
+    let count_line = out.lines().find(|l| l.trim_start().starts_with("count")).unwrap();
+    assert!(count_line.ends_with(" 3000"), "{count_line}");
+}
+
+#[test]
+fn ctrl_c_ends_runs_with_the_partial_result() {
+    let dir = TempDir::new("cli-sigint");
+    let d = dir_arg(&dir);
+    let sub = spawn(&["latency", "sub", "--dir", d, "--timeout", "120", "--idle", "sleep"]);
+    let publisher =
+        spawn(&["latency", "pub", "--dir", d, "--rate", "1000", "--duration", "120", "--idle", "sleep"]);
+    let mut watcher = Subscription::builder("shmlog-latency").dir(dir.path()).open().unwrap();
+    let mut seen = 0;
+    wait_until("messages flowing", || {
+        seen += drain(&mut watcher);
+        seen >= 200
+    });
+    drop(watcher);
+    signal(&sub, "-INT");
+    let (out, err, status) = finish(sub);
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    assert!(out.contains("interrupted: partial result") && out.contains("p99.9"), "{out}");
+    signal(&publisher, "-INT");
+    let (out, err, status) = finish(publisher);
+    assert!(status.success(), "{status}\n{out}\n{err}");
+    assert!(out.contains("(interrupted)") || out.contains("(the subscriber went away)"), "{out}");
+}
+
+#[test]
+fn errors_name_the_file_and_exit_non_zero() {
+    let dir = TempDir::new("cli-errors");
+    let missing = dir.path().join("nope");
+    let out = shmlog(&["stat", "--dir", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("shmlog: error:") && err.contains(missing.to_str().unwrap()), "{err}");
+
+    let out = shmlog(&["latency", "burst", "--dir", dir_arg(&dir), "--size", "8"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--size"));
+
+    let out = shmlog(&["latency", "sub", "--dir", dir_arg(&dir), "--timeout", "0.2"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no message received"));
+}
+
+#[test]
+fn stat_of_an_empty_directory_and_watch_mode() {
+    let dir = TempDir::new("cli-empty");
+    let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", dir_arg(&dir)]));
+    assert!(doc.get("streams").arr().is_empty());
+    let mut publication = Publication::builder("w").dir(dir.path()).term_length(64 * 1024).create().unwrap();
+    let mut sub = Subscription::builder("w").dir(dir.path()).open().unwrap();
+    assert!(publication.is_connected());
+    let watch = spawn(&["stat", "--json", "--watch", "0.2", "--dir", dir_arg(&dir)]);
+    let stop = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < stop {
+        let _ = publication.offer(&[0u8; 200]);
+        drain(&mut sub);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal(&watch, "-INT");
+    let (out, err, status) = finish(watch);
+    assert!(status.success(), "{status}\n{err}");
+    let docs: Vec<json::Value> = out.lines().map(json::parse).collect();
+    assert!(docs.len() >= 3, "{out}");
+    let rate = docs.last().unwrap().get("streams").arr()[0].get("log").get("bytes_per_sec");
+    assert!(matches!(rate, json::Value::Num(_)), "rates appear from the second snapshot: {rate:?}");
+}
+
+/// Checks that every element of an XML document is closed, in order.
+fn assert_balanced_tags(xml: &str) {
+    let mut stack = Vec::new();
+    let mut rest = xml;
+    while let Some(open) = rest.find('<') {
+        let close = rest[open..].find('>').expect("unterminated tag") + open;
+        let tag = &rest[open + 1..close];
+        rest = &rest[close + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') {
+            continue;
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(stack.pop().as_deref(), Some(name.trim()), "mismatched </{name}>");
+        } else if !tag.ends_with('/') {
+            stack.push(tag.split_whitespace().next().expect("tag name").to_owned());
+        }
+    }
+    assert!(stack.is_empty(), "unclosed: {stack:?}");
+}
+
+/// A strict little JSON parser: the test fails on anything that is not valid JSON.
+mod json {
+    #[derive(Clone, Debug, PartialEq)]
+    pub enum Value {
+        Null,
+        Bool(bool),
+        /// Kept as text so 64-bit integers survive.
+        Num(String),
+        Str(String),
+        Arr(Vec<Value>),
+        Obj(Vec<(String, Value)>),
+    }
+
+    impl Value {
+        pub fn get(&self, key: &str) -> &Value {
+            match self {
+                Value::Obj(fields) => {
+                    &fields
+                        .iter()
+                        .find(|(k, _)| k == key)
+                        .unwrap_or_else(|| panic!("no field {key:?} in {self:?}"))
+                        .1
+                }
+                other => panic!("not an object: {other:?}"),
+            }
+        }
+
+        pub fn arr(&self) -> &[Value] {
+            match self {
+                Value::Arr(v) => v,
+                other => panic!("not an array: {other:?}"),
+            }
+        }
+
+        pub fn str(&self) -> &str {
+            match self {
+                Value::Str(s) => s,
+                other => panic!("not a string: {other:?}"),
+            }
+        }
+
+        pub fn int(&self) -> i64 {
+            match self {
+                Value::Num(n) => n.parse().unwrap_or_else(|_| panic!("not an integer: {n}")),
+                other => panic!("not a number: {other:?}"),
+            }
+        }
+
+        pub fn bool(&self) -> bool {
+            match self {
+                Value::Bool(b) => *b,
+                other => panic!("not a boolean: {other:?}"),
+            }
+        }
+    }
+
+    pub fn parse(text: &str) -> Value {
+        let mut p = Parser { s: text.as_bytes(), i: 0 };
+        let v = p.value();
+        p.ws();
+        assert_eq!(p.i, p.s.len(), "trailing characters in JSON: {text}");
+        v
+    }
+
+    struct Parser<'a> {
+        s: &'a [u8],
+        i: usize,
+    }
+
+    impl Parser<'_> {
+        fn ws(&mut self) {
+            while self.i < self.s.len() && b" \t\r\n".contains(&self.s[self.i]) {
+                self.i += 1;
+            }
+        }
+
+        fn peek(&self) -> u8 {
+            *self.s.get(self.i).unwrap_or_else(|| panic!("JSON ends early"))
+        }
+
+        fn expect(&mut self, lit: &str) {
+            assert!(self.s[self.i..].starts_with(lit.as_bytes()), "expected {lit} at {}", self.i);
+            self.i += lit.len();
+        }
+
+        fn value(&mut self) -> Value {
+            self.ws();
+            match self.peek() {
+                b'n' => {
+                    self.expect("null");
+                    Value::Null
+                }
+                b't' => {
+                    self.expect("true");
+                    Value::Bool(true)
+                }
+                b'f' => {
+                    self.expect("false");
+                    Value::Bool(false)
+                }
+                b'"' => Value::Str(self.string()),
+                b'[' => {
+                    self.i += 1;
+                    let mut items = Vec::new();
+                    self.ws();
+                    if self.peek() == b']' {
+                        self.i += 1;
+                        return Value::Arr(items);
+                    }
+                    loop {
+                        items.push(self.value());
+                        self.ws();
+                        match self.peek() {
+                            b',' => self.i += 1,
+                            b']' => {
+                                self.i += 1;
+                                return Value::Arr(items);
+                            }
+                            c => panic!("unexpected {:?} in array at {}", c as char, self.i),
+                        }
+                    }
+                }
+                b'{' => {
+                    self.i += 1;
+                    let mut fields = Vec::new();
+                    self.ws();
+                    if self.peek() == b'}' {
+                        self.i += 1;
+                        return Value::Obj(fields);
+                    }
+                    loop {
+                        self.ws();
+                        let key = self.string();
+                        self.ws();
+                        self.expect(":");
+                        fields.push((key, self.value()));
+                        self.ws();
+                        match self.peek() {
+                            b',' => self.i += 1,
+                            b'}' => {
+                                self.i += 1;
+                                return Value::Obj(fields);
+                            }
+                            c => panic!("unexpected {:?} in object at {}", c as char, self.i),
+                        }
+                    }
+                }
+                _ => self.number(),
+            }
+        }
+
+        fn string(&mut self) -> String {
+            self.expect("\"");
+            let mut out = String::new();
+            loop {
+                let c = self.peek();
+                self.i += 1;
+                match c {
+                    b'"' => return out,
+                    b'\\' => {
+                        let e = self.peek();
+                        self.i += 1;
+                        match e {
+                            b'"' => out.push('"'),
+                            b'\\' => out.push('\\'),
+                            b'/' => out.push('/'),
+                            b'n' => out.push('\n'),
+                            b'r' => out.push('\r'),
+                            b't' => out.push('\t'),
+                            b'b' => out.push('\u{8}'),
+                            b'f' => out.push('\u{c}'),
+                            b'u' => {
+                                let hex = std::str::from_utf8(&self.s[self.i..self.i + 4]).unwrap();
+                                out.push(char::from_u32(u32::from_str_radix(hex, 16).unwrap()).unwrap());
+                                self.i += 4;
+                            }
+                            c => panic!("bad escape \\{}", c as char),
+                        }
+                    }
+                    c if c < 0x20 => panic!("control character in JSON string"),
+                    _ => {
+                        // Copy the whole UTF-8 sequence.
+                        let start = self.i - 1;
+                        while self.i < self.s.len() && (self.s[self.i] & 0xC0) == 0x80 {
+                            self.i += 1;
+                        }
+                        out.push_str(std::str::from_utf8(&self.s[start..self.i]).expect("UTF-8"));
+                    }
+                }
+            }
+        }
+
+        fn number(&mut self) -> Value {
+            let start = self.i;
+            while self.i < self.s.len() && b"+-0123456789.eE".contains(&self.s[self.i]) {
+                self.i += 1;
+            }
+            let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
+            assert!(text.parse::<f64>().is_ok(), "bad number {text:?} at {start}");
+            Value::Num(text.to_owned())
+        }
+    }
+}
+
+#[test]
+fn the_json_parser_rejects_what_it_must() {
+    for bad in ["{", "[1,]", "{\"a\" 1}", "nul", "\"\u{1}\"", "1 2"] {
+        assert!(std::panic::catch_unwind(|| json::parse(bad)).is_err(), "{bad:?}");
+    }
+    assert_eq!(json::parse(r#"{"a":[1,-2.5e3,"x\n",true,null]}"#).get("a").arr().len(), 5);
+}
