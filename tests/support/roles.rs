@@ -155,8 +155,16 @@ fn die_now() -> ! {
 /// Kills this process after `us` microseconds, from another thread (lands anywhere in the
 /// main thread's work: between offers, inside an offer, a claim, a rotation, a create).
 fn die_after(us: u64) {
+    let start = Instant::now();
+    let at = Duration::from_micros(us);
     std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_micros(us));
+        // Sleep most of the way, then spin: sleeps overshoot by tens of microseconds.
+        if let Some(sleep) = at.checked_sub(Duration::from_micros(200)) {
+            std::thread::sleep(sleep);
+        }
+        while start.elapsed() < at {
+            std::hint::spin_loop();
+        }
         die_now();
     });
 }
@@ -222,6 +230,7 @@ fn publisher(cfg: &Settings, ctx: &Ctx) -> ! {
     if let Some(us) = cfg.u64("create_kill_us") {
         die_after(us);
     }
+    let creating = Instant::now();
     let mut p = match b.create() {
         Ok(p) => p,
         Err(e) => {
@@ -230,7 +239,15 @@ fn publisher(cfg: &Settings, ctx: &Ctx) -> ! {
         }
     };
     let session = p.session_id();
-    ctx.emit("ready", &format!("session={session} position={} pid={}", p.position(), std::process::id()));
+    let create_us = creating.elapsed().as_micros();
+    ctx.emit(
+        "ready",
+        &format!(
+            "session={session} position={} pid={} create_us={create_us}",
+            p.position(),
+            std::process::id()
+        ),
+    );
     if cfg.flag("wait_go") {
         ctx.wait_command("go");
     }
