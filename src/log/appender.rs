@@ -299,7 +299,13 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(never)]
     fn clean_up_to(&mut self, end: usize) {
-        let to = align(end, CLEAN_CHUNK).min(self.term_length);
+        // Chunks of at most T/8. A reader may join up to a term behind the writer just after a
+        // limit recompute; the writer then runs on to its cached limit (a window <= T/2 past an
+        // older position) plus one message (<= T/4 framed), which keeps it T/4 short of that
+        // reader's offset two partitions on: room for a T/8 chunk, but not for a 1 KiB one on
+        // terms below 8 KiB (found by the ops_oracle fuzz target). At T = 128 the chunk (16)
+        // is below the frame alignment, so cleaning never runs ahead there.
+        let to = align(end, CLEAN_CHUNK.min(self.term_length / 8)).min(self.term_length);
         let next = (self.index + 1) % PARTITION_COUNT;
         let base = self.log.partition_base(next);
         self.log.region().zero(base + self.cleaned_to, to - self.cleaned_to);
@@ -335,5 +341,52 @@ impl<R: DirectRegion> Appender<R> {
         // touches it; the slice borrows `self` mutably, so no append, commit or abort (the only
         // writes near it) can happen while it lives, and it cannot outlive the mapping.
         unsafe { self.log.region().slice_mut(frame.base + HEADER_LEN, frame.payload_len()) }
+    }
+}
+
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests {
+    use super::*;
+    use crate::layout::log_meta::Geometry;
+    use crate::log::{reader, LogInit};
+    use crate::region::HeapRegion;
+
+    /// Found by the `ops_oracle` fuzz target. A reader may join up to one term behind the
+    /// writer, and the writer only counts it at its next limit recompute, so it may run on up to
+    /// its cached limit (one window past the slowest reader it knew of) plus one message. Chunked
+    /// cleaning must not reach the joiner's frames two partitions back: with 1 KiB chunks on a
+    /// 1 KiB term, the first frame of term 6 zeroed all of term 4 under a reader at 5056.
+    #[test]
+    fn cleaning_ahead_spares_a_reader_that_joined_a_term_behind() {
+        let (t, window) = (1024usize, 512i64);
+        let geometry = Geometry { term_length: t, page_size: 4096, mtu: 64, window: t / 2 };
+        let init = LogInit {
+            geometry,
+            initial_term_id: 0,
+            session_id: 1,
+            stream_id: 2,
+            pid: 3,
+            created_ns: 0,
+            name: "clean",
+        };
+        let mut w = Appender::new(Log::initialize(HeapRegion::new(geometry.file_length()), &init)).unwrap();
+        let append = |w: &mut Appender<HeapRegion>| loop {
+            match w.append(&[&[7u8; 32]], 32) {
+                Ok(end) => return end,
+                Err(Tripped) => w.rotate().unwrap(),
+            }
+        };
+        // The reader joins at 5056 (term 4, offset 960) when the writer is at 6080, one term on.
+        let joined = 5056;
+        while w.position() < joined + t as i64 {
+            append(&mut w);
+        }
+        assert!(reader::frame_starts_at(w.log(), joined));
+        // The writer's cached limit is at most 6080 + window; it starts messages below it.
+        while w.position() < joined + t as i64 + window {
+            append(&mut w);
+        }
+        assert!(w.position() > 6144, "the writer is in term 6, which cleans term 4's partition");
+        assert!(reader::frame_starts_at(w.log(), joined), "the joiner's frame was cleaned under it");
     }
 }
