@@ -122,6 +122,7 @@ impl PublicationBuilder {
         let is_default = self.dir.is_none();
         let dir = self.dir.clone().unwrap_or_else(dir::default_dir);
         dir::ensure(&dir, is_default)?;
+        files::check_space_for_stream(&dir, &self.name, geometry, self.max_readers)?;
         let readers = files::open_readers(&dir, &self.name, self.max_readers, self.file_mode)?;
         let owned = files::create_log(&files::NewLog {
             dir: &dir,

@@ -89,6 +89,23 @@ fn check_space(dir: &Path, needed: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// Fails with `InsufficientSpace` unless `dir` can hold a log of `geometry` and, if the stream has
+/// none yet, its reader-slot file of `slots` slots. Checked before either is created, so a full
+/// file system leaves nothing behind (the slot file, once created, is shared and not ours to
+/// remove again).
+pub(crate) fn check_space_for_stream(
+    dir: &Path,
+    stream: &str,
+    geometry: Geometry,
+    slots: usize,
+) -> Result<(), Error> {
+    let mut needed = geometry.file_length() as u64;
+    if fs::symlink_metadata(name::readers_path(dir, stream)).is_err() {
+        needed += s::file_length(slots) as u64;
+    }
+    check_space(dir, needed)
+}
+
 /// Creates the file at a temporary path with reserved storage; removes it on any failure.
 fn create_reserved(dir: &Path, tmp: &Path, len: u64, mode: u32) -> Result<File, Error> {
     check_space(dir, len)?;
