@@ -338,7 +338,7 @@ fn open_log(path: &Path, write: bool) -> Result<Option<(File, Log<ReadOnlyRegion
     if len > MAX_LOG_FILE {
         return Err(Error::Corrupt { path: path.into(), what: "file is larger than any log" });
     }
-    let region = ReadOnlyRegion::map(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
+    let region = ReadOnlyRegion::map_lazy(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
     let log = Log::open(region).map_err(|e| e.at(path))?;
     Ok(Some((file, log)))
 }
@@ -354,7 +354,7 @@ fn open_readers(path: &Path, write: bool) -> Result<Option<(File, Slots<ReadOnly
     if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
         return Err(Error::Corrupt { path: path.into(), what: "reader-slot file has an impossible size" });
     }
-    let region = ReadOnlyRegion::map(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
+    let region = ReadOnlyRegion::map_lazy(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
     let slots = Slots::open(region).map_err(|e| e.at(path))?;
     Ok(Some((file, slots)))
 }

@@ -14,6 +14,7 @@ use shmlog::{
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes of timestamp and sequence number at the start of every message.
@@ -186,7 +187,13 @@ struct Received {
 
 /// Polls until `count` messages (0: until end of stream), end of stream, `timeout` without a
 /// message, or Ctrl-C.
-fn receive(mut sub: Subscription, mut idle: impl IdleStrategy, count: u64, timeout: Duration) -> Received {
+fn receive(
+    mut sub: Subscription,
+    mut idle: impl IdleStrategy,
+    count: u64,
+    timeout: Duration,
+    ready: Option<&AtomicBool>,
+) -> Received {
     let capacity = if count > 0 { count.min(50_000_000) as usize } else { 1 << 20 };
     let mut samples: Vec<u64> = Vec::with_capacity(capacity);
     let mut malformed = 0u64;
@@ -207,6 +214,9 @@ fn receive(mut sub: Subscription, mut idle: impl IdleStrategy, count: u64, timeo
     let mut progress = Progress::new("received");
     let mut last_message = Instant::now();
     let mut first: Option<Instant> = None;
+    if let Some(ready) = ready {
+        ready.store(true, Ordering::Release);
+    }
     let end = loop {
         let n = sub.poll(&mut assembler, 256);
         let got = received.get();
@@ -276,6 +286,7 @@ fn send(
                     note = Some("interrupted");
                     break 'outer;
                 }
+                progress.tick(sent);
                 idle.idle(0);
             }
         }
@@ -290,6 +301,7 @@ fn send(
                         note = Some("interrupted");
                         break 'outer;
                     }
+                    progress.tick(sent);
                     idle.idle(0);
                 }
                 Err(OfferError::NotConnected) => {
@@ -382,7 +394,8 @@ pub fn run_sub(a: &SubArgs) -> Result<(), RunError> {
         std::process::id(),
         a.timeout
     );
-    let got = with_idle!(a.idle, |idle| receive(sub, idle, a.count, Duration::from_secs_f64(a.timeout)));
+    let timeout = Duration::from_secs_f64(a.timeout);
+    let got = with_idle!(a.idle, |idle| receive(sub, idle, a.count, timeout, None));
     report(&got, a.warmup, a.hgrm.as_deref(), a.svg.as_deref())
 }
 
@@ -411,9 +424,17 @@ pub fn run_burst(a: &BurstArgs) -> Result<(), RunError> {
         return Ok(());
     }
     eprintln!("burst of {} messages of {} bytes on {}", a.count, a.size, publication.path().display());
+    // The publisher starts once the receiving thread polls, so the figures measure the burst,
+    // not how long the scheduler took to start a thread.
+    let ready = AtomicBool::new(false);
     let (sent, got) = std::thread::scope(|scope| {
-        let receiver =
-            scope.spawn(|| with_idle!(a.idle, |idle| receive(sub, idle, a.count, Duration::from_secs(10))));
+        let receiver = scope.spawn(|| {
+            let timeout = Duration::from_secs(10);
+            with_idle!(a.idle, |idle| receive(sub, idle, a.count, timeout, Some(&ready)))
+        });
+        while !ready.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
         let sent = with_idle!(a.idle, |idle| send(&mut publication, idle, a.count, 0.0, a.size));
         (sent, receiver.join().expect("the receiving thread does not panic"))
     });

@@ -349,13 +349,13 @@ pub fn clean_text(report: &CleanReport) -> String {
     for e in &report.kept {
         let _ = writeln!(s, "{:<12} {}: {}", "kept", e.path.display(), e.reason);
     }
+    let n = report.removed.len();
     let _ = writeln!(
         s,
-        "{} file{} {verb}, {} kept{}",
-        report.removed.len(),
-        if report.removed.len() == 1 { "" } else { "s" },
-        report.kept.len(),
-        if report.dry_run { " (dry run)" } else { "" }
+        "{n} file{} {}, {} kept",
+        if n == 1 { "" } else { "s" },
+        if report.dry_run { "would be removed (dry run)" } else { "removed" },
+        report.kept.len()
     );
     s
 }
