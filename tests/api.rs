@@ -304,3 +304,15 @@ fn opening_a_foreign_or_wrong_version_log_is_a_typed_error() {
     std::fs::write(&path, b"short").unwrap();
     assert!(Publication::builder("bad").dir(dir.path()).term_length(T).create().is_err());
 }
+
+#[test]
+fn an_explicit_position_inside_a_message_is_refused_even_over_zero_bytes() {
+    let dir = TempDir::new("api");
+    let (mut p, _s) = pair(&dir, "inside");
+    p.offer(&[0u8; 64]).unwrap(); // frame 0..96, zero payload at 32..96
+    p.offer(b"next").unwrap();
+    let e = Subscription::builder("inside").dir(dir.path()).join_at(JoinAt::Position(64)).open();
+    assert!(matches!(e, Err(Error::PositionNotAvailable { requested: 64, .. })), "{e:?}");
+    let ok = Subscription::builder("inside").dir(dir.path()).join_at(JoinAt::Position(96)).open();
+    assert_eq!(ok.unwrap().position(), 96);
+}

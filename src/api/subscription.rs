@@ -324,7 +324,9 @@ impl Subscription {
                     // The frame being written where the slowest reader caught up (an open claim,
                     // or an offer caught mid-copy): readable once committed, never cleaned (it
                     // is in the active term), so as good a join position as a committed one.
-                    || reader::frame_pending_at(log, position));
+                    // Only for positions a reader or the writer reached: an explicit position
+                    // over zero payload bytes would look pending forever.
+                    || (!matches!(rule, JoinAt::Position(_)) && reader::frame_pending_at(log, position)));
             if available {
                 self.session = Some(Session {
                     file: next.file,
