@@ -266,6 +266,7 @@ fn publisher(cfg: &Settings, ctx: &Ctx) -> ! {
     let mut max_stall = Duration::ZERO;
     let mut rotated_after = None;
     let mut seq = 0u64;
+    let mut stop = false;
     while seq < count {
         let len = shape.len(seed, seq);
         fill(seed, seq, len, &mut buf);
@@ -308,10 +309,10 @@ fn publisher(cfg: &Settings, ctx: &Ctx) -> ! {
                             reported = true;
                             ctx.emit("blocked", &format!("seq={seq} position={} error={e:?}", p.position()));
                         }
-                        if let Some(c) = ctx.try_command() {
-                            if c == "quit" {
-                                std::process::exit(0);
-                            }
+                        match ctx.try_command().as_deref() {
+                            Some("quit") => std::process::exit(0),
+                            Some("stop") => stop = true,
+                            _ => {}
                         }
                         ctx.check_deadline();
                     }
@@ -341,11 +342,14 @@ fn publisher(cfg: &Settings, ctx: &Ctx) -> ! {
         }
         if seq % 1024 == 0 {
             match ctx.try_command().as_deref() {
-                Some("stop") => break,
+                Some("stop") => stop = true,
                 Some("quit") => std::process::exit(0),
                 _ => {}
             }
             ctx.check_deadline();
+        }
+        if stop {
+            break;
         }
     }
     ctx.emit(
