@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Loom model checking of the log protocol: src/log/loom_models.rs over src/region/loom.rs.
+#
+# 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
+#    unless set in the environment).
+# 2. Rebuilds the crate with each mutation hook of src/log/appender.rs and asserts that the
+#    models FAIL, so CI proves they can see the bugs they are there for:
+#      shmlog_mutant_relaxed_commit  frame lengths committed with Relaxed: every model must fail;
+#      shmlog_mutant_skip_clean      the next partition is never zeroed: the cleaning model must fail.
+#
+# Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
+# `cargo rustc`, which hands the extra --cfg to this crate only, so loom and the other
+# dependencies are built once for all three builds. LTO is off for these builds: it buys nothing
+# for model checking and costs minutes on two cores. `-C debug-assertions` keeps the crate's
+# debug_assert!s on in the optimised build (as tokio's loom job does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export RUSTFLAGS="--cfg shmlog_loom -C debug-assertions"
+export CARGO_TARGET_DIR=target/loom
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
+export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+export CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
+export RUST_BACKTRACE=0
+
+start=$SECONDS
+step() { echo "== loom [$((SECONDS - start))s] $*"; }
+
+step "build (release, --cfg shmlog_loom)"
+cargo test --release --lib --no-run
+
+step "models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
+models_start=$SECONDS
+cargo test --release --lib loom_models -- --nocapture
+step "models passed in $((SECONDS - models_start))s"
+
+# The backend's own tests (some expect a panic, whose message would only be noise here).
+step "region::loom tests"
+cargo test --release --lib region::loom
+
+# mutant CFG FILTER: builds the crate with --cfg CFG and asserts that every model matching
+# FILTER fails.
+mutant() {
+    local cfg=$1 filter=$2 bin out total failed status=0
+    step "mutant $cfg: build"
+    bin=$(cargo rustc --profile bench --lib --message-format=json-render-diagnostics -- --cfg "$cfg" |
+        grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d '"' -f 4)
+    if [[ -z $bin ]]; then
+        echo "FAIL: no test binary was built for mutant $cfg" >&2
+        exit 1
+    fi
+    total=$("$bin" "$filter" --list | grep -c ': test$' || true)
+    step "mutant $cfg: running $total model(s) matching '$filter', each must fail"
+    out=$(LOOM_LOCATION=1 "$bin" "$filter" --test-threads=2 2>&1) || status=$?
+    failed=$(grep -c '^test .* FAILED$' <<<"$out" || true)
+    grep -E '^test |panicked at|Causality violation|reader fault|not zeroed|^ +(left|right|created|read|write):' \
+        <<<"$out" | head -n 60
+    if [[ $status -eq 0 || $total -eq 0 || $failed -ne $total ]]; then
+        echo "FAIL: mutant $cfg: $failed of $total models failed; the models cannot see this bug" >&2
+        exit 1
+    fi
+    step "mutant $cfg: $failed of $total models failed, as they must"
+}
+
+mutant shmlog_mutant_relaxed_commit loom_models
+mutant shmlog_mutant_skip_clean loom_models::c2_
+
+step "done in $((SECONDS - start))s"
