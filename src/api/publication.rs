@@ -8,7 +8,7 @@ use crate::log::appender::{Appender, ClaimedFrame, Tripped};
 use crate::region::MmapRegion;
 use crate::stream::files::{self, OwnedLog, ReadersFile};
 use crate::stream::flow::FlowControl;
-use crate::stream::{dir, name};
+use crate::stream::name;
 use crate::sys::fs::is_same_file;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -113,15 +113,7 @@ impl PublicationBuilder {
     pub fn create(self) -> Result<Publication, Error> {
         name::validate(&self.name)?;
         let geometry = self.geometry()?;
-        if self.file_mode & 0o002 != 0 || self.file_mode & !0o777 != 0 {
-            return Err(Error::InvalidConfig("file mode must be permission bits without world write"));
-        }
-        if self.max_readers == 0 || self.max_readers > crate::layout::slots::MAX_SLOTS {
-            return Err(Error::InvalidConfig("max readers must be from 1 to 4096"));
-        }
-        let is_default = self.dir.is_none();
-        let dir = self.dir.clone().unwrap_or_else(dir::default_dir);
-        dir::ensure(&dir, is_default)?;
+        let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         files::check_space_for_stream(&dir, &self.name, geometry, self.max_readers)?;
         let readers = files::open_readers(&dir, &self.name, self.max_readers, self.file_mode)?;
         let owned = files::create_log(&files::NewLog {

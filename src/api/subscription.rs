@@ -7,7 +7,7 @@ use crate::log::reader::{self, Scan};
 use crate::log::Log;
 use crate::region::ReadOnlyRegion;
 use crate::stream::files::{self, ReadLog, ReadersFile};
-use crate::stream::{dir, name};
+use crate::stream::name;
 use crate::sync::{fence, Ordering};
 use crate::sys::fs::is_same_file;
 use crate::Action;
@@ -86,16 +86,7 @@ impl SubscriptionBuilder {
     /// Without a publisher the subscription still opens (unless `wait_for_publisher` was set) and
     /// joins the first session that appears; until then it polls nothing and is not connected.
     pub fn open(self) -> Result<Subscription, Error> {
-        name::validate(&self.name)?;
-        if self.file_mode & 0o002 != 0 || self.file_mode & !0o777 != 0 {
-            return Err(Error::InvalidConfig("file mode must be permission bits without world write"));
-        }
-        if self.max_readers == 0 || self.max_readers > crate::layout::slots::MAX_SLOTS {
-            return Err(Error::InvalidConfig("max readers must be from 1 to 4096"));
-        }
-        let is_default = self.dir.is_none();
-        let dir = self.dir.clone().unwrap_or_else(dir::default_dir);
-        dir::ensure(&dir, is_default)?;
+        let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         let (readers, slot) = claim_slot(&dir, &self)?;
         let mut sub = Subscription {
             log_path: name::log_path(&dir, &self.name),
