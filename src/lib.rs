@@ -75,6 +75,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
+#![cfg_attr(shmlog_loom, allow(dead_code, unused_imports))]
 
 pub(crate) mod error;
 pub(crate) mod layout;
@@ -82,23 +83,30 @@ pub(crate) mod log;
 pub(crate) mod region;
 pub(crate) mod sync;
 
-#[cfg(not(shmlog_loom))]
+// Under loom only the memory protocol is compiled (log, reader slots, flow control, assembler),
+// so the model checker runs the same code as the real build; files and system calls are left out.
 pub(crate) mod api;
-#[cfg(not(shmlog_loom))]
 pub(crate) mod stream;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod sys;
+
+/// Entry points of the cargo-fuzz targets (`fuzz/`); exists only in fuzz builds.
+#[cfg(all(fuzzing, not(shmlog_loom)))]
+#[doc(hidden)]
+pub mod fuzz;
 
 pub use error::{Error, OfferError};
 pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 pub use log::header::Header;
 pub use log::reader::Action;
 
-#[cfg(not(shmlog_loom))]
 pub use api::{
     assembler::FragmentAssembler,
     handler::{ControlledFragmentHandler, FragmentHandler},
     idle::{Backoff, BusySpin, IdleStrategy, NoOp, Sleeping, Yielding},
+};
+#[cfg(not(shmlog_loom))]
+pub use api::{
     publication::{Claim, Publication, PublicationBuilder, DEFAULT_TERM_LENGTH},
     subscription::{JoinAt, Subscription, SubscriptionBuilder},
 };

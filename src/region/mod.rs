@@ -5,9 +5,11 @@
 //! scoped accessors, whose callers prove (by the log protocol) that nobody writes the bytes while
 //! the reference lives. Everything else is an atomic load/store of a control word or a copy.
 //!
-//! Contract shared by all backends, relied on by the loom model backend:
-//! - an offset used for atomic `i32` access is never used for atomic `i64` access, and neither is
-//!   read or written by the copy operations (only [`RegionMut::zero`] may cover it);
+//! Contract shared by all backends, relied on (and checked) by the loom model backend:
+//! - an offset used for atomic `i32` access is never used for atomic `i64` access;
+//! - an offset switches between control word and plain bytes only through [`RegionMut::zero`]
+//!   (a reused partition's old frame-length words become payload after cleaning), and plain
+//!   reads may cover a control word only after acquiring its last store (as `read_block` does);
 //! - offsets are aligned to the width of the access.
 //!
 //! Every operation checks bounds and alignment and panics on a violation: that is a bug in this

@@ -1,15 +1,21 @@
 //! The files of one stream: names, the directory, creating and opening logs, reader slots,
 //! liveness and flow control.
 
+#[cfg(not(shmlog_loom))]
 pub(crate) mod dir;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod files;
 pub(crate) mod flow;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod name;
 pub(crate) mod slots;
 
+#[cfg(not(shmlog_loom))]
 use crate::error::Error;
+#[cfg(not(shmlog_loom))]
 use std::path::PathBuf;
 
+#[cfg(not(shmlog_loom))]
 /// Checks the settings every stream participant shares and prepares the directory; returns it.
 ///
 /// `dir: None` means the per-user default directory, which must also belong to us.
