@@ -118,8 +118,12 @@ fn million_messages_from_one_publisher_to_three_subscriber_processes() {
     // 256 KiB terms (rotation every ~500 messages), MTU 1 KiB: ~10% of messages span 2-4 frames.
     let base = stream(&dir, "fanout", 256 << 10, 1024).set("max_len", 4 * 992);
     let started = Instant::now();
-    // The subscribers start first: they open without a publisher and join its session.
-    let mut subs = subscribers(3, &base.clone().set("progress", n / 4));
+    // The subscribers start first: they open without a publisher and join its session. Two idle
+    // with `Backoff`, one with `Yielding`, so four processes share two cores.
+    let mut subs = subscribers(2, &base.clone().set("progress", n / 4));
+    let mut yielding = Peer::spawn("sub-yielding", "subscriber", &base.clone().set("idle", "yield"));
+    yielding.expect("opened", T10);
+    subs.push(yielding);
     let (mut publisher, session) = publisher("pub", &base.clone().set("count", n));
     joined_from_start(&mut subs, session);
     let t0 = Instant::now();
