@@ -10,10 +10,10 @@
 //! reports is a snapshot: counters and positions move while it reads them.
 //!
 //! [`clean`] removes a stream's files only when their owners are provably gone: the log when its
-//! publisher's lock is free and no reader maps it, the reader-slot file when no slot is held and
-//! the stream has no live publisher. It takes the same locks the owners would hold while it checks
-//! and unlinks, so it is safe to run while other processes use the directory. Files it cannot
-//! validate (foreign, corrupt, another layout version) are reported and left alone.
+//! publisher's lock is free and no reader maps it, the reader-slot file when no process has it
+//! open and the stream has no live publisher. It takes the same locks the owners would hold while
+//! it checks and unlinks, so it is safe to run while other processes use the directory. Files it
+//! cannot validate (foreign, corrupt, another layout version) are reported and left alone.
 //!
 //! ```no_run
 //! let dir = shmlog::default_dir();
@@ -436,7 +436,7 @@ pub enum CleanReason {
         /// The publisher's process id, as it wrote it.
         pid: i32,
     },
-    /// Removed: a reader-slot file with no slot held, of a stream without a live publisher.
+    /// Removed: a reader-slot file that no process has open, of a stream without a live publisher.
     NoReaders,
     /// Removed: a temporary file nobody holds, left by a creator that died.
     StaleTemporary {
@@ -452,6 +452,8 @@ pub enum CleanReason {
     MappedByReader,
     /// Kept: a live reader holds a slot.
     SlotHeld,
+    /// Kept: a live process (a publisher, or a reader between slots) has the file open.
+    InUse,
     /// Kept: the stream's log could not be validated, so whether a publisher uses the slot file
     /// is unknown.
     LogUnknown,
@@ -477,13 +479,14 @@ impl fmt::Display for CleanReason {
             Self::PublisherDead { pid } => {
                 write!(f, "publisher (pid {pid}) is gone and no reader maps the log")
             }
-            Self::NoReaders => f.write_str("no reader holds a slot and the stream has no live publisher"),
+            Self::NoReaders => f.write_str("no process uses it and the stream has no live publisher"),
             Self::StaleTemporary { age } => {
                 write!(f, "temporary file nobody holds, unchanged for {} s", age.as_secs())
             }
             Self::PublisherAlive { pid } => write!(f, "publisher (pid {pid}) is alive"),
             Self::MappedByReader => f.write_str("publisher is gone but a live reader still maps the log"),
             Self::SlotHeld => f.write_str("a live reader holds a slot"),
+            Self::InUse => f.write_str("a live publisher or reader has it open"),
             Self::LogUnknown => f.write_str("the stream's log could not be validated"),
             Self::TemporaryInUse => f.write_str("temporary file held by a live process"),
             Self::TemporaryTooYoung { age } => {
@@ -531,10 +534,11 @@ impl CleanReport {
 /// Removes the files in `dir` that dead processes left behind; with `dry_run`, only says which.
 ///
 /// - A log is removed when no process holds its publisher lock and no reader maps it.
-/// - A reader-slot file is removed when no reader holds a slot and the stream has no live
-///   publisher. As when a publisher removes it on close, the whole slot range is write-locked
-///   while the file is unlinked, so a reader attaching at the same time either sees the file
-///   gone (and creates a new one) or holds a slot (and the file is kept).
+/// - A reader-slot file is removed when no process has it open (publishers and readers announce
+///   themselves with a read lock on its first byte, readers also hold their slot's lock) and the
+///   stream has no live publisher. The whole file is write-locked while it is unlinked, so a
+///   process opening it at the same time either keeps it alive or finds it gone and opens the
+///   stream's new one.
 /// - A temporary file (`.<name>.<nonce>.<log|readers>.tmp`) is removed when nobody holds a lock
 ///   on it and it has not changed for [`TEMP_MIN_AGE`].
 ///
@@ -589,7 +593,8 @@ fn clean_stream(dir: &Path, name: &str, dry_run: bool, report: &mut CleanReport)
         }
         // Slot file first, while we hold the dead log's locks: nobody can replace the log (a new
         // publisher needs that lock) while we decide about the slot file it would use.
-        LogVerdict::Absent | LogVerdict::Dead { .. } => clean_readers(&readers_path, dry_run, report),
+        LogVerdict::Dead { .. } => clean_readers(&readers_path, None, dry_run, report),
+        LogVerdict::Absent => clean_readers(&readers_path, Some(&log_path), dry_run, report),
     }
     if let LogVerdict::Dead { held, pid, mapped } = verdict {
         if mapped {
@@ -638,27 +643,44 @@ fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict
     LogVerdict::Dead { held: None, pid, mapped }
 }
 
-fn clean_readers(path: &Path, dry_run: bool, report: &mut CleanReport) {
+/// Removes the slot file if no process uses it: every publisher and reader holding it open keeps
+/// a read lock on its first byte, and every reader a write lock on its slot, so one write lock
+/// over the whole file proves nobody does, and keeps everyone out while we unlink. `absent_log`
+/// is the stream's log path when there was no log: it is checked again just before unlinking.
+fn clean_readers(path: &Path, absent_log: Option<&Path>, dry_run: bool, report: &mut CleanReport) {
     let (file, slots) = match open_readers(path, !dry_run) {
         Ok(Some(pair)) => pair,
         Ok(None) => return,
         Err(e) => return report.kept(path, CleanReason::Invalid(e.to_string())),
     };
-    let start = s::HEADER_LEN as u64;
-    let len = (slots.count() * SLOT_LEN) as u64;
+    let busy = |file: &File| {
+        let slots_held =
+            probe(file, Kind::Exclusive, s::HEADER_LEN as u64, (slots.count() * SLOT_LEN) as u64);
+        if slots_held {
+            CleanReason::SlotHeld
+        } else {
+            CleanReason::InUse
+        }
+    };
     if dry_run {
-        if probe(&file, Kind::Exclusive, start, len) {
-            report.kept(path, CleanReason::SlotHeld);
+        if probe(&file, Kind::Exclusive, 0, 0) {
+            report.kept(path, busy(&file));
         } else {
             report.removed(path, CleanReason::NoReaders);
         }
         return;
     }
-    match lock::try_lock(&file, Kind::Exclusive, start, len) {
-        // Holding every slot's lock: a reader attaching now finds no slot in this file, re-checks
-        // the path after we unlink it, and creates a fresh file (see `ReadersFile::claim_slot`).
-        Ok(true) => remove_locked(&file, path, CleanReason::NoReaders, report),
-        Ok(false) => report.kept(path, CleanReason::SlotHeld),
+    // Length 0: the whole file, however long.
+    match lock::try_lock(&file, Kind::Exclusive, 0, 0) {
+        // A process opening the file now fails to take its read lock or finds the name gone,
+        // and opens (or creates) the stream's current slot file instead.
+        Ok(true) => {
+            if absent_log.is_some_and(|log| fs::symlink_metadata(log).is_ok()) {
+                return report.kept(path, CleanReason::Changed);
+            }
+            remove_locked(&file, path, CleanReason::NoReaders, report)
+        }
+        Ok(false) => report.kept(path, busy(&file)),
         Err(e) => report.kept(path, CleanReason::Invalid(Error::io("lock", path, e).to_string())),
     }
 }
@@ -873,5 +895,70 @@ mod tests {
         assert_eq!(report.removed[0].path, old);
         assert!(matches!(report.removed[0].reason, CleanReason::StaleTemporary { .. }));
         assert!(!old.exists() && young.exists() && held.exists());
+    }
+}
+
+#[cfg(test)]
+mod stress {
+    use super::*;
+    use crate::{Publication, Subscription};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
+
+    /// Streams come and go while `clean` runs in a loop: every session must still reach its reader.
+    /// Runs 2 s by default (`STRESS_SECS=60` for a longer run).
+    #[test]
+    fn clean_in_a_loop_never_breaks_live_streams() {
+        let dir = std::env::temp_dir().join(format!("shmlog-clean-stress-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let stop = AtomicBool::new(false);
+        let secs: u64 = std::env::var("STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let (rounds, cleaned) = std::thread::scope(|s| {
+            let _stop = StopOnDrop(&stop);
+            let cleaner = s.spawn(|| {
+                let mut removed = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    removed += clean(&dir, false).unwrap().removed.len();
+                }
+                removed
+            });
+            let deadline = Instant::now() + Duration::from_secs(secs);
+            let mut rounds = 0;
+            while Instant::now() < deadline {
+                // Half the rounds create the publisher first: its slot file then exists with no
+                // slot held and no log yet, which is the case `clean` must not get wrong.
+                let create = || Publication::builder("s").dir(&dir).term_length(64 * 1024).create().unwrap();
+                let early = (rounds % 2 == 1).then(create);
+                let mut sub = Subscription::builder("s").dir(&dir).open().unwrap();
+                let mut publication = early.unwrap_or_else(create);
+                let t = Instant::now();
+                while !publication.is_connected() {
+                    assert!(t.elapsed() < Duration::from_secs(10), "round {rounds}: reader never seen");
+                    sub.poll(|_: &[u8], _: &crate::Header| {}, 10);
+                }
+                publication.offer(b"x").unwrap();
+                if rounds % 3 == 2 {
+                    // The reader outlives the publisher: the slot file is left for `clean`, while
+                    // the next round opens it again.
+                    drop(publication);
+                    drop(sub);
+                } else {
+                    drop(sub);
+                    drop(publication);
+                }
+                rounds += 1;
+            }
+            stop.store(true, Ordering::Relaxed);
+            (rounds, cleaner.join().unwrap())
+        });
+        eprintln!("{rounds} rounds, {cleaned} files cleaned");
+        let _ = fs::remove_dir_all(&dir);
     }
 }

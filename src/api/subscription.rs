@@ -110,13 +110,24 @@ impl SubscriptionBuilder {
 
 /// Opens (or creates) the slot file and claims a slot, reopening if the file is being removed.
 fn claim_slot(dir: &std::path::Path, b: &SubscriptionBuilder) -> Result<(ReadersFile, usize), Error> {
+    let mut full = 0;
     for _ in 0..64 {
         let readers = files::open_readers(dir, &b.name, b.max_readers, b.file_mode)?;
         if let Some(slot) = readers.claim_slot()? {
             return Ok((readers, slot));
         }
         if is_same_file(&readers.file, &readers.path).unwrap_or(false) {
-            return Err(Error::TooManyReaders { path: readers.path.clone(), slots: readers.slots.count() });
+            // Every slot was locked: by live readers, or for an instant by a closing publisher or
+            // `inspect::clean`, which lock them all while they remove an unused file. Look again
+            // a few times before calling the table full.
+            full += 1;
+            if full == 8 {
+                return Err(Error::TooManyReaders {
+                    path: readers.path.clone(),
+                    slots: readers.slots.count(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     Err(Error::io("claim reader slot", dir, std::io::Error::other("the slot file kept changing")))

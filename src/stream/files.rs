@@ -23,6 +23,10 @@ use std::path::{Path, PathBuf};
 pub(crate) const PUBLISHER_LOCK: u64 = 0;
 /// Byte every reader of a log read-locks while it maps it.
 pub(crate) const READER_LOCK: u64 = 1;
+/// Byte of the reader-slot file that every process holding the file open read-locks (it lies in
+/// the header, outside every slot), so `inspect::clean`, which write-locks the whole file before
+/// removing it, never removes a slot file that a live publisher or reader uses.
+pub(crate) const USER_LOCK: u64 = 0;
 
 /// Largest file we agree to map as a log (1 GiB terms with 1 GiB pages).
 const MAX_LOG_FILE: u64 = 4 << 30;
@@ -281,6 +285,14 @@ pub(crate) fn open_readers(dir: &Path, stream: &str, count: usize, mode: u32) ->
                 }
                 let region = MmapRegion::map(&file, len as usize).map_err(|e| Error::io("map", &path, e))?;
                 let slots = Slots::open(region).map_err(|e| e.at(&path))?;
+                // Announce that we use the file, then check that the name still leads to it:
+                // `inspect::clean` may have removed it between our open and our lock.
+                let announced = lock::try_lock(&file, Kind::Shared, USER_LOCK, 1)
+                    .map_err(|e| Error::io("lock", &path, e))?;
+                if !announced || !is_same_file(&file, &path).map_err(|e| Error::io("inspect", &path, e))? {
+                    std::thread::yield_now();
+                    continue;
+                }
                 return Ok(ReadersFile { file, path, slots });
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -292,6 +304,7 @@ pub(crate) fn open_readers(dir: &Path, stream: &str, count: usize, mode: u32) ->
         let _guard = TempGuard(Some(&tmp));
         let region = MmapRegion::map(&file, len).map_err(|e| Error::io("map", &tmp, e))?;
         let slots = Slots::initialize(region, count);
+        lock::try_lock(&file, Kind::Shared, USER_LOCK, 1).map_err(|e| Error::io("lock", &tmp, e))?;
         match fs::hard_link(&tmp, &path) {
             Ok(()) => return Ok(ReadersFile { file, path, slots }),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
