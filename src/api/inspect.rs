@@ -457,7 +457,7 @@ pub enum CleanReason {
     /// Kept: the stream's log could not be validated, so whether a publisher uses the slot file
     /// is unknown.
     LogUnknown,
-    /// Kept: a temporary file that a process holds, or that is too young to judge.
+    /// Kept: a temporary file that a live process holds a lock on.
     TemporaryInUse,
     /// Kept: a temporary file changed less than [`TEMP_MIN_AGE`] ago.
     TemporaryTooYoung {
