@@ -896,25 +896,16 @@ mod tests {
         assert!(matches!(report.removed[0].reason, CleanReason::StaleTemporary { .. }));
         assert!(!old.exists() && young.exists() && held.exists());
     }
-}
-
-#[cfg(test)]
-mod stress {
-    use super::*;
-    use crate::{Publication, Subscription};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Instant;
 
     /// Streams come and go while `clean` runs in a loop: every session must still reach its reader.
     /// Runs 2 s by default (`STRESS_SECS=60` for a longer run).
     #[test]
     fn clean_in_a_loop_never_breaks_live_streams() {
-        let dir = std::env::temp_dir().join(format!("shmlog-clean-stress-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        let stop = AtomicBool::new(false);
+        let tmp = TempDir::new();
+        let dir = tmp.0.clone();
+        let stop = std::sync::atomic::AtomicBool::new(false);
         let secs: u64 = std::env::var("STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
-        struct StopOnDrop<'a>(&'a AtomicBool);
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
         impl Drop for StopOnDrop<'_> {
             fn drop(&mut self) {
                 self.0.store(true, Ordering::Relaxed);
@@ -929,16 +920,16 @@ mod stress {
                 }
                 removed
             });
-            let deadline = Instant::now() + Duration::from_secs(secs);
+            let deadline = std::time::Instant::now() + Duration::from_secs(secs);
             let mut rounds = 0;
-            while Instant::now() < deadline {
+            while std::time::Instant::now() < deadline {
                 // Half the rounds create the publisher first: its slot file then exists with no
                 // slot held and no log yet, which is the case `clean` must not get wrong.
                 let create = || Publication::builder("s").dir(&dir).term_length(64 * 1024).create().unwrap();
                 let early = (rounds % 2 == 1).then(create);
                 let mut sub = Subscription::builder("s").dir(&dir).open().unwrap();
                 let mut publication = early.unwrap_or_else(create);
-                let t = Instant::now();
+                let t = std::time::Instant::now();
                 while !publication.is_connected() {
                     assert!(t.elapsed() < Duration::from_secs(10), "round {rounds}: reader never seen");
                     sub.poll(|_: &[u8], _: &crate::Header| {}, 10);
@@ -959,6 +950,5 @@ mod stress {
             (rounds, cleaner.join().unwrap())
         });
         eprintln!("{rounds} rounds, {cleaned} files cleaned");
-        let _ = fs::remove_dir_all(&dir);
     }
 }
