@@ -48,9 +48,12 @@ fn finish(child: Child) -> (String, String, std::process::ExitStatus) {
     )
 }
 
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("run kill").success();
-    assert!(ok, "kill {sig} {}", child.id());
+fn signal(child: &Child, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
+    // SAFETY: kill(2) has no memory arguments; the child is ours and not yet reaped, so the pid
+    // cannot name another process.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
 }
 
 fn drain(sub: &mut Subscription) -> usize {
@@ -290,11 +293,11 @@ fn ctrl_c_ends_runs_with_the_partial_result() {
         seen >= 200
     });
     drop(watcher);
-    signal(&sub, "-INT");
+    signal(&sub, libc::SIGINT);
     let (out, err, status) = finish(sub);
     assert!(status.success(), "{status}\n{out}\n{err}");
     assert!(out.contains("interrupted: partial result") && out.contains("p99.9"), "{out}");
-    signal(&publisher, "-INT");
+    signal(&publisher, libc::SIGINT);
     let (out, err, status) = finish(publisher);
     assert!(status.success(), "{status}\n{out}\n{err}");
     assert!(out.contains("(interrupted)") || out.contains("(the subscriber went away)"), "{out}");
@@ -333,7 +336,7 @@ fn stat_of_an_empty_directory_and_watch_mode() {
         drain(&mut sub);
         std::thread::sleep(Duration::from_millis(1));
     }
-    signal(&watch, "-INT");
+    signal(&watch, libc::SIGINT);
     let (out, err, status) = finish(watch);
     assert!(status.success(), "{status}\n{err}");
     let docs: Vec<json::Value> = out.lines().map(json::parse).collect();
