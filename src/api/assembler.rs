@@ -5,7 +5,8 @@ use crate::layout::align;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN, UNFRAGMENTED};
 use crate::{Action, Header};
 
-/// Wraps a handler so it sees whole messages: fragments are copied into a buffer that is reused
+/// Wraps a handler (a closure, or any [`FragmentHandler`] / [`ControlledFragmentHandler`]) so it
+/// sees whole messages: fragments are copied into a buffer that is reused
 /// from message to message (no allocation once it has grown to the largest message seen).
 ///
 /// Unfragmented messages pass straight through without a copy. A fragment that does not continue
@@ -88,26 +89,26 @@ impl<F> FragmentAssembler<F> {
     }
 }
 
-impl<F: FnMut(&[u8], &Header)> FragmentHandler for FragmentAssembler<F> {
+impl<F: FragmentHandler> FragmentHandler for FragmentAssembler<F> {
     fn on_fragment(&mut self, payload: &[u8], header: &Header) {
         if header.flags() & UNFRAGMENTED == UNFRAGMENTED {
-            (self.delegate)(payload, header);
+            self.delegate.on_fragment(payload, header);
             return;
         }
         if let Some(whole) = self.accept(payload, header) {
-            (self.delegate)(&self.buffer, &whole);
+            self.delegate.on_fragment(&self.buffer, &whole);
             self.reset();
         }
     }
 }
 
-impl<F: FnMut(&[u8], &Header) -> Action> ControlledFragmentHandler for FragmentAssembler<F> {
+impl<F: ControlledFragmentHandler> ControlledFragmentHandler for FragmentAssembler<F> {
     fn on_fragment(&mut self, payload: &[u8], header: &Header) -> Action {
         if header.flags() & UNFRAGMENTED == UNFRAGMENTED {
-            return (self.delegate)(payload, header);
+            return self.delegate.on_fragment(payload, header);
         }
         let Some(whole) = self.accept(payload, header) else { return Action::Continue };
-        let action = (self.delegate)(&self.buffer, &whole);
+        let action = self.delegate.on_fragment(&self.buffer, &whole);
         if action == Action::Abort {
             // The poll rewinds to the last fragment and delivers it again: undo its append.
             self.buffer.truncate(self.undo_len);
@@ -120,7 +121,7 @@ impl<F: FnMut(&[u8], &Header) -> Action> ControlledFragmentHandler for FragmentA
 }
 
 /// Lets `poll(&mut assembler, n)` keep the assembler (and its buffer) across polls.
-impl<F: FnMut(&[u8], &Header)> FragmentHandler for &mut FragmentAssembler<F> {
+impl<F: FragmentHandler> FragmentHandler for &mut FragmentAssembler<F> {
     #[inline]
     fn on_fragment(&mut self, payload: &[u8], header: &Header) {
         FragmentHandler::on_fragment(&mut **self, payload, header)
@@ -128,7 +129,7 @@ impl<F: FnMut(&[u8], &Header)> FragmentHandler for &mut FragmentAssembler<F> {
 }
 
 /// Lets `controlled_poll(&mut assembler, n)` keep the assembler across polls.
-impl<F: FnMut(&[u8], &Header) -> Action> ControlledFragmentHandler for &mut FragmentAssembler<F> {
+impl<F: ControlledFragmentHandler> ControlledFragmentHandler for &mut FragmentAssembler<F> {
     #[inline]
     fn on_fragment(&mut self, payload: &[u8], header: &Header) -> Action {
         ControlledFragmentHandler::on_fragment(&mut **self, payload, header)

@@ -6,7 +6,8 @@
 //! process have independent locks and closing an unrelated descriptor drops nothing.
 //!
 //! Used as: the publisher write-locks byte 0 of its log; every reader read-locks byte 1 of the log
-//! it maps; a reader write-locks the byte range of its slot in the reader-slot file.
+//! it maps; every process with the reader-slot file open read-locks its byte 0; a reader
+//! write-locks the byte range of its slot; `clean` write-locks a whole file before removing it.
 
 use std::fs::File;
 use std::io;
