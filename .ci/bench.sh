@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Bench smoke check for CI: every bench compiles (with the `aeron-compare` feature, so aeron-rs
+# builds too) and runs once in criterion's test mode; the latency example compiles. Timings are
+# not judged. Needs neither Java nor Maven: without the driver jar the aeron-rs parts print
+# SKIPPED. LTO is switched off here to keep the build within a few minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/bench-ci}"
+export CARGO_PROFILE_BENCH_LTO=false
+export CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
+export CARGO_PROFILE_BENCH_DEBUG=false
+export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
+
+BENCHES=(offer_poll throughput ping_pong fanout idle bounds vs_aeron)
+cargo bench --features aeron-compare --no-run
+cargo build --profile bench --features aeron-compare --example latency
+
+passed=0
+failed=0
+for b in "${BENCHES[@]}"; do
+    t0=$(date +%s)
+    if cargo bench --features aeron-compare --bench "$b" -- --test >"$CARGO_TARGET_DIR/bench-$b.log" 2>&1; then
+        passed=$((passed + 1))
+        echo "bench $b: ok ($(( $(date +%s) - t0 )) s)"
+    else
+        failed=$((failed + 1))
+        echo "bench $b: FAILED; last lines:"
+        tail -n 30 "$CARGO_TARGET_DIR/bench-$b.log"
+    fi
+    grep -h "SKIPPED" "$CARGO_TARGET_DIR/bench-$b.log" || true
+done
+# The latency example, briefly, over shmlog and crossbeam only.
+if "$CARGO_TARGET_DIR/release/examples/latency" --seconds 1 --burst 1000 --rate 1000 --term 65536 --only shmlog >/dev/null 2>&1; then
+    passed=$((passed + 1)); echo "example latency: ok"
+else
+    failed=$((failed + 1)); echo "example latency: FAILED"
+fi
+echo "bench smoke took $(( $(date +%s) - start )) s"
+echo "bench: $passed passed, $failed failed"
+[[ $failed == 0 ]]

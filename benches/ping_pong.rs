@@ -1,0 +1,163 @@
+//! Round trip of 32 B and 100 B messages over two streams (ping, pong), busy spin on both
+//! sides: between two threads and between two processes (this bench binary re-executed as the
+//! echo side). Besides criterion's mean, 1M round trips are timed one by one (calibrated TSC)
+//! for p50/p99/p99.9, with the raw cache-line ping-pong (the bound) measured right before, on
+//! the same CPUs. Last, the round trip with 64 KiB and 64 MiB terms (warm-up over all three
+//! terms of each) for the tail comparison.
+
+mod support;
+
+use criterion::{BenchmarkId, Criterion};
+use shmlog::{Publication, Subscription};
+use std::time::Duration;
+use support::bounds::RawPingPong;
+use support::clock::Clock;
+use support::shm::{bounded, echo_loop, offer_spin, round_trip, Echo, STOP_LEN};
+use support::{Args, Pcts, ShmDir};
+
+const B: &str = "ping_pong";
+const TERM: usize = 1 << 20;
+
+/// The ping side of either topology.
+struct Pinger {
+    ping: Publication,
+    pong: Subscription,
+    msg: Vec<u8>,
+}
+
+impl Pinger {
+    fn warm(&mut self, n: u64) {
+        let msg = self.msg.clone();
+        bounded(n, Duration::from_secs(20), || round_trip(&mut self.ping, &mut self.pong, &msg));
+    }
+
+    fn run(&mut self, n: u64) -> Duration {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            round_trip(&mut self.ping, &mut self.pong, &self.msg);
+        }
+        t.elapsed()
+    }
+
+    fn samples(&mut self, clock: &Clock, n: usize) -> Vec<f64> {
+        let mut out = Vec::with_capacity(n);
+        let msg = self.msg.clone();
+        bounded(n as u64, Duration::from_secs(10), || {
+            let a = clock.raw();
+            round_trip(&mut self.ping, &mut self.pong, &msg);
+            let b = clock.raw();
+            out.push(clock.delta_ns(a, b));
+        });
+        out
+    }
+}
+
+fn rt_threads(dir: &ShmDir, term: usize, size: usize) -> (Pinger, Echo) {
+    let ping = Publication::builder("ping").dir(&dir.path).term_length(term).create().unwrap();
+    let pong = Publication::builder("pong").dir(&dir.path).term_length(term).create().unwrap();
+    let ping_sub = Subscription::builder("ping").dir(&dir.path).open().unwrap();
+    let pong_sub = Subscription::builder("pong").dir(&dir.path).open().unwrap();
+    let mut p = Pinger { ping, pong: pong_sub, msg: vec![1u8; size] };
+    p.ping.wait_connected(Duration::from_secs(10)).unwrap();
+    let echo = Echo::start(ping_sub, pong, 1);
+    (p, echo)
+}
+
+/// Raw bound percentiles, then shmlog percentiles, recorded under `name`.
+fn percentiles(args: &Args, name: &str, p: &mut Pinger) {
+    if !args.wants(name) {
+        return;
+    }
+    let clock = Clock::best();
+    let n = args.n(1_000_000, 20);
+    {
+        let mut raw = RawPingPong::start(1);
+        raw.warm(args.n(100_000, 10) as u64, Duration::from_secs(2));
+        Pcts::of(&mut raw.samples(&clock, n, Duration::from_secs(10))).report(B, &format!("{name}/raw_bound_rtt"));
+    }
+    Pcts::of(&mut p.samples(&clock, n)).report(B, &format!("{name}/rtt"));
+}
+
+fn threads(c: &mut Criterion, args: &Args) {
+    let mut g = c.benchmark_group("ping_pong/threads");
+    for size in [32usize, 100] {
+        support::pin(0);
+        let dir = ShmDir::new("pp");
+        let (mut p, echo) = rt_threads(&dir, TERM, size);
+        p.warm(args.n(3 * TERM / 64 + 10_000, 10) as u64);
+        g.bench_function(BenchmarkId::from_parameter(format!("{size}B")), |b| b.iter_custom(|n| p.run(n)));
+        percentiles(args, &format!("ping_pong/threads/{size}B"), &mut p);
+        echo.stop(&mut p.ping);
+        support::unpin();
+    }
+    g.finish();
+}
+
+fn processes(c: &mut Criterion, args: &Args) {
+    let mut g = c.benchmark_group("ping_pong/processes");
+    for size in [32usize, 100] {
+        support::pin(0);
+        let dir = ShmDir::new("ppp");
+        let mut ping = Publication::builder("ping").dir(&dir.path).term_length(TERM).create().unwrap();
+        let child = support::spawn_child("echo", &[("SHMLOG_BENCH_DIR", dir.path.display().to_string())]);
+        let pong = Subscription::builder("pong")
+            .dir(&dir.path)
+            .wait_for_publisher(Duration::from_secs(20))
+            .open()
+            .expect("child publishes pong");
+        ping.wait_connected(Duration::from_secs(20)).expect("child subscribes to ping");
+        let mut p = Pinger { ping, pong, msg: vec![1u8; size] };
+        p.warm(args.n(3 * TERM / 64 + 10_000, 10) as u64);
+        g.bench_function(BenchmarkId::from_parameter(format!("{size}B")), |b| b.iter_custom(|n| p.run(n)));
+        percentiles(args, &format!("ping_pong/processes/{size}B"), &mut p);
+        offer_spin(&mut p.ping, &[0u8; STOP_LEN]);
+        child.finish(Duration::from_secs(10));
+        support::unpin();
+    }
+    g.finish();
+}
+
+/// The child: echoes `ping` onto `pong` until the stop message.
+fn child_echo() {
+    support::pin(1);
+    let dir = support::env_var("SHMLOG_BENCH_DIR");
+    let mut pong = Publication::builder("pong").dir(&dir).term_length(TERM).create().unwrap();
+    let mut ping =
+        Subscription::builder("ping").dir(&dir).wait_for_publisher(Duration::from_secs(20)).open().unwrap();
+    pong.wait_connected(Duration::from_secs(20)).unwrap();
+    echo_loop(&mut ping, &mut pong);
+}
+
+/// Round-trip tails by term length (32 B, threads).
+fn by_term(args: &Args) {
+    for (label, term) in [("64KiB", 64usize << 10), ("64MiB", 64 << 20)] {
+        let name = format!("ping_pong/term_{label}/32B");
+        if !args.wants(&name) {
+            continue;
+        }
+        support::pin(0);
+        let dir = ShmDir::new("ppt");
+        let (mut p, echo) = rt_threads(&dir, term, 32);
+        p.warm(args.n(3 * term / 64 + 10_000, 10) as u64);
+        let clock = Clock::best();
+        Pcts::of(&mut p.samples(&clock, args.n(1_000_000, 20))).report(B, &format!("{name}/rtt"));
+        echo.stop(&mut p.ping);
+        support::unpin();
+    }
+}
+
+fn main() {
+    if support::child_role().as_deref() == Some("echo") {
+        return child_echo();
+    }
+    let args = Args::parse();
+    support::banner(B);
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    threads(&mut c, &args);
+    processes(&mut c, &args);
+    by_term(&args);
+    c.final_summary();
+}

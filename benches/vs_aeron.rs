@@ -1,0 +1,235 @@
+//! shmlog side by side with aeron-rs 0.1.8 on `aeron:ipc` through a real Java media driver
+//! (1.51.0, SHARED threading, backoff idle, 8 MiB IPC term), with crossbeam-channel as the
+//! in-process baseline. Same workloads, same 32-byte messages, same 8 MiB term and the same
+//! warm-up over all three terms for every system:
+//!
+//! - `rtt_32B`: round trip over two streams (ping, pong), busy spin both sides;
+//! - `throughput_32B`: back-to-back offers, receiver polling up to 256 at a time;
+//! - `oneway_then_ack_32B`: a stamped message, then wait until the receiver counted it; the
+//!   receiver records `now - stamp` (one-way latency, calibrated TSC) for percentiles.
+//!
+//! aeron-rs needs `--features aeron-compare` and the driver jar (scripts/fetch-aeron-driver.sh)
+//! plus Java 17+; without them that part prints a SKIPPED line and the rest still runs.
+
+mod support;
+
+use criterion::{Criterion, Throughput};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use support::clock::Clock;
+use support::transport::{self as tr, Rx, Sink, Tx};
+use support::{Args, Pcts, ShmDir};
+
+const B: &str = "vs_aeron";
+const TERM: usize = 8 << 20;
+const LIMIT: usize = 256;
+
+fn spawn_sink<R: Rx + Send + 'static>(mut rx: R, sink: std::sync::Arc<Sink>) -> JoinHandle<()> {
+    let clock = Clock::best();
+    std::thread::spawn(move || {
+        support::pin(1);
+        tr::sink_loop(&mut rx, &sink, clock, LIMIT);
+    })
+}
+
+fn stop_sink(sink: &Sink, h: JoinHandle<()>) {
+    sink.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = h.join();
+}
+
+fn crossbeam(c: &mut Criterion, args: &Args) {
+    let (mut ping, ping_rx) = crossbeam_channel::bounded::<[u8; 32]>(1024);
+    let (pong_tx, mut pong) = crossbeam_channel::bounded::<[u8; 32]>(1024);
+    let (mut data, data_rx) = crossbeam_channel::bounded::<[u8; 32]>(8192);
+    support::pin(0);
+    let echo = std::thread::spawn(move || {
+        support::pin(1);
+        let (mut rx, mut tx) = (ping_rx, pong_tx);
+        tr::echo(&mut rx, &mut tx);
+    });
+    let sink = Sink::new();
+    let mut stop = [0u8; 32];
+    stop[0] = tr::STOP;
+    workloads_split(c, args, "crossbeam-channel", &mut ping, &mut pong, &mut data, &sink, echo, stop, data_rx);
+}
+
+/// Runs the three workloads for one system: round trips while the echo thread (ping -> pong)
+/// runs, then, after stopping it (at most two spinning threads at any time), throughput and
+/// one-way latency with a sink thread on the data stream. Every stream is warmed up over all
+/// three of its terms first.
+#[allow(clippy::too_many_arguments)]
+fn workloads_split<T: Tx, R: Rx, D: Tx, DR: Rx + Send + 'static>(
+    c: &mut Criterion,
+    args: &Args,
+    system: &str,
+    ping: &mut T,
+    pong: &mut R,
+    data: &mut D,
+    sink: &std::sync::Arc<Sink>,
+    echo: JoinHandle<()>,
+    stop: [u8; 32],
+    data_rx: DR,
+) {
+    // Phase 1: round trips (echo thread running, sink not yet).
+    let clock = Clock::best();
+    let msg = [1u8; 32];
+    let warm = args.n(3 * TERM / 64 + 10_000, 10) as u64;
+    let t = std::time::Instant::now();
+    for _ in 0..warm {
+        tr::round_trip(ping, pong, &msg);
+        if t.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    let mut g = c.benchmark_group("vs_aeron/rtt_32B");
+    g.bench_function(system, |b| {
+        b.iter_custom(|n| {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                tr::round_trip(ping, pong, &msg);
+            }
+            t.elapsed()
+        })
+    });
+    g.finish();
+    if args.wants(&format!("vs_aeron/rtt_32B/{system}")) {
+        let mut s = tr::rtt_samples(ping, pong, &clock, args.n(1_000_000, 20), Duration::from_secs(10));
+        Pcts::of(&mut s).report(B, &format!("rtt_32B/{system}"));
+    }
+    ping.send_spin(&stop);
+    let _ = echo.join();
+    // Phase 2: the data stream.
+    let h = spawn_sink(data_rx, sink.clone());
+    let mut sent = 0u64;
+    let mut left = warm;
+    while left > 0 && t.elapsed() < Duration::from_secs(60) {
+        let k = left.min(65536);
+        tr::burst(data, sink, &mut sent, k);
+        left -= k;
+    }
+    let mut g = c.benchmark_group("vs_aeron/throughput_32B");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(system, |b| b.iter_custom(|n| tr::burst(data, sink, &mut sent, n)));
+    g.finish();
+    if args.wants(&format!("vs_aeron/throughput_32B/{system}")) {
+        let n = args.n(5_000_000, 100) as u64;
+        let mut r: Vec<f64> = (0..3).map(|_| n as f64 / tr::burst(data, sink, &mut sent, n).as_secs_f64()).collect();
+        support::record_value(B, &format!("throughput_32B/{system}_msgs_per_s"), Pcts::of(&mut r).p50, "msg/s");
+    }
+    let mut g = c.benchmark_group("vs_aeron/oneway_then_ack_32B");
+    g.bench_function(system, |b| {
+        b.iter_custom(|n| {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                tr::oneway_then_ack(data, sink, &mut sent, &clock);
+            }
+            t.elapsed()
+        })
+    });
+    g.finish();
+    if args.wants(&format!("vs_aeron/oneway_then_ack_32B/{system}")) {
+        let mut s = tr::stamped_one_at_a_time(data, sink, &mut sent, &clock, args.n(200_000, 20) as u64, Duration::from_secs(10));
+        Pcts::of(&mut s).report(B, &format!("oneway_32B/{system}"));
+    }
+    stop_sink(sink, h);
+    support::unpin();
+}
+
+fn shmlog_system(c: &mut Criterion, args: &Args) {
+    use shmlog::{Publication, Subscription};
+    let dir = ShmDir::new("vsa");
+    let create = |name: &str| Publication::builder(name).dir(&dir.path).term_length(TERM).create().unwrap();
+    let open = |name: &str| Subscription::builder(name).dir(&dir.path).open().unwrap();
+    let (mut ping, ping_rx) = (create("ping"), open("ping"));
+    let (pong_tx, mut pong) = (create("pong"), open("pong"));
+    let (mut data, data_rx) = (create("data"), open("data"));
+    for p in [&mut ping, &mut data] {
+        p.wait_connected(Duration::from_secs(10)).unwrap();
+    }
+    support::pin(0);
+    let echo = std::thread::spawn(move || {
+        support::pin(1);
+        let (mut rx, mut tx) = (ping_rx, pong_tx);
+        tr::echo(&mut rx, &mut tx);
+    });
+    let sink = Sink::new();
+    let mut stop = [0u8; 32];
+    stop[0] = tr::STOP;
+    workloads_split(c, args, "shmlog", &mut ping, &mut pong, &mut data, &sink, echo, stop, data_rx);
+}
+
+#[cfg(feature = "aeron-compare")]
+fn aeron_system(c: &mut Criterion, args: &Args) {
+    use support::aeron_driver::MediaDriver;
+    use tr::aeron::{AeronRx, AeronSinkRx, AeronTx, Client};
+    let driver = match MediaDriver::start(TERM) {
+        Ok(d) => d,
+        Err(why) => {
+            eprintln!("[{B}] SKIPPED aeron-rs: {why}");
+            return;
+        }
+    };
+    let client = match Client::connect(&driver.dir_string(), &[1001, 1002, 1003]) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("[{B}] SKIPPED aeron-rs: {why}");
+            return;
+        }
+    };
+    eprintln!("[{B}] aeron-rs 0.1.8 connected to the Java media driver {} in {}", support::aeron_driver::AERON_VERSION, driver.dir.display());
+    support::pin(0);
+    let (ping_sub, pong_pub) = (client.subscriptions[0].clone(), client.publications[1].clone());
+    let echo = std::thread::spawn(move || {
+        support::pin(1);
+        let mut s = ping_sub.lock().unwrap();
+        let p = pong_pub.lock().unwrap();
+        tr::echo(&mut AeronRx(&mut s), &mut AeronTx(&p));
+    });
+    let sink = Sink::new();
+    let mut stop = [0u8; 32];
+    stop[0] = tr::STOP;
+    {
+        let ping_pub = client.publications[0].lock().unwrap();
+        let mut pong_sub = client.subscriptions[1].lock().unwrap();
+        let data_pub = client.publications[2].lock().unwrap();
+        let data_sub = client.subscriptions[2].clone();
+        workloads_split(
+            c,
+            args,
+            "aeron-rs",
+            &mut AeronTx(&ping_pub),
+            &mut AeronRx(&mut pong_sub),
+            &mut AeronTx(&data_pub),
+            &sink,
+            echo,
+            stop,
+            AeronSinkRx::new(data_sub),
+        );
+    }
+    drop(client);
+    drop(driver);
+}
+
+#[cfg(not(feature = "aeron-compare"))]
+fn aeron_system(_c: &mut Criterion, _args: &Args) {
+    eprintln!("[{B}] SKIPPED aeron-rs: built without `--features aeron-compare`");
+}
+
+fn main() {
+    let args = Args::parse();
+    support::banner(B);
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    if args.wants("crossbeam-channel") || args.wants("vs_aeron") {
+        crossbeam(&mut c, &args);
+    }
+    if args.wants("shmlog") || args.wants("vs_aeron") {
+        shmlog_system(&mut c, &args);
+    }
+    if args.wants("aeron-rs") || args.wants("vs_aeron") {
+        aeron_system(&mut c, &args);
+    }
+    c.final_summary();
+}
