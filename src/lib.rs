@@ -95,6 +95,10 @@ pub(crate) mod sys;
 #[doc(hidden)]
 pub mod fuzz;
 
+/// Writer and readers on threads over one heap region (for ThreadSanitizer; see the module).
+#[cfg(all(test, not(shmlog_loom)))]
+mod concurrency_tests;
+
 pub use error::{Error, OfferError};
 pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 pub use log::header::Header;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Fuzzing smoke run (docs/verification.md, "Fuzzing").
+#
+# Builds the cargo-fuzz targets of fuzz/ (libFuzzer + AddressSanitizer) and runs each one for
+# FUZZ_SECONDS (default 45) starting from the committed corpus fuzz/corpus/<target>/, which also
+# holds the inputs of past crashes. Fails if any target crashes; the crash input is left in
+# fuzz/artifacts/<target>/. New corpus entries go to fuzz/target/ci-corpus/, never into git.
+#
+#   FUZZ_SECONDS=600 .ci/fuzz.sh            # a longer run
+#   FUZZ_TARGETS="ops_oracle" .ci/fuzz.sh   # some targets only
+#   FUZZ_HARNESS_TESTS=0 .ci/fuzz.sh        # skip the in-process harness tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${FUZZ_SECONDS:-45}
+read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler}"
+start=$(date +%s)
+stamp() { echo "[fuzz +$(($(date +%s) - start))s] $*"; }
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    stamp "installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+fi
+# cargo-fuzz needs unstable rustc flags (-Zsanitizer): the stable toolchain with RUSTC_BOOTSTRAP,
+# so no nightly is needed. Set FUZZ_TOOLCHAIN=+nightly to use a nightly instead.
+toolchain=${FUZZ_TOOLCHAIN:-}
+if [[ -z $toolchain ]]; then
+    export RUSTC_BOOTSTRAP=1
+fi
+
+# The targets' scenarios and the seed corpus are unit-tested in-process too (no libFuzzer):
+# random inputs must not trip the harness, and the seeds must still reach deep.
+if [[ ${FUZZ_HARNESS_TESTS:-1} == 1 ]]; then
+    stamp "harness tests: RUSTFLAGS='--cfg fuzzing' cargo test --lib fuzz::"
+    if ! CARGO_TARGET_DIR=target/fuzz-harness RUSTFLAGS="--cfg fuzzing" \
+        cargo test --lib -q fuzz:: >target/fuzz-harness.log 2>&1; then
+        tail -40 target/fuzz-harness.log
+        echo "FAIL: fuzz harness tests"
+        exit 1
+    fi
+    grep -E "test result" target/fuzz-harness.log
+fi
+
+stamp "building the targets: cargo fuzz build"
+if ! (cd fuzz && cargo $toolchain fuzz build) >target/fuzz-build.log 2>&1; then
+    tail -40 target/fuzz-build.log
+    echo "FAIL: cargo fuzz build"
+    exit 1
+fi
+
+failed=()
+for t in "${targets[@]}"; do
+    work=fuzz/target/ci-corpus/$t
+    log=fuzz/target/ci-$t.log
+    mkdir -p "$work" "fuzz/artifacts/$t"
+    stamp "run $t for ${seconds}s (corpus fuzz/corpus/$t, $(ls "fuzz/corpus/$t" | wc -l) files)"
+    # A crash makes cargo fuzz exit non-zero; keep going so every target reports.
+    if (cd fuzz && cargo $toolchain fuzz run "$t" "target/ci-corpus/$t" "corpus/$t" -- \
+        -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1) >"$log" 2>&1; then
+        status=ok
+    else
+        status=CRASH
+        failed+=("$t")
+    fi
+    execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
+    last=$(grep -E "^#[0-9]+" "$log" | tail -1 | grep -oE "cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9a-zA-Z]+" || echo "cov: ?")
+    stamp "$t: $status, $execs executions, $last"
+    if [[ $status == CRASH ]]; then
+        grep -E "panicked|ERROR|SUMMARY|Test unit written" "$log" | head -20
+    fi
+done
+
+if ((${#failed[@]})); then
+    stamp "FAIL: crashes in ${failed[*]} (inputs in fuzz/artifacts/, logs in fuzz/target/ci-*.log)"
+    exit 1
+fi
+stamp "all targets ran clean"
