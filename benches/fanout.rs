@@ -50,7 +50,7 @@ impl Fanout {
             let sub = Subscription::builder("fan").dir(&dir.path).open().expect("open subscription");
             let (r, st) = (received.clone(), stop.clone());
             let idle = idle.to_string();
-            threads.push(std::thread::spawn(move || {
+            threads.push(support::spawn_on(1, move || {
                 support::pin(1);
                 match idle.as_str() {
                     "backoff" => reader(sub, Backoff::default(), &r[i].0, &st),

@@ -56,7 +56,7 @@ impl Waiter {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, l, st) = (seen.clone(), latency_ns.clone(), stop.clone());
         let strategy = strategy.to_string();
-        let thread = std::thread::spawn(move || {
+        let thread = support::spawn_on(1, move || {
             support::pin(1);
             match strategy.as_str() {
                 "busy_spin" => wait_loop(sub, BusySpin, clock, &s, &l, &st),

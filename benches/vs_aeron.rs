@@ -26,7 +26,7 @@ const LIMIT: usize = 256;
 
 fn spawn_sink<R: Rx + Send + 'static>(mut rx: R, sink: std::sync::Arc<Sink>) -> JoinHandle<()> {
     let clock = Clock::best();
-    std::thread::spawn(move || {
+    support::spawn_on(1, move || {
         support::pin(1);
         tr::sink_loop(&mut rx, &sink, clock, LIMIT);
     })
@@ -42,7 +42,7 @@ fn crossbeam(c: &mut Criterion, args: &Args) {
     let (pong_tx, mut pong) = crossbeam_channel::bounded::<[u8; 32]>(1024);
     let (mut data, data_rx) = crossbeam_channel::bounded::<[u8; 32]>(8192);
     support::pin(0);
-    let echo = std::thread::spawn(move || {
+    let echo = support::spawn_on(1, move || {
         support::pin(1);
         let (mut rx, mut tx) = (ping_rx, pong_tx);
         tr::echo(&mut rx, &mut tx);
@@ -147,7 +147,7 @@ fn shmlog_system(c: &mut Criterion, args: &Args) {
         p.wait_connected(Duration::from_secs(10)).unwrap();
     }
     support::pin(0);
-    let echo = std::thread::spawn(move || {
+    let echo = support::spawn_on(1, move || {
         support::pin(1);
         let (mut rx, mut tx) = (ping_rx, pong_tx);
         tr::echo(&mut rx, &mut tx);
@@ -179,7 +179,7 @@ fn aeron_system(c: &mut Criterion, args: &Args) {
     eprintln!("[{B}] aeron-rs 0.1.8 connected to the Java media driver {} in {}", support::aeron_driver::AERON_VERSION, driver.dir.display());
     support::pin(0);
     let (ping_sub, pong_pub) = (client.subscriptions[0].clone(), client.publications[1].clone());
-    let echo = std::thread::spawn(move || {
+    let echo = support::spawn_on(1, move || {
         support::pin(1);
         let mut s = ping_sub.lock().unwrap();
         let p = pong_pub.lock().unwrap();

@@ -122,7 +122,7 @@ fn run<T: Tx>(o: &Opts, system: &str, tx: &mut T, sink: &Sink) {
 fn with_sink<R: Rx + Send + 'static, T: Tx>(o: &Opts, system: &str, rx: R, tx: &mut T) {
     let sink = Sink::new();
     let (s2, clock) = (sink.clone(), o.clock);
-    let h = std::thread::spawn(move || {
+    let h = support::spawn_on(1, move || {
         support::pin(1);
         let mut rx = rx;
         tr::sink_loop(&mut rx, &s2, clock, 256);

@@ -3,6 +3,7 @@
 #
 #   scripts/bench-all.sh                 # full run (~15-25 min on 2 cores)
 #   SHMLOG_BENCH_RT=1 scripts/bench-all.sh   # under SCHED_FIFO (chrt -f 1) when the machine is busy
+#   scripts/bench-all.sh --warm-up-time 1 --measurement-time 2   # extra arguments go to criterion
 #
 # Needs: cargo; for the aeron-rs columns also Java 17+ and Maven (the driver jar is fetched into
 # target/aeron/ once). Without them those columns print SKIPPED and stay empty.
@@ -16,8 +17,19 @@ if [[ ! -s target/aeron/aeron-all-1.51.0.jar ]]; then
     scripts/fetch-aeron-driver.sh || echo "no Aeron driver jar: the aeron-rs figures will be SKIPPED"
 fi
 
-cargo bench "${FEATURES[@]}" --no-run
+# Build once, then run the binaries themselves: no rebuild between benches (the code measured
+# stays the same through the run) and no compiler running under SCHED_FIFO.
+declare -A BIN
+while IFS=$'\t' read -r name exe; do
+    BIN[$name]=$exe
+done < <(cargo bench "${FEATURES[@]}" --no-run --message-format=json \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+        print(m["target"]["name"] + "\t" + m["executable"])')
 cargo build --profile bench "${FEATURES[@]}" --example latency
+LATENCY="$CARGO_TARGET_DIR/release/examples/latency"
 
 RT=()
 if [[ "${SHMLOG_BENCH_RT:-0}" == 1 ]] && command -v chrt >/dev/null; then
@@ -27,15 +39,10 @@ fi
 
 rm -rf target/bench-results
 mkdir -p target/bench-results
-run() { "${RT[@]}" cargo bench "${FEATURES[@]}" --bench "$1" -- "${@:2}" 2>&1 | tee -a target/bench-results/log.txt; }
-
-run bounds
-run throughput
-run ping_pong
-run offer_poll
-run fanout
-run idle
-run vs_aeron
-"${RT[@]}" "$CARGO_TARGET_DIR/release/examples/latency" --seconds "$SECONDS_RATE" 2>&1 | tee -a target/bench-results/log.txt
+for b in bounds throughput ping_pong offer_poll fanout idle vs_aeron; do
+    [[ -n "${BIN[$b]:-}" ]] || { echo "no executable for bench $b" >&2; exit 1; }
+    "${RT[@]}" "${BIN[$b]}" --bench "$@" 2>&1 | tee -a target/bench-results/log.txt
+done
+"${RT[@]}" "$LATENCY" --seconds "$SECONDS_RATE" 2>&1 | tee -a target/bench-results/log.txt
 
 python3 scripts/bench-report.py

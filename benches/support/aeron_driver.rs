@@ -82,12 +82,15 @@ impl MediaDriver {
         .stderr(err);
         {
             use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+            let all: Vec<usize> = (0..super::cores()).collect();
+            // SAFETY: prctl, sched_* are async-signal-safe; `all` was allocated before the fork.
             unsafe {
-                cmd.pre_exec(|| {
+                cmd.pre_exec(move || {
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                     // Under `chrt -f`, the driver must be able to preempt the spinning threads.
                     super::above_fifo_spinners();
+                    // Not the bench thread's CPU 0 only: the driver may run on any CPU.
+                    super::set_affinity(&all);
                     Ok(())
                 });
             }

@@ -42,7 +42,7 @@ impl RawPingPong {
     pub fn start(ponger_cpu: usize) -> Self {
         let lines = Arc::new(PingLines::default());
         let l = lines.clone();
-        let ponger = std::thread::spawn(move || {
+        let ponger = super::spawn_on(ponger_cpu, move || {
             super::pin(ponger_cpu);
             let mut seen = 0;
             loop {
@@ -163,7 +163,7 @@ impl BareRing {
             sum: Line::default(),
         });
         let r = ring.clone();
-        let consumer = std::thread::spawn(move || {
+        let consumer = super::spawn_on(consumer_cpu, move || {
             super::pin(consumer_cpu);
             let batch = (r.mask + 1) / 4;
             let mut pos = 0u64;

@@ -23,9 +23,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// Number of online CPUs.
+/// Number of online CPUs (of the machine, not of the calling thread's CPU mask).
 pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
 }
 
 /// CPU model name from /proc/cpuinfo.
@@ -154,17 +160,46 @@ pub fn above_fifo_spinners() {
     }
 }
 
-/// Lets the calling thread run on every CPU again.
-pub fn unpin() {
-    // SAFETY: as in `pin`.
+pub fn set_affinity(cpus: &[usize]) {
+    // SAFETY: as in `pin`; sched_setaffinity is async-signal-safe.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
-        for c in 0..cores() {
+        for &c in cpus {
             libc::CPU_SET(c, &mut set);
         }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
+}
+
+fn current_affinity() -> Vec<usize> {
+    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into `set`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..cores()).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Spawns a thread that starts already pinned to `cpu`.
+///
+/// A new thread inherits its parent's CPU mask. Under SCHED_FIFO (`chrt -f`), a helper spawned
+/// by a main thread pinned to CPU 0 would wait behind the spinning main thread forever before
+/// it could pin itself elsewhere, so the parent briefly takes the helper's mask while spawning.
+pub fn spawn_on<T: Send + 'static>(cpu: usize, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+    let saved = current_affinity();
+    set_affinity(&[cpu % cores()]);
+    let h = std::thread::spawn(f);
+    set_affinity(&saved);
+    h
+}
+
+/// Lets the calling thread run on every CPU again.
+pub fn unpin() {
+    let all: Vec<usize> = (0..cores()).collect();
+    set_affinity(&all);
 }
 
 static DIR_SEQ: AtomicUsize = AtomicUsize::new(0);
@@ -356,7 +391,8 @@ pub fn child_role() -> Option<String> {
 }
 
 /// Starts this very bench binary again as a child with `SHMLOG_BENCH_CHILD=role` and extra
-/// environment. The child dies with the parent (PDEATHSIG).
+/// environment, pinned to CPU 1 from its first instruction. The child dies with the parent
+/// (PDEATHSIG).
 pub fn spawn_child(role: &str, env: &[(&str, String)]) -> ChildGuard {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().expect("current exe");
@@ -367,8 +403,10 @@ pub fn spawn_child(role: &str, env: &[(&str, String)]) -> ChildGuard {
     }
     // SAFETY: prctl is async-signal-safe and touches no memory of ours.
     unsafe {
-        cmd.pre_exec(|| {
+        let cpu = 1 % cores();
+        cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            set_affinity(&[cpu]);
             Ok(())
         });
     }

@@ -43,7 +43,7 @@ impl Counter {
         let received = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (r, st) = (received.clone(), stop.clone());
-        let handle = std::thread::spawn(move || {
+        let handle = super::spawn_on(cpu, move || {
             super::pin(cpu);
             let mut n = 0u64;
             let mut sum = 0u64;
@@ -116,7 +116,7 @@ pub struct Echo {
 
 impl Echo {
     pub fn start(mut ping: Subscription, mut pong: Publication, cpu: usize) -> Echo {
-        let handle = std::thread::spawn(move || {
+        let handle = super::spawn_on(cpu, move || {
             super::pin(cpu);
             echo_loop(&mut ping, &mut pong);
         });
