@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-45}
+mkdir -p target
 read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler}"
 start=$(date +%s)
 stamp() { echo "[fuzz +$(($(date +%s) - start))s] $*"; }

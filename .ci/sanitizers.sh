@@ -21,6 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 read -r -a parts <<<"${SAN_PARTS:-tsan asan miri}"
+mkdir -p target/san
 host=x86_64-unknown-linux-gnu
 start=$(date +%s)
 stamp() { echo "[sanitizers +$(($(date +%s) - start))s] $*"; }
@@ -106,7 +107,7 @@ if want miri; then
     if try_component miri && try_component rust-src; then
         t0=$(date +%s)
         stamp "miri: setting up its sysroot"
-        CARGO_TARGET_DIR=target/miri cargo "${tc[@]}" miri setup >target/san-miri-setup.log 2>&1 || true
+        CARGO_TARGET_DIR=target/miri cargo "${tc[@]}" miri setup >target/san/miri-setup.log 2>&1 || true
         # Unit tests over the heap backend only (Miri cannot mmap files or take fcntl locks), and
         # not the ones over 64 KiB terms that take minutes under Miri: the fuzz seeds that stay in
         # memory cover the log layer on small terms (append, claim, rotation, clean, read, slots,
