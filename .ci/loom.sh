@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Loom model checking of the log protocol: src/log/loom_models.rs over src/region/loom.rs.
+# Loom model checking of the log and stream protocols: src/log/loom_models.rs and
+# src/stream/loom_models.rs over src/region/loom.rs.
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
 #    unless set in the environment).
-# 2. Rebuilds the crate with each mutation hook of src/log/appender.rs and asserts that the
-#    models FAIL, so CI proves they can see the bugs they are there for:
-#      shmlog_mutant_relaxed_commit  frame lengths committed with Relaxed: every model must fail;
-#      shmlog_mutant_skip_clean      the next partition is never zeroed: the cleaning model must fail.
+# 2. Rebuilds the crate with each mutation hook and asserts that the models aimed at it FAIL, so
+#    CI proves they can see the bugs they are there for:
+#      shmlog_mutant_relaxed_commit       frame lengths committed with Relaxed (log/appender.rs):
+#                                         every model that reads frames (a-e, d1-d3) must fail;
+#      shmlog_mutant_skip_clean           the next partition is never zeroed (log/appender.rs):
+#                                         the models that reuse partitions (c2, d1) must fail;
+#      shmlog_mutant_relaxed_position     readers publish positions with Relaxed
+#                                         (stream/slots.rs): the flow-control models d1-d3 must fail;
+#      shmlog_mutant_no_join_fence        no SeqCst fence between a joining reader's slot and its
+#                                         re-read of the writer position (stream/join.rs): d2, d3;
+#      shmlog_mutant_no_recompute_fence   no SeqCst fence before the writer reads the slots
+#                                         (stream/flow.rs): d2, d3 must fail;
+#      shmlog_mutant_evict_unlocked       the sweep frees a dead reader's slot after dropping its
+#                                         lock (stream/slots.rs): the eviction model f must fail.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
 # `cargo rustc`, which hands the extra --cfg to this crate only, so loom and the other
-# dependencies are built once for all three builds. LTO is off for these builds: it buys nothing
+# dependencies are built once for all the builds. LTO is off for these builds: it buys nothing
 # for model checking and costs minutes on two cores. `-C debug-assertions` keeps the crate's
 # debug_assert!s on in the optimised build (as tokio's loom job does).
 set -euo pipefail
@@ -38,10 +49,11 @@ step "models passed in $((SECONDS - models_start))s"
 step "region::loom tests"
 cargo test --release --lib region::loom
 
-# mutant CFG FILTER: builds the crate with --cfg CFG and asserts that every model matching
-# FILTER fails.
+# mutant CFG FILTER...: builds the crate with --cfg CFG and asserts that every model matching
+# one of the FILTERs fails.
 mutant() {
-    local cfg=$1 filter=$2 bin out total failed status=0
+    local cfg=$1 bin out total failed status=0
+    shift
     step "mutant $cfg: build"
     bin=$(cargo rustc --profile bench --lib --message-format=json-render-diagnostics -- --cfg "$cfg" |
         grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d '"' -f 4)
@@ -49,11 +61,11 @@ mutant() {
         echo "FAIL: no test binary was built for mutant $cfg" >&2
         exit 1
     fi
-    total=$("$bin" "$filter" --list | grep -c ': test$' || true)
-    step "mutant $cfg: running $total model(s) matching '$filter', each must fail"
-    out=$(LOOM_LOCATION=1 "$bin" "$filter" --test-threads=2 2>&1) || status=$?
+    total=$("$bin" "$@" --list | grep -c ': test$' || true)
+    step "mutant $cfg: running $total model(s) matching '$*', each must fail"
+    out=$(LOOM_LOCATION=1 "$bin" "$@" --test-threads=2 2>&1) || status=$?
     failed=$(grep -c '^test .* FAILED$' <<<"$out" || true)
-    grep -E '^test |panicked at|Causality violation|reader fault|not zeroed|^ +(left|right|created|read|write):' \
+    grep -E '^test |panicked at|Causality violation|reader fault|not zeroed|was freed|ran to|^ +(left|right|created|read|write):' \
         <<<"$out" | head -n 60
     if [[ $status -eq 0 || $total -eq 0 || $failed -ne $total ]]; then
         echo "FAIL: mutant $cfg: $failed of $total models failed; the models cannot see this bug" >&2
@@ -62,7 +74,11 @@ mutant() {
     step "mutant $cfg: $failed of $total models failed, as they must"
 }
 
-mutant shmlog_mutant_relaxed_commit loom_models
-mutant shmlog_mutant_skip_clean loom_models::c2_
+mutant shmlog_mutant_relaxed_commit log::loom_models stream::loom_models::d
+mutant shmlog_mutant_skip_clean log::loom_models::c2_ stream::loom_models::d1_
+mutant shmlog_mutant_relaxed_position stream::loom_models::d
+mutant shmlog_mutant_no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
+mutant shmlog_mutant_no_recompute_fence stream::loom_models::d2_ stream::loom_models::d3_
+mutant shmlog_mutant_evict_unlocked stream::loom_models::f_
 
 step "done in $((SECONDS - start))s"

@@ -7,8 +7,8 @@ use crate::log::reader::{self, Scan};
 use crate::log::Log;
 use crate::region::ReadOnlyRegion;
 use crate::stream::files::{self, ReadLog, ReadersFile};
+use crate::stream::join::{self, JoinRefused, JoinRule};
 use crate::stream::name;
-use crate::sync::{fence, Ordering};
 use crate::sys::fs::is_same_file;
 use crate::Action;
 use std::cell::Cell;
@@ -301,35 +301,16 @@ impl Subscription {
         }
     }
 
-    /// Publishes our slot at a join position, then confirms the position is still readable (I5).
+    /// Publishes our slot at a join position, then confirms the position is still readable (I5):
+    /// `stream::join::join`, the code the loom models check.
     fn join(&mut self, next: ReadLog, rule: JoinAt) -> Result<(), Error> {
-        let log = &next.log;
-        let session = log.session_id();
-        let corrupt = |e: crate::error::Invalid| e.at(&self.log_path);
-        let slots = &self.readers.slots;
-        for _ in 0..1000 {
-            let producer = log.producer_position().map_err(corrupt)?;
-            let position = match rule {
-                JoinAt::Slowest => slots.scan(session, Some(self.slot)).min.unwrap_or(producer),
-                JoinAt::Latest => producer,
-                JoinAt::Position(p) => p,
-            };
-            slots.activate(self.slot, session, position);
-            fence(Ordering::SeqCst);
-            let newest = log.producer_position().map_err(corrupt)?;
-            let oldest = (newest - log.term_length() as i64).max(0);
-            let available = position >= oldest
-                && position <= newest
-                && position % 32 == 0
-                && (position == newest
-                    || reader::frame_starts_at(log, position)
-                    // The frame being written where the slowest reader caught up (an open claim,
-                    // or an offer caught mid-copy): readable once committed, never cleaned (it
-                    // is in the active term), so as good a join position as a committed one.
-                    // Only for positions a reader or the writer reached: an explicit position
-                    // over zero payload bytes would look pending forever.
-                    || (!matches!(rule, JoinAt::Position(_)) && reader::frame_pending_at(log, position)));
-            if available {
+        let rule = match rule {
+            JoinAt::Slowest => JoinRule::Slowest,
+            JoinAt::Latest => JoinRule::Latest,
+            JoinAt::Position(p) => JoinRule::Position(p),
+        };
+        match join::join(&next.log, &self.readers.slots, self.slot, rule) {
+            Ok(position) => {
                 self.session = Some(Session {
                     file: next.file,
                     log: next.log,
@@ -338,14 +319,17 @@ impl Subscription {
                     publisher_alive: true,
                 });
                 self.fault = None;
-                return Ok(());
+                Ok(())
             }
-            slots.deactivate(self.slot);
-            if let JoinAt::Position(requested) = rule {
-                return Err(Error::PositionNotAvailable { requested, oldest, newest });
+            Err(JoinRefused::NotAvailable { requested, oldest, newest }) => {
+                Err(Error::PositionNotAvailable { requested, oldest, newest })
             }
+            Err(JoinRefused::Corrupt(e)) => Err(e.at(&self.log_path)),
+            Err(JoinRefused::GaveUp) => Err(Error::Corrupt {
+                path: self.log_path.clone(),
+                what: "could not find a joinable position",
+            }),
         }
-        Err(Error::Corrupt { path: self.log_path.clone(), what: "could not find a joinable position" })
     }
 
     /// Waits until connected to a live publisher's session, or `timeout` passes.

@@ -1,7 +1,7 @@
 //! Loom models of the log protocol.
 //!
 //! Each model runs the real [`Appender`] on a writer thread against the real [`reader::read`] on
-//! the model's main thread, over a log in a [`LoomRegion`] with tiny terms (128, 256 or 512 bytes,
+//! the model's main thread, over a log in a [`LoomRegion`] with tiny terms (128 to 1024 bytes,
 //! MTU 64, window `T / 2`, page 4096), and checks what a subscriber must see: exactly the
 //! committed messages, in order, byte-exact, with the header of the place they sit in, never a
 //! partial frame and never a fault. Loom itself reports data races on payload bytes and
@@ -11,7 +11,7 @@
 //! the position it consumed to (release) in a loom `AtomicI64` after every poll that moved, and
 //! the writer starts a message only while its position is below that position plus the window
 //! (acquire), as the publication's limit check does (I2). The real flow control over reader
-//! slots is modelled by a later task.
+//! slots, joins and eviction are modelled in `stream::loom_models`, with these helpers.
 //!
 //! The reader also checks, after every poll, that the writer's published position
 //! (`Log::producer_position`: tail counters read against the active term count) is consistent and
@@ -38,13 +38,14 @@
 //!   again while zeroing partition 1, and term 4 into partition 1 again: the reader must never
 //!   see the stale frames of terms 0 and 1 (I3), and loom checks that no zeroing races with a
 //!   reader's access to the same bytes or length words. Cleaning starts only at term count 2,
-//!   so this is the one model that can see a writer that does not clean.
+//!   so this is the one model of this file that can see a writer that does not clean.
+//! - `e_fragmented_messages_vs_assembler`: messages of three, one and two fragments (terms of
+//!   1024 bytes) polled two fragments at a time into the real `FragmentAssembler`, as
+//!   `Subscription::poll(&mut assembler, n)` does: every message is delivered once, whole and
+//!   byte-exact, with the header of a whole message, however the polls split it.
 //!
-//! TODO (later task), models over the real reader slots and subscription code:
-//! - d. flow control and join: a reader joining while the writer runs publishes its slot before
-//!   reading and the writer's next limit sees it (I2, I5);
-//! - e. the fragment assembler over fragmented messages, as `a3` delivers them;
-//! - f. eviction of a dead reader and reuse of its slot (I6).
+//! Models d (flow control and joins over the reader slots) and f (eviction of dead readers)
+//! are in `stream::loom_models`.
 //!
 //! Run: `.ci/loom.sh`, or by hand:
 //! `RUSTFLAGS="--cfg shmlog_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom
@@ -53,8 +54,12 @@
 //! mutants that show each model can fail.
 
 use super::appender::{Appender, ClaimedFrame, Tripped};
+use super::header::Header;
+use super::position::Terms;
 use super::reader::{read, read_block, Action};
 use super::{Log, LogInit};
+use crate::api::assembler::FragmentAssembler;
+use crate::api::handler::FragmentHandler;
 use crate::layout::align;
 use crate::layout::frame::{
     HeaderRest, BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, TYPE_DATA, UNFRAGMENTED,
@@ -66,16 +71,16 @@ use loom::thread;
 use std::sync::Arc;
 use std::time::Instant;
 
-type Shared = Arc<LoomRegion>;
+pub(crate) type Shared = Arc<LoomRegion>;
 
 const MTU: usize = 64;
 const PAGE: usize = 4096;
-const SESSION_ID: i32 = 11;
+pub(crate) const SESSION_ID: i32 = 11;
 const STREAM_ID: i32 = 22;
 
 /// Runs `model` under loom: the preemption bound is `LOOM_MAX_PREEMPTIONS` or 2, the branch
 /// limit `LOOM_MAX_BRANCHES` or 10 000. Prints the iterations and the time taken.
-fn check(name: &str, model: impl Fn() + Sync + Send + 'static) {
+pub(crate) fn check(name: &str, model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
@@ -99,8 +104,26 @@ fn check(name: &str, model: impl Fn() + Sync + Send + 'static) {
     );
 }
 
+/// Counts outcomes across a model's executions (bookkeeping outside the model, never seen by
+/// loom), so a test can print them and assert that loom reached the interleavings it is about.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tally(Arc<std::sync::Mutex<std::collections::BTreeMap<String, usize>>>);
+
+impl Tally {
+    pub(crate) fn add(&self, outcome: impl std::fmt::Display) {
+        *self.0.lock().unwrap().entry(outcome.to_string()).or_default() += 1;
+    }
+
+    /// Prints the outcomes and returns them.
+    pub(crate) fn report(&self, name: &str) -> std::collections::BTreeMap<String, usize> {
+        let seen = self.0.lock().unwrap().clone();
+        println!("loom model {name}: outcomes {seen:?}");
+        seen
+    }
+}
+
 /// Message `i` of `len` bytes: distinct, non-zero bytes, so a torn or stale copy shows.
-fn message(i: u8, len: usize) -> Vec<u8> {
+pub(crate) fn message(i: u8, len: usize) -> Vec<u8> {
     (0..len).map(|j| i.wrapping_mul(64).wrapping_add(j as u8).wrapping_add(1)).collect()
 }
 
@@ -174,13 +197,7 @@ impl Reader {
                 self.position,
                 fragment_limit.min(count - before),
                 |payload, header| {
-                    let aligned = align(header.frame_length() as usize, FRAME_ALIGNMENT);
-                    let start = header.position() - aligned as i64;
-                    assert_eq!(header.frame_length() as usize, HEADER_LEN + payload.len());
-                    assert_eq!(header.term_id(), terms.term_id(start));
-                    assert_eq!(header.term_offset() as usize, terms.term_offset(start));
-                    assert_eq!(header.session_id(), SESSION_ID);
-                    assert_eq!(header.stream_id(), STREAM_ID);
+                    check_place(terms, payload, header);
                     got.push(Delivered {
                         payload: payload.to_vec(),
                         position: header.position(),
@@ -247,8 +264,9 @@ impl Reader {
     }
 }
 
-/// A fresh log of terms of `term_length` bytes, as its writer and one reader at position 0.
-fn setup(term_length: usize, initial_term_id: i32) -> (Writer, Reader) {
+/// A fresh log of terms of `term_length` bytes (MTU 64, window `T / 2`): its appender, and the
+/// region for the readers' views (`Log::open_any_term`).
+pub(crate) fn new_log(term_length: usize, initial_term_id: i32) -> (Appender<Shared>, Shared) {
     let geometry = Geometry { term_length, page_size: PAGE, mtu: MTU, window: term_length / 2 };
     let region = Arc::new(LoomRegion::for_log(&geometry));
     let init = LogInit {
@@ -261,10 +279,27 @@ fn setup(term_length: usize, initial_term_id: i32) -> (Writer, Reader) {
         name: "loom",
     };
     let log = Log::initialize(Arc::clone(&region), &init);
-    let app = Appender::new(log).expect("a fresh log");
+    (Appender::new(log).expect("a fresh log"), region)
+}
+
+/// Checks that a delivered fragment's header names the place it was read from.
+pub(crate) fn check_place(terms: Terms, payload: &[u8], header: &Header) {
+    let aligned = align(header.frame_length() as usize, FRAME_ALIGNMENT);
+    let start = header.position() - aligned as i64;
+    assert_eq!(header.frame_length() as usize, HEADER_LEN + payload.len());
+    assert_eq!(header.term_id(), terms.term_id(start));
+    assert_eq!(header.term_offset() as usize, terms.term_offset(start));
+    assert_eq!(header.session_id(), SESSION_ID);
+    assert_eq!(header.stream_id(), STREAM_ID);
+}
+
+/// A fresh log of terms of `term_length` bytes, as its writer and one reader at position 0.
+fn setup(term_length: usize, initial_term_id: i32) -> (Writer, Reader) {
+    let (app, region) = new_log(term_length, initial_term_id);
     let reader_log = Log::open_any_term(region).expect("an initialised log");
     let consumed = Arc::new(AtomicI64::new(0));
-    let writer = Writer { app, consumed: Arc::clone(&consumed), window: geometry.window as i64 };
+    let window = app.log().geometry().window as i64;
+    let writer = Writer { app, consumed: Arc::clone(&consumed), window };
     (writer, Reader { log: reader_log, position: 0, consumed })
 }
 
@@ -418,4 +453,67 @@ fn c2_cleaning_and_reuse_vs_poll() {
         assert_eq!(term_count, 4);
         assert_eq!(got, expected(&messages, &positions));
     });
+}
+
+#[test]
+fn e_fragmented_messages_vs_assembler() {
+    let tally = Tally::default();
+    let seen = tally.clone();
+    check("e_fragmented_messages_vs_assembler", move || {
+        // Terms of 1024 bytes (the smallest whose largest message, T / 8 = 128 bytes, takes
+        // three fragments of the 32-byte max payload): 70 bytes go out as fragments of 32, 32
+        // and 6, then an unfragmented message of 5, then 40 bytes as 32 and 8. Each fragment is
+        // committed on its own; the reader polls two fragments at a time into the real
+        // assembler, as `Subscription::poll(&mut assembler, 2)` does, so messages are split
+        // across polls wherever the writer happens to be.
+        let (mut writer, mut reader) = setup(1024, 5);
+        let messages = [message(0, 70), message(1, 5), message(2, 40)];
+        let sent = messages.clone();
+        let writer = thread::spawn(move || sent.iter().map(|m| writer.offer(m)).collect::<Vec<_>>());
+        let whole = std::cell::RefCell::new(Vec::new());
+        let mut assembler = FragmentAssembler::new(|payload: &[u8], header: &Header| {
+            whole.borrow_mut().push((payload.to_vec(), *header))
+        });
+        let terms = reader.log.terms();
+        let (mut fragments, mut split_polls) = (0, 0);
+        while whole.borrow().len() < messages.len() {
+            let scan = read(
+                &reader.log,
+                reader.position,
+                2,
+                |payload, header| {
+                    check_place(terms, payload, header);
+                    FragmentHandler::on_fragment(&mut assembler, payload, header);
+                    Action::Continue
+                },
+                |_| unreachable!("the handler never commits"),
+            );
+            assert_eq!(scan.fault, None, "reader fault at position {}", reader.position);
+            fragments += scan.fragments;
+            // Fragments delivered when each message is complete: 3, 4, 6. Anything else here
+            // means this poll ended inside a message, which the assembler carries over.
+            if ![0, 3, 4, 6].contains(&fragments) {
+                split_polls += 1;
+            }
+            reader.advance(scan.position);
+        }
+        seen.add(format_args!("polls ending inside a message: {split_polls}"));
+        let positions = writer.join().unwrap();
+        assert_eq!(positions, [192, 256, 384]);
+        assert_eq!(fragments, 6);
+        let whole = whole.into_inner();
+        assert_eq!(whole.len(), messages.len());
+        for ((payload, header), (message, &end)) in whole.iter().zip(messages.iter().zip(&positions)) {
+            assert_eq!(payload, message, "message ending at {end} delivered whole and byte-exact");
+            assert_eq!(header.position(), end);
+            assert_eq!(header.flags(), UNFRAGMENTED);
+            assert_eq!(header.frame_length() as usize, HEADER_LEN + message.len());
+            assert_eq!((header.session_id(), header.stream_id()), (SESSION_ID, STREAM_ID));
+        }
+        // The first fragment's header: where the message starts.
+        assert_eq!(whole[0].1.term_offset(), 0);
+        assert_eq!(whole[2].1.term_offset(), 256);
+    });
+    let seen = tally.report("e_fragmented_messages_vs_assembler");
+    assert!(seen.keys().any(|k| !k.ends_with(": 0")), "no execution split a message across polls");
 }

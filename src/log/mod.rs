@@ -4,7 +4,7 @@
 pub(crate) mod appender;
 pub(crate) mod header;
 #[cfg(all(test, shmlog_loom))]
-mod loom_models;
+pub(crate) mod loom_models;
 pub(crate) mod position;
 pub(crate) mod reader;
 #[cfg(all(test, not(shmlog_loom)))]

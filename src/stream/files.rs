@@ -11,7 +11,7 @@ use crate::layout::log_meta::{self as meta, Geometry, META_LEN};
 use crate::layout::slots as s;
 use crate::log::{Log, LogInit};
 use crate::region::{MmapRegion, ReadOnlyRegion};
-use crate::stream::slots::Slots;
+use crate::stream::slots::{SlotLocks, Slots};
 use crate::sys::fs::{available_space, euid, is_same_file, reserve};
 use crate::sys::lock::{self, Kind};
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -322,18 +322,23 @@ impl ReadersFile {
     /// Claims a free slot by taking its lock. `Ok(None)` if every slot is held, or if the file
     /// was removed meanwhile (the caller reopens).
     pub(crate) fn claim_slot(&self) -> Result<Option<usize>, Error> {
-        for i in 0..self.slots.count() {
-            let (start, len) = Self::slot_range(i);
-            if lock::try_lock(&self.file, Kind::Exclusive, start, len).map_err(|e| self.io("lock", e))? {
-                if !is_same_file(&self.file, &self.path).map_err(|e| self.io("inspect", e))? {
-                    let _ = lock::unlock(&self.file, start, len);
-                    return Ok(None);
-                }
-                self.slots.claim(i, std::process::id() as i64, now_ns());
-                return Ok(Some(i));
+        let Some(i) = self.slots.claim_free(self, std::process::id() as i64, now_ns())? else {
+            return Ok(None);
+        };
+        // Holding a slot lock keeps `remove_if_unused` (which locks every slot) from removing
+        // the file from now on; if it was removed before, the slot is in a file nobody else
+        // will open: leave it and reopen.
+        match is_same_file(&self.file, &self.path) {
+            Ok(true) => Ok(Some(i)),
+            Ok(false) => {
+                self.release_slot(i);
+                Ok(None)
+            }
+            Err(e) => {
+                self.release_slot(i);
+                Err(self.io("inspect", e))
             }
         }
-        Ok(None)
     }
 
     /// Frees our slot and drops its lock.
@@ -352,22 +357,7 @@ impl ReadersFile {
 
     /// Frees every slot whose owner is provably gone (we could take its lock); returns how many.
     pub(crate) fn evict_dead(&self) -> usize {
-        let mut evicted = 0;
-        for i in 0..self.slots.high_water() {
-            if self.slots.state(i).1 == s::STATE_FREE {
-                continue;
-            }
-            let (start, len) = Self::slot_range(i);
-            if let Ok(true) = lock::try_lock(&self.file, Kind::Exclusive, start, len) {
-                // Re-check under the lock: a new owner may have claimed and freed it meanwhile.
-                if self.slots.state(i).1 != s::STATE_FREE {
-                    self.slots.free(i);
-                    evicted += 1;
-                }
-                let _ = lock::unlock(&self.file, start, len);
-            }
-        }
-        evicted
+        self.slots.evict_dead(self)
     }
 
     /// Removes the file if no reader holds any slot, keeping readers that attach concurrently
@@ -385,5 +375,20 @@ impl ReadersFile {
 
     fn io(&self, op: &'static str, e: io::Error) -> Error {
         Error::io(op, &self.path, e)
+    }
+}
+
+/// A slot's lock is an exclusive OFD lock on its byte range of the slot file.
+impl SlotLocks for ReadersFile {
+    type Error = Error;
+
+    fn try_lock(&self, index: usize) -> Result<bool, Error> {
+        let (start, len) = Self::slot_range(index);
+        lock::try_lock(&self.file, Kind::Exclusive, start, len).map_err(|e| self.io("lock", e))
+    }
+
+    fn unlock(&self, index: usize) {
+        let (start, len) = Self::slot_range(index);
+        let _ = lock::unlock(&self.file, start, len);
     }
 }

@@ -7,9 +7,9 @@
 //! but the term's (and the tail counter, which readers do not read).
 //!
 //! Join safety (invariant I5): a reader publishes its slot, then issues a SeqCst fence, then reads
-//! the producer position; a recompute issues a SeqCst fence, then reads the slots. Either the
-//! recompute sees the reader, or the reader sees a producer position at least as new as the one
-//! the recompute used, and refuses join positions more than a term behind it.
+//! the producer position (`stream::join`); a recompute issues a SeqCst fence, then reads the
+//! slots. Either the recompute sees the reader, or the reader sees a producer position at least
+//! as new as the one the recompute used, and refuses join positions more than a term behind it.
 
 use super::slots::{SessionReaders, Slots};
 use crate::region::Region;
@@ -50,7 +50,11 @@ impl FlowControl {
 
     /// Re-reads the slots of `session` and sets the limit from the slowest reader.
     pub(crate) fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32) -> i64 {
-        fence(Ordering::SeqCst);
+        // Pairs with the fence of a joining reader (`stream::join`); the mutant cfg exists only so
+        // the loom models can show they catch its absence (`.ci/loom.sh`).
+        if !cfg!(shmlog_mutant_no_recompute_fence) {
+            fence(Ordering::SeqCst);
+        }
         self.readers = slots.scan(session, None);
         match (self.readers.min, self.readers.max) {
             (Some(min), Some(max)) => {

@@ -6,6 +6,9 @@ pub(crate) mod dir;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod files;
 pub(crate) mod flow;
+pub(crate) mod join;
+#[cfg(all(test, shmlog_loom))]
+mod loom_models;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod name;
 pub(crate) mod slots;

@@ -7,12 +7,35 @@
 //!   moves the position forward within a session;
 //! - the publisher counts a slot for flow control while its state word says ACTIVE in the
 //!   publisher's session; only a publisher that took the dead owner's lock frees it.
+//!
+//! The kernel locks themselves are behind [`SlotLocks`] (OFD locks on the slot file in
+//! `stream::files`, a model of them in the loom models), so the claim and eviction logic here
+//! is the code both run.
 
 use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
 use crate::layout::slots::{self as s, pack_state, slot_offset, unpack_state};
 use crate::region::{Region, RegionMut};
 use crate::sync::Ordering;
+
+/// Ordering of the store that publishes a reader's position. The mutant cfg exists only so the
+/// loom models can show they catch a position published without release (`.ci/loom.sh`).
+const POSITION_ORDER: Ordering =
+    if cfg!(shmlog_mutant_relaxed_position) { Ordering::Relaxed } else { Ordering::Release };
+
+/// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
+/// it is owning the slot; taking it proves that no live process owns the slot.
+pub(crate) trait SlotLocks {
+    /// Why a lock could not be tried (a system call failed).
+    type Error;
+
+    /// Takes slot `index`'s lock without waiting: `Ok(true)` if taken, `Ok(false)` if another
+    /// holder (a live reader, or a publisher sweeping) has it.
+    fn try_lock(&self, index: usize) -> Result<bool, Self::Error>;
+
+    /// Drops slot `index`'s lock taken with [`SlotLocks::try_lock`].
+    fn unlock(&self, index: usize);
+}
 
 /// The slot table of one stream.
 #[derive(Debug)]
@@ -86,10 +109,59 @@ impl<R: RegionMut> Slots<R> {
         self.region.store_i64(base + s::STATE, pack_state(0, s::STATE_FREE), Ordering::Release);
     }
 
-    /// Publishes the reader's new position (only the owner calls this, only forward).
+    /// Publishes the reader's new position (only the owner calls this, only forward). Release:
+    /// the writer that acquires it may reuse what the reader read before it (I2, I3).
     #[inline(always)]
     pub(crate) fn set_position(&self, index: usize, position: i64) {
-        self.region.store_i64(slot_offset(index) + s::POSITION, position, Ordering::Release);
+        self.region.store_i64(slot_offset(index) + s::POSITION, position, POSITION_ORDER);
+    }
+
+    /// Claims the first slot whose lock is free: takes the lock and marks the slot claimed by
+    /// `pid` ([`Slots::claim`]). A slot left non-free by a dead owner is taken over as it is: the
+    /// lock, not the state word, says who owns it. `Ok(None)` if every lock is held.
+    pub(crate) fn claim_free<L: SlotLocks>(
+        &self,
+        locks: &L,
+        pid: i64,
+        now_ns: i64,
+    ) -> Result<Option<usize>, L::Error> {
+        for i in 0..self.count {
+            if locks.try_lock(i)? {
+                self.claim(i, pid, now_ns);
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Frees every used slot whose owner is provably gone: the publisher's sweep (I6). For each
+    /// non-free slot below the high-water mark it tries the slot's lock; taking it proves the
+    /// owner dead, and the slot is freed under the lock (after re-reading its state: an owner
+    /// may have claimed it and left meanwhile), so a reader claiming it concurrently, which
+    /// must take the same lock first, is never freed. Returns how many were freed.
+    pub(crate) fn evict_dead<L: SlotLocks>(&self, locks: &L) -> usize {
+        let mut evicted = 0;
+        for i in 0..self.high_water() {
+            if self.state(i).1 == s::STATE_FREE {
+                continue;
+            }
+            // An error reads as "held": never free a slot whose owner may be alive.
+            if let Ok(true) = locks.try_lock(i) {
+                if cfg!(shmlog_mutant_evict_unlocked) {
+                    // Mutant for the loom models: the lock only tests that the owner is dead; the
+                    // slot is re-checked and freed after dropping it (a check-then-act race).
+                    locks.unlock(i);
+                }
+                if self.state(i).1 != s::STATE_FREE {
+                    self.free(i);
+                    evicted += 1;
+                }
+                if !cfg!(shmlog_mutant_evict_unlocked) {
+                    locks.unlock(i);
+                }
+            }
+        }
+        evicted
     }
 
     fn raise_high_water(&self, to: usize) {
@@ -221,6 +293,49 @@ mod tests {
         assert_eq!(t.scan(7, None).count, 1);
         t.deactivate(0);
         assert_eq!(t.scan(7, None), SessionReaders::default());
+    }
+
+    /// Kernel locks as a table of flags: `true` = held by someone else, or by us.
+    struct Flags(std::cell::RefCell<Vec<bool>>);
+
+    impl SlotLocks for Flags {
+        type Error = &'static str;
+        fn try_lock(&self, index: usize) -> Result<bool, &'static str> {
+            let mut held = self.0.borrow_mut();
+            if index == 3 {
+                return Err("lock call failed");
+            }
+            Ok(!std::mem::replace(&mut held[index], true))
+        }
+        fn unlock(&self, index: usize) {
+            self.0.borrow_mut()[index] = false;
+        }
+    }
+
+    #[test]
+    fn claim_takes_the_first_free_lock_and_eviction_frees_only_unlocked_used_slots() {
+        let t = slots(5);
+        let locks = Flags(std::cell::RefCell::new(vec![false; 5]));
+        assert_eq!(t.claim_free(&locks, 10, 0), Ok(Some(0)));
+        assert_eq!(t.claim_free(&locks, 11, 0), Ok(Some(1)));
+        assert_eq!(t.claim_free(&locks, 12, 0), Ok(Some(2)));
+        assert_eq!(t.claim_free(&locks, 13, 0), Err("lock call failed"), "errors propagate");
+        t.activate(0, 7, 64);
+        t.activate(1, 7, 32);
+        // The owner of slot 1 dies: the kernel drops its lock, its state stays ACTIVE.
+        locks.unlock(1);
+        assert_eq!(t.evict_dead(&locks), 1);
+        assert_eq!(t.state(1).1, s::STATE_FREE);
+        assert_eq!(t.state(0), (7, s::STATE_ACTIVE), "a live reader is never evicted");
+        assert_eq!(t.state(2).1, s::STATE_WAITING);
+        assert_eq!(*locks.0.borrow(), [true, false, true, false, false], "eviction drops the locks it took");
+        assert_eq!(t.evict_dead(&locks), 0, "free slots are skipped");
+        // A dead owner's slot is taken over by the next claim even before a sweep frees it.
+        locks.unlock(2);
+        assert_eq!(t.claim_free(&locks, 14, 0), Ok(Some(1)));
+        assert_eq!(t.claim_free(&locks, 15, 0), Ok(Some(2)));
+        assert_eq!(t.view(2).pid, 15);
+        assert_eq!(t.evict_dead(&locks), 0, "every used slot is locked");
     }
 
     #[test]
