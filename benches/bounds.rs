@@ -79,7 +79,12 @@ fn memcpy(c: &mut Criterion, args: &Args) {
         if args.wants(&format!("bounds/memcpy_64KiB/{label}")) {
             let rounds = args.n(100_000, 10);
             let mut r: Vec<f64> = (0..3).map(|_| memcpy_rate(size, footprint, rounds)).collect();
-            support::record_value(B, &format!("memcpy_64KiB_{label}_bytes_per_s"), Pcts::of(&mut r).p50, "B/s");
+            support::record_value(
+                B,
+                &format!("memcpy_64KiB_{label}_bytes_per_s"),
+                Pcts::of(&mut r).p50,
+                "B/s",
+            );
         }
     }
     g.finish();

@@ -41,8 +41,11 @@ struct Fanout {
 impl Fanout {
     fn start(n: usize, idle: &str) -> Fanout {
         let dir = ShmDir::new("fan");
-        let mut publication =
-            Publication::builder("fan").dir(&dir.path).term_length(TERM).create().expect("create publication");
+        let mut publication = Publication::builder("fan")
+            .dir(&dir.path)
+            .term_length(TERM)
+            .create()
+            .expect("create publication");
         let received: Arc<Vec<Padded>> = Arc::new((0..n).map(|_| Padded::default()).collect());
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -96,7 +99,12 @@ impl Fanout {
 fn reader(mut sub: Subscription, mut idle: impl IdleStrategy, received: &AtomicU64, stop: &AtomicBool) {
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let k = sub.poll(|p: &[u8], _: &shmlog::Header| { std::hint::black_box(p[0]); }, 256);
+        let k = sub.poll(
+            |p: &[u8], _: &shmlog::Header| {
+                std::hint::black_box(p[0]);
+            },
+            256,
+        );
         if k > 0 {
             n += k as u64;
             received.store(n, Ordering::Release);
@@ -117,7 +125,9 @@ impl Drop for Fanout {
 fn shmlog_fanout(c: &mut Criterion, args: &Args) {
     for idle in ["backoff", "yielding"] {
         let mut g = c.benchmark_group(format!("fanout/shmlog_{idle}"));
-        g.sample_size(10).warm_up_time(Duration::from_millis(100)).measurement_time(Duration::from_millis(300));
+        g.sample_size(10)
+            .warm_up_time(Duration::from_millis(100))
+            .measurement_time(Duration::from_millis(300));
         for n in NS {
             let name = format!("fanout/shmlog_{idle}/{n}");
             if !args.wants(&name) {
@@ -133,8 +143,16 @@ fn shmlog_fanout(c: &mut Criterion, args: &Args) {
             let mut per_offer = Vec::new();
             f.run(args.n(200, 2) as u64 * BATCH, &mut per_offer);
             let p = Pcts::of(&mut per_offer);
-            support::record(B, &name, &[("mean", p.mean), ("p50", p.p50), ("p90", p.p90)], &[("unit", "ns/offer")]);
-            eprintln!("[{B}] {name}: publisher ns/offer, batches of {BATCH}: mean {:.1} p50 {:.1} p90 {:.1}", p.mean, p.p50, p.p90);
+            support::record(
+                B,
+                &name,
+                &[("mean", p.mean), ("p50", p.p50), ("p90", p.p90)],
+                &[("unit", "ns/offer")],
+            );
+            eprintln!(
+                "[{B}] {name}: publisher ns/offer, batches of {BATCH}: mean {:.1} p50 {:.1} p90 {:.1}",
+                p.mean, p.p50, p.p90
+            );
             drop(f);
             support::unpin();
         }
@@ -200,11 +218,18 @@ fn udp_fanout(c: &mut Criterion, args: &Args) {
         }
         support::pin(0);
         let u = Udp::new(n);
-        g.bench_function(BenchmarkId::from_parameter(n), |b| b.iter_custom(|iters| u.run(iters, &mut Vec::new())));
+        g.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| u.run(iters, &mut Vec::new()))
+        });
         let mut per = Vec::new();
         u.run(args.n(2000, 2) as u64, &mut per);
         let p = Pcts::of(&mut per);
-        support::record(B, &name, &[("mean", p.mean), ("p50", p.p50), ("p90", p.p90)], &[("unit", "ns/message")]);
+        support::record(
+            B,
+            &name,
+            &[("mean", p.mean), ("p50", p.p50), ("p90", p.p90)],
+            &[("unit", "ns/message")],
+        );
         eprintln!("[{B}] {name}: sender ns/message (N sendto): mean {:.0} p50 {:.0}", p.mean, p.p50);
         support::unpin();
     }

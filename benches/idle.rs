@@ -28,14 +28,19 @@ struct Waiter {
     _dir: ShmDir,
 }
 
-fn wait_loop(mut sub: Subscription, mut idle: impl IdleStrategy, clock: Clock, seen: &AtomicU64, lat: &AtomicU64, stop: &AtomicBool) {
+fn wait_loop(
+    mut sub: Subscription,
+    mut idle: impl IdleStrategy,
+    clock: Clock,
+    seen: &AtomicU64,
+    lat: &AtomicU64,
+    stop: &AtomicBool,
+) {
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         let mut stamp = 0u64;
-        let k = sub.poll(
-            |p: &[u8], _: &shmlog::Header| stamp = u64::from_le_bytes(p[..8].try_into().unwrap()),
-            1,
-        );
+        let k = sub
+            .poll(|p: &[u8], _: &shmlog::Header| stamp = u64::from_le_bytes(p[..8].try_into().unwrap()), 1);
         if k > 0 {
             let now = clock.now_ns();
             lat.store(now.saturating_sub(stamp), Ordering::Relaxed);

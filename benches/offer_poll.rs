@@ -89,12 +89,7 @@ fn group(c: &mut Criterion, args: &Args, name: &str, op: Op, max: usize) {
                 })
                 .collect();
             let ns = Pcts::of(&mut ns).p50;
-            support::record(
-                B,
-                &label,
-                &[("ns_per_msg", ns), ("bytes_per_s", size as f64 * 1e9 / ns)],
-                &[],
-            );
+            support::record(B, &label, &[("ns_per_msg", ns), ("bytes_per_s", size as f64 * 1e9 / ns)], &[]);
             eprintln!("[{B}] {label}: {ns:.1} ns/msg, {:.2} GB/s", size as f64 / ns);
         }
     }
@@ -115,7 +110,12 @@ fn main() {
         let rounds = args.n(100_000, 10);
         for (label, footprint) in [("hot", 64usize << 10), ("walk_3MiB", 3 * TERM)] {
             let mut r: Vec<f64> = (0..3).map(|_| memcpy_rate(64 << 10, footprint, rounds)).collect();
-            support::record_value(B, &format!("memcpy_64KiB_{label}_bytes_per_s"), Pcts::of(&mut r).p50, "B/s");
+            support::record_value(
+                B,
+                &format!("memcpy_64KiB_{label}_bytes_per_s"),
+                Pcts::of(&mut r).p50,
+                "B/s",
+            );
         }
     }
     c.final_summary();

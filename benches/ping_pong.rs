@@ -73,7 +73,8 @@ fn percentiles(args: &Args, name: &str, p: &mut Pinger) {
     {
         let mut raw = RawPingPong::start(1);
         raw.warm(args.n(100_000, 10) as u64, Duration::from_secs(2));
-        Pcts::of(&mut raw.samples(&clock, n, Duration::from_secs(10))).report(B, &format!("{name}/raw_bound_rtt"));
+        Pcts::of(&mut raw.samples(&clock, n, Duration::from_secs(10)))
+            .report(B, &format!("{name}/raw_bound_rtt"));
     }
     Pcts::of(&mut p.samples(&clock, n)).report(B, &format!("{name}/rtt"));
 }

@@ -94,7 +94,12 @@ fn measure(c: &mut Criterion, args: &Args, group: &str, label: &str, term: usize
     if args.wants(&name) {
         let n = args.n(10_000_000, 1000) as u64;
         let mut rates: Vec<f64> = (0..3).map(|_| n as f64 / s.run(n).as_secs_f64()).collect();
-        support::record_value(B, &format!("{}_msgs_per_s", name.replace('/', "_")), Pcts::of(&mut rates).p50, "msg/s");
+        support::record_value(
+            B,
+            &format!("{}_msgs_per_s", name.replace('/', "_")),
+            Pcts::of(&mut rates).p50,
+            "msg/s",
+        );
     }
 }
 
@@ -125,8 +130,11 @@ fn processes(c: &mut Criterion, args: &Args) {
         }
         support::pin(0);
         let dir = ShmDir::new("tpp");
-        let mut publication =
-            Publication::builder("tpp").dir(&dir.path).term_length(term).create().expect("create publication");
+        let mut publication = Publication::builder("tpp")
+            .dir(&dir.path)
+            .term_length(term)
+            .create()
+            .expect("create publication");
         let counters_path = dir.path.join("counters");
         let counters = SharedCounters::create(&counters_path, 2);
         let child = support::spawn_child(
@@ -157,7 +165,12 @@ fn child_subscriber() {
     let (received, stop) = (counters.get(0), counters.get(1));
     let mut n = 0u64;
     loop {
-        let k = sub.poll(|p: &[u8], _: &shmlog::Header| { std::hint::black_box(p[0]); }, FRAGMENT_LIMIT);
+        let k = sub.poll(
+            |p: &[u8], _: &shmlog::Header| {
+                std::hint::black_box(p[0]);
+            },
+            FRAGMENT_LIMIT,
+        );
         if k > 0 {
             n += k as u64;
             received.store(n, Ordering::Release);

@@ -50,7 +50,18 @@ fn crossbeam(c: &mut Criterion, args: &Args) {
     let sink = Sink::new();
     let mut stop = [0u8; 32];
     stop[0] = tr::STOP;
-    workloads_split(c, args, "crossbeam-channel", &mut ping, &mut pong, &mut data, &sink, echo, stop, data_rx);
+    workloads_split(
+        c,
+        args,
+        "crossbeam-channel",
+        &mut ping,
+        &mut pong,
+        &mut data,
+        &sink,
+        echo,
+        stop,
+        data_rx,
+    );
 }
 
 /// Runs the three workloads for one system: round trips while the echo thread (ping -> pong)
@@ -113,8 +124,14 @@ fn workloads_split<T: Tx, R: Rx, D: Tx, DR: Rx + Send + 'static>(
     g.finish();
     if args.wants(&format!("vs_aeron/throughput_32B/{system}")) {
         let n = args.n(5_000_000, 100) as u64;
-        let mut r: Vec<f64> = (0..3).map(|_| n as f64 / tr::burst(data, sink, &mut sent, n).as_secs_f64()).collect();
-        support::record_value(B, &format!("throughput_32B/{system}_msgs_per_s"), Pcts::of(&mut r).p50, "msg/s");
+        let mut r: Vec<f64> =
+            (0..3).map(|_| n as f64 / tr::burst(data, sink, &mut sent, n).as_secs_f64()).collect();
+        support::record_value(
+            B,
+            &format!("throughput_32B/{system}_msgs_per_s"),
+            Pcts::of(&mut r).p50,
+            "msg/s",
+        );
     }
     let mut g = c.benchmark_group("vs_aeron/oneway_then_ack_32B");
     g.bench_function(system, |b| {
@@ -128,7 +145,14 @@ fn workloads_split<T: Tx, R: Rx, D: Tx, DR: Rx + Send + 'static>(
     });
     g.finish();
     if args.wants(&format!("vs_aeron/oneway_then_ack_32B/{system}")) {
-        let mut s = tr::stamped_one_at_a_time(data, sink, &mut sent, &clock, args.n(200_000, 20) as u64, Duration::from_secs(10));
+        let mut s = tr::stamped_one_at_a_time(
+            data,
+            sink,
+            &mut sent,
+            &clock,
+            args.n(200_000, 20) as u64,
+            Duration::from_secs(10),
+        );
         Pcts::of(&mut s).report(B, &format!("oneway_32B/{system}"));
     }
     stop_sink(sink, h);
@@ -176,7 +200,11 @@ fn aeron_system(c: &mut Criterion, args: &Args) {
             return;
         }
     };
-    eprintln!("[{B}] aeron-rs 0.1.8 connected to the Java media driver {} in {}", support::aeron_driver::AERON_VERSION, driver.dir.display());
+    eprintln!(
+        "[{B}] aeron-rs 0.1.8 connected to the Java media driver {} in {}",
+        support::aeron_driver::AERON_VERSION,
+        driver.dir.display()
+    );
     support::pin(0);
     let (ping_sub, pong_pub) = (client.subscriptions[0].clone(), client.publications[1].clone());
     let echo = support::spawn_on(1, move || {

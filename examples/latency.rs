@@ -35,7 +35,8 @@ struct Opts {
 }
 
 fn parse() -> Opts {
-    let mut o = Opts { seconds: 10, burst: 100_000, rate: 10_000.0, term: 8 << 20, only: None, clock: Clock::best() };
+    let mut o =
+        Opts { seconds: 10, burst: 100_000, rate: 10_000.0, term: 8 << 20, only: None, clock: Clock::best() };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = || it.next().unwrap_or_else(|| panic!("{a} needs a value"));
@@ -136,7 +137,8 @@ fn with_sink<R: Rx + Send + 'static, T: Tx>(o: &Opts, system: &str, rx: R, tx: &
 
 fn shmlog_run(o: &Opts) {
     let dir = support::ShmDir::new("latency");
-    let mut p = shmlog::Publication::builder("latency").dir(&dir.path).term_length(o.term).create().expect("create");
+    let mut p =
+        shmlog::Publication::builder("latency").dir(&dir.path).term_length(o.term).create().expect("create");
     let s = shmlog::Subscription::builder("latency").dir(&dir.path).open().expect("open");
     p.wait_connected(Duration::from_secs(10)).expect("connected");
     with_sink(o, "shmlog", s, &mut p);

@@ -24,15 +24,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = scratch_dir();
     let rounds = env_usize("PING_COUNT", 200_000);
     let burst = env_usize("BURST", 10_000_000);
-    println!("shmlog ping_pong: 2 processes, {SIZE}-byte messages, {} CPU cores, dir {}", cores(), dir.display());
+    println!(
+        "shmlog ping_pong: 2 processes, {SIZE}-byte messages, {} CPU cores, dir {}",
+        cores(),
+        dir.display()
+    );
 
     let mut ping = Publication::builder("ping").dir(&dir).term_length(TERM).create()?;
     let mut pong_sub = Subscription::builder("pong").dir(&dir).open()?;
-    let mut child = Command::new(std::env::current_exe()?)
-        .arg("pong")
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .spawn()?;
+    let mut child =
+        Command::new(std::env::current_exe()?).arg("pong").arg(&dir).stdin(Stdio::null()).spawn()?;
     let result = run(&mut ping, &mut pong_sub, rounds, burst);
     let _ = child.wait();
     drop((ping, pong_sub));
@@ -40,7 +41,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     result
 }
 
-fn run(ping: &mut Publication, pong: &mut Subscription, rounds: usize, burst: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn run(
+    ping: &mut Publication,
+    pong: &mut Subscription,
+    rounds: usize,
+    burst: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     ping.wait_connected(Duration::from_secs(10))?;
     pong.wait_connected(Duration::from_secs(10))?;
 
@@ -81,7 +87,8 @@ fn run(ping: &mut Publication, pong: &mut Subscription, rounds: usize, burst: us
     let mut received = 0u64;
     let mut idle = BusySpin;
     while received == 0 {
-        let n = pong.poll(|m: &[u8], _: &Header| received = u64::from_le_bytes(m[..8].try_into().unwrap()), 1);
+        let n =
+            pong.poll(|m: &[u8], _: &Header| received = u64::from_le_bytes(m[..8].try_into().unwrap()), 1);
         idle.idle(n);
     }
     let secs = start.elapsed().as_secs_f64();
@@ -99,7 +106,8 @@ fn run(ping: &mut Publication, pong: &mut Subscription, rounds: usize, burst: us
 
 /// The second process: echoes pings, then counts a burst and reports the count.
 fn pong(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let mut sub = Subscription::builder("ping").dir(dir).wait_for_publisher(Duration::from_secs(10)).open()?;
+    let mut sub =
+        Subscription::builder("ping").dir(dir).wait_for_publisher(Duration::from_secs(10)).open()?;
     let mut publication = Publication::builder("pong").dir(dir).term_length(TERM).create()?;
     publication.wait_connected(Duration::from_secs(10))?;
     let rounds = env_usize("PING_COUNT", 200_000) + 3 * TERM / 64 + 10_000;

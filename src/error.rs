@@ -165,10 +165,9 @@ impl fmt::Display for Error {
             Self::TooManyReaders { path, slots } => {
                 write!(f, "{}: all {slots} reader slots are in use by live readers", path.display())
             }
-            Self::PositionNotAvailable { requested, oldest, newest } => write!(
-                f,
-                "position {requested} is not available; joinable positions are {oldest}..={newest}"
-            ),
+            Self::PositionNotAvailable { requested, oldest, newest } => {
+                write!(f, "position {requested} is not available; joinable positions are {oldest}..={newest}")
+            }
             Self::Timeout => f.write_str("timed out"),
             Self::Io { op, path, source } => write!(f, "{}: {op}: {source}", path.display()),
         }
@@ -196,11 +195,9 @@ impl Invalid {
     pub(crate) fn at(self, path: impl Into<PathBuf>) -> Error {
         let path = path.into();
         match self {
-            Self::VersionMismatch { found } => Error::VersionMismatch {
-                path,
-                found,
-                expected: crate::layout::log_meta::LAYOUT_VERSION,
-            },
+            Self::VersionMismatch { found } => {
+                Error::VersionMismatch { path, found, expected: crate::layout::log_meta::LAYOUT_VERSION }
+            }
             Self::Corrupt(what) => Error::Corrupt { path, what },
         }
     }

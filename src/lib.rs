@@ -104,6 +104,8 @@ pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 pub use log::header::Header;
 pub use log::reader::Action;
 
+#[cfg(not(shmlog_loom))]
+pub use api::inspect;
 pub use api::{
     assembler::FragmentAssembler,
     handler::{ControlledFragmentHandler, FragmentHandler},
@@ -116,5 +118,3 @@ pub use api::{
 };
 #[cfg(not(shmlog_loom))]
 pub use stream::dir::default_dir;
-#[cfg(not(shmlog_loom))]
-pub use api::inspect;

@@ -3,9 +3,7 @@
 mod common;
 use common::{pattern, TempDir};
 use shmlog::FragmentHandler;
-use shmlog::{
-    Action, Error, FragmentAssembler, Header, JoinAt, OfferError, Publication, Subscription,
-};
+use shmlog::{Action, Error, FragmentAssembler, Header, JoinAt, OfferError, Publication, Subscription};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
@@ -175,10 +173,13 @@ fn block_poll_hands_raw_frames() {
         p.offer(&[i; 8]).unwrap();
     }
     let mut block = Vec::new();
-    let n = s.block_poll(|b: &[u8], start: i64| {
-        assert_eq!(start, 0);
-        block.extend_from_slice(b);
-    }, 1 << 20);
+    let n = s.block_poll(
+        |b: &[u8], start: i64| {
+            assert_eq!(start, 0);
+            block.extend_from_slice(b);
+        },
+        1 << 20,
+    );
     assert_eq!((n, block.len(), s.position()), (256, 256, 256));
     assert_eq!(&block[32..40], &[0u8; 8]);
     assert_eq!(&block[64 + 32..64 + 40], &[1u8; 8]);
@@ -222,7 +223,8 @@ fn joins_at_slowest_latest_or_an_available_position() {
 #[test]
 fn subscription_opened_before_the_publisher_joins_when_it_appears() {
     let dir = TempDir::new("api");
-    let mut s = Subscription::builder("early").dir(dir.path()).liveness_interval(Duration::ZERO).open().unwrap();
+    let mut s =
+        Subscription::builder("early").dir(dir.path()).liveness_interval(Duration::ZERO).open().unwrap();
     assert!(!s.is_connected());
     assert_eq!(s.poll(|_: &[u8], _: &Header| {}, 10), 0);
     let mut p = Publication::builder("early").dir(dir.path()).term_length(T).create().unwrap();

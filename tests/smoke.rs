@@ -16,7 +16,10 @@ fn offer_then_poll_in_one_process() {
             match publication.offer(&msg) {
                 Ok(_) => break,
                 Err(OfferError::BackPressured) => {
-                    sub.poll(|m: &[u8], _: &shmlog::Header| got.push(u32::from_le_bytes(m.try_into().unwrap())), 100);
+                    sub.poll(
+                        |m: &[u8], _: &shmlog::Header| got.push(u32::from_le_bytes(m.try_into().unwrap())),
+                        100,
+                    );
                 }
                 Err(e) => panic!("{e}"),
             }

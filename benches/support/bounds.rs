@@ -153,8 +153,9 @@ impl BareRing {
     /// A ring of `capacity` 64-byte slots (a power of two), pre-faulted, consumer on `cpu`.
     pub fn start(capacity: usize, consumer_cpu: usize) -> Self {
         assert!(capacity.is_power_of_two());
-        let slots: Box<[Slot]> =
-            (0..capacity).map(|_| Slot { seq: AtomicU64::new(0), payload: UnsafeCell::new([0; 4]) }).collect();
+        let slots: Box<[Slot]> = (0..capacity)
+            .map(|_| Slot { seq: AtomicU64::new(0), payload: UnsafeCell::new([0; 4]) })
+            .collect();
         let ring = Arc::new(Ring {
             slots,
             mask: capacity as u64 - 1,
@@ -255,9 +256,8 @@ pub fn memcpy_rate(size: usize, footprint: usize, rounds: usize) -> f64 {
     let src = vec![0x5au8; size];
     let mut dst = vec![0u8; footprint.max(size)];
     let slots = dst.len() / size;
-    let mut k = 0;
     let t = Instant::now();
-    for _ in 0..rounds {
+    for k in 0..rounds {
         let at = (k % slots) * size;
         // SAFETY: src has `size` bytes; dst has at least `at + size` bytes; no overlap.
         unsafe {
@@ -267,7 +267,6 @@ pub fn memcpy_rate(size: usize, footprint: usize, rounds: usize) -> f64 {
                 std::hint::black_box(size),
             )
         };
-        k += 1;
     }
     std::hint::black_box(&dst);
     (size * rounds) as f64 / t.elapsed().as_secs_f64()

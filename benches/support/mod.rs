@@ -10,11 +10,11 @@
 
 #![allow(dead_code)]
 
+pub mod aeron_driver;
 pub mod bounds;
 pub mod clock;
 pub mod shm;
 pub mod transport;
-pub mod aeron_driver;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -188,7 +188,10 @@ fn current_affinity() -> Vec<usize> {
 /// A new thread inherits its parent's CPU mask. Under SCHED_FIFO (`chrt -f`), a helper spawned
 /// by a main thread pinned to CPU 0 would wait behind the spinning main thread forever before
 /// it could pin itself elsewhere, so the parent briefly takes the helper's mask while spawning.
-pub fn spawn_on<T: Send + 'static>(cpu: usize, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
+pub fn spawn_on<T: Send + 'static>(
+    cpu: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
     let saved = current_affinity();
     set_affinity(&[cpu % cores()]);
     let h = std::thread::spawn(f);
@@ -213,7 +216,8 @@ pub struct ShmDir {
 
 impl ShmDir {
     pub fn new(tag: &str) -> Self {
-        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let base =
+            if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let n = DIR_SEQ.fetch_add(1, Ordering::Relaxed);
         let path = base.join(format!("shmlog-bench-{}-{tag}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
@@ -344,7 +348,13 @@ const COUNTER_STRIDE: usize = 128;
 
 impl SharedCounters {
     pub fn create(path: &Path, n: usize) -> Self {
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).expect("counter file");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .expect("counter file");
         f.set_len((n * COUNTER_STRIDE) as u64).expect("size counter file");
         Self::map(&f, n)
     }

@@ -137,7 +137,13 @@ impl Echo {
 #[inline(always)]
 pub fn round_trip(ping: &mut Publication, pong: &mut Subscription, msg: &[u8]) {
     offer_spin(ping, msg);
-    while pong.poll(|p: &[u8], _: &shmlog::Header| { std::hint::black_box(p.len()); }, 1) == 0 {
+    while pong.poll(
+        |p: &[u8], _: &shmlog::Header| {
+            std::hint::black_box(p.len());
+        },
+        1,
+    ) == 0
+    {
         std::hint::spin_loop();
     }
 }

@@ -107,7 +107,9 @@ pub mod aeron {
             let buf = AtomicBuffer::wrap_raw_slice(msg.as_slice() as *const [u8] as *mut [u8]);
             match self.0.offer_part(buf, 0, 32) {
                 Ok(_) => true,
-                Err(AeronError::BackPressured) | Err(AeronError::AdminAction) | Err(AeronError::NotConnected) => false,
+                Err(AeronError::BackPressured)
+                | Err(AeronError::AdminAction)
+                | Err(AeronError::NotConnected) => false,
                 Err(e) => panic!("aeron-rs offer: {e:?}"),
             }
         }
@@ -155,8 +157,12 @@ pub mod aeron {
                     let channel = CString::new("aeron:ipc").unwrap();
                     let mut ids = Vec::new();
                     for &s in &streams {
-                        let p = aeron.add_publication(channel.clone(), s).map_err(|e| format!("add_publication: {e}"))?;
-                        let q = aeron.add_subscription(channel.clone(), s).map_err(|e| format!("add_subscription: {e}"))?;
+                        let p = aeron
+                            .add_publication(channel.clone(), s)
+                            .map_err(|e| format!("add_publication: {e}"))?;
+                        let q = aeron
+                            .add_subscription(channel.clone(), s)
+                            .map_err(|e| format!("add_subscription: {e}"))?;
                         ids.push((p, q));
                     }
                     let deadline = Instant::now() + Duration::from_secs(20);
@@ -166,7 +172,9 @@ pub mod aeron {
                             aeron.conductor_agent_invoker().invoke();
                             match aeron.find_publication(p) {
                                 Ok(x) => break x,
-                                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                                Err(_) if Instant::now() < deadline => {
+                                    std::thread::sleep(Duration::from_millis(1))
+                                }
                                 Err(e) => return Err(format!("find_publication: {e}")),
                             }
                         };
@@ -174,7 +182,9 @@ pub mod aeron {
                             aeron.conductor_agent_invoker().invoke();
                             match aeron.find_subscription(q) {
                                 Ok(x) => break x,
-                                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                                Err(_) if Instant::now() < deadline => {
+                                    std::thread::sleep(Duration::from_millis(1))
+                                }
                                 Err(e) => return Err(format!("find_subscription: {e}")),
                             }
                         };
@@ -312,13 +322,25 @@ pub fn echo<T: Tx, R: Rx>(rx: &mut R, tx: &mut T) {
 #[inline(always)]
 pub fn round_trip<T: Tx, R: Rx>(ping: &mut T, pong: &mut R, msg: &[u8; 32]) {
     ping.send_spin(msg);
-    while pong.recv(|p| { std::hint::black_box(p[0]); }, 1) == 0 {
+    while pong.recv(
+        |p| {
+            std::hint::black_box(p[0]);
+        },
+        1,
+    ) == 0
+    {
         std::hint::spin_loop();
     }
 }
 
 /// Up to `n` timed round trips within `max`: RTT samples in ns.
-pub fn rtt_samples<T: Tx, R: Rx>(ping: &mut T, pong: &mut R, clock: &Clock, n: usize, max: Duration) -> Vec<f64> {
+pub fn rtt_samples<T: Tx, R: Rx>(
+    ping: &mut T,
+    pong: &mut R,
+    clock: &Clock,
+    n: usize,
+    max: Duration,
+) -> Vec<f64> {
     let msg = [1u8; 32];
     let mut out = Vec::with_capacity(n);
     let deadline = Instant::now() + max;
@@ -367,7 +389,11 @@ impl Sink {
             i = i.wrapping_add(1);
             if i % (1 << 20) == 0 {
                 let d = *deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(60));
-                assert!(Instant::now() < d, "receiver stalled at {} of {n}", self.received.load(Ordering::Acquire));
+                assert!(
+                    Instant::now() < d,
+                    "receiver stalled at {} of {n}",
+                    self.received.load(Ordering::Acquire)
+                );
             }
         }
     }
@@ -448,7 +474,14 @@ pub fn stamped_burst<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, clock: &Clo
 
 /// Sends `n` stamped messages at `rate` per second (busy-waiting for each send time; a late
 /// send is stamped when actually sent), recording one-way latencies.
-pub fn stamped_fixed_rate<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, clock: &Clock, n: u64, rate: f64) -> Vec<f64> {
+pub fn stamped_fixed_rate<T: Tx>(
+    tx: &mut T,
+    sink: &Sink,
+    sent: &mut u64,
+    clock: &Clock,
+    n: u64,
+    rate: f64,
+) -> Vec<f64> {
     start_recording(sink);
     let period = 1e9 / rate;
     let start = clock.now_ns() as f64;
@@ -467,7 +500,14 @@ pub fn stamped_fixed_rate<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, clock:
 }
 
 /// One at a time (send, wait for receipt), recording one-way latencies.
-pub fn stamped_one_at_a_time<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, clock: &Clock, n: u64, max: Duration) -> Vec<f64> {
+pub fn stamped_one_at_a_time<T: Tx>(
+    tx: &mut T,
+    sink: &Sink,
+    sent: &mut u64,
+    clock: &Clock,
+    n: u64,
+    max: Duration,
+) -> Vec<f64> {
     start_recording(sink);
     let deadline = Instant::now() + max;
     for i in 0..n {

@@ -159,7 +159,13 @@ mod tests {
                 let frame = HEADER_LEN + len;
                 let h = Header {
                     frame_length: frame as i32,
-                    rest: HeaderRest { flags, frame_type: 1, term_offset: pos as i32, session_id: session, ..Default::default() },
+                    rest: HeaderRest {
+                        flags,
+                        frame_type: 1,
+                        term_offset: pos as i32,
+                        session_id: session,
+                        ..Default::default()
+                    },
                     position: pos + align(frame, 32) as i64,
                 };
                 pos = h.position;

@@ -100,7 +100,8 @@ impl PublicationBuilder {
     fn geometry(&self) -> Result<Geometry, Error> {
         let t = self.term_length;
         let mtu = self.mtu.unwrap_or_else(|| (64 * 1024).min(max_message_len(t)));
-        let g = Geometry { term_length: t, page_size: self.page_size, mtu, window: self.window.unwrap_or(t / 2) };
+        let g =
+            Geometry { term_length: t, page_size: self.page_size, mtu, window: self.window.unwrap_or(t / 2) };
         g.validate().map_err(Error::InvalidConfig)?;
         Ok(g)
     }
@@ -285,7 +286,8 @@ impl Publication {
         if position < self.recompute_limit() {
             return Ok(());
         }
-        if self.flow.connected() && self.sweep_due() && self.sweep() > 0 && position < self.recompute_limit() {
+        if self.flow.connected() && self.sweep_due() && self.sweep() > 0 && position < self.recompute_limit()
+        {
             return Ok(());
         }
         self.appender.log().bump_counter(meta::BACK_PRESSURE_EVENTS);

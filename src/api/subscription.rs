@@ -204,7 +204,11 @@ impl Subscription {
 
     /// Like [`Subscription::poll`], but the handler steers with an [`Action`]: `Abort` leaves the
     /// fragment for the next poll, `Break` stops after it, `Commit` publishes the position at once.
-    pub fn controlled_poll(&mut self, mut handler: impl ControlledFragmentHandler, fragment_limit: usize) -> usize {
+    pub fn controlled_poll(
+        &mut self,
+        mut handler: impl ControlledFragmentHandler,
+        fragment_limit: usize,
+    ) -> usize {
         let Some(s) = self.session.as_ref() else {
             self.idle_tick();
             return 0;

@@ -11,8 +11,8 @@ use super::position::pack_tail;
 use super::Log;
 use crate::layout::align;
 use crate::layout::frame::{
-    framed_length, rest, HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN,
-    REST_OFFSET, TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
+    framed_length, rest, HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET,
+    TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
 };
 use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
 use crate::layout::log_meta::{self as meta, PARTITION_COUNT};
@@ -219,9 +219,7 @@ impl<R: RegionMut> Appender<R> {
         // SAFETY: the frame was reserved by this single writer and its length word is still zero,
         // so no reader reads these bytes (readers stop at a zero length, I1), cleaning never
         // touches the active partition, and `&self` on the only writer excludes other writes.
-        unsafe {
-            self.log.region().with_bytes_mut(frame.base + HEADER_LEN, frame.payload_len(), f)
-        }
+        unsafe { self.log.region().with_bytes_mut(frame.base + HEADER_LEN, frame.payload_len(), f) }
     }
 
     /// Sets the reserved value of a claimed frame.

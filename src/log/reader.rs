@@ -9,8 +9,7 @@ use super::header::Header;
 use super::Log;
 use crate::layout::align;
 use crate::layout::frame::{
-    HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_DATA,
-    TYPE_PAD,
+    HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_DATA, TYPE_PAD,
 };
 use crate::region::Region;
 use crate::sync::Ordering;
@@ -197,9 +196,7 @@ pub(crate) fn read_block<R: Region>(
         // SAFETY: every frame in [start, end) had a positive length acquire-loaded and was checked
         // to lie inside the term; the caller holds flow control before `start` (I2, I3).
         unsafe {
-            region.with_bytes(base + start, end - start, |block| {
-                handler(block, term_begin + start as i64)
-            })
+            region.with_bytes(base + start, end - start, |block| handler(block, term_begin + start as i64))
         };
     }
     Scan { position: term_begin + end as i64, fragments: end - (terms.term_offset(position)), fault }

@@ -13,7 +13,11 @@ use std::sync::Arc;
 
 const T: usize = 64 * 1024;
 
-fn new_log(term_length: usize, mtu: usize, initial_term_id: i32) -> (Arc<HeapRegion>, Appender<Arc<HeapRegion>>) {
+fn new_log(
+    term_length: usize,
+    mtu: usize,
+    initial_term_id: i32,
+) -> (Arc<HeapRegion>, Appender<Arc<HeapRegion>>) {
     let geometry = Geometry { term_length, page_size: 4096, mtu, window: term_length / 2 };
     let region = Arc::new(HeapRegion::new(geometry.file_length()));
     let log = Log::initialize(
@@ -36,7 +40,11 @@ fn reader_log(region: &Arc<HeapRegion>) -> Log<Arc<HeapRegion>> {
 }
 
 /// Polls everything from `position` in one term; returns (messages, scan).
-fn poll_all(log: &Log<Arc<HeapRegion>>, position: i64, limit: usize) -> (Vec<(Vec<u8>, Header)>, reader::Scan) {
+fn poll_all(
+    log: &Log<Arc<HeapRegion>>,
+    position: i64,
+    limit: usize,
+) -> (Vec<(Vec<u8>, Header)>, reader::Scan) {
     let mut got = Vec::new();
     let scan = read(
         log,
@@ -314,10 +322,7 @@ fn reused_partitions_are_clean_ahead_of_the_writer() {
 
 #[test]
 fn corrupt_frames_stop_the_reader_without_delivery() {
-    for (what, corrupt) in [
-        ("short length", 8i32),
-        ("overrun", (T + 64) as i32),
-    ] {
+    for (what, corrupt) in [("short length", 8i32), ("overrun", (T + 64) as i32)] {
         let (region, mut w) = new_log(T, 1408, 0);
         w.append(&[b"ok"], 2).unwrap();
         region.store_i32(64, corrupt, Ordering::Release);

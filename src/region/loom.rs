@@ -457,6 +457,7 @@ impl RegionMut for LoomRegion {
 }
 
 #[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // a list of modelled ranges that happens to hold one
 mod tests {
     use super::*;
     use loom::thread;

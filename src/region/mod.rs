@@ -104,8 +104,7 @@ pub(crate) trait RegionMut: Region {
     /// Nobody else may read or write those bytes while `f` runs: the caller is the single writer
     /// and the bytes belong to a frame whose length word is not yet committed.
     #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
-    unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T)
-        -> T;
+    unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T;
 }
 
 /// Backends whose bytes are real memory, so a claimed frame can be lent out as a slice whose

@@ -84,8 +84,7 @@ impl RawView {
     }
 
     pub(super) fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
-        self.atomic_i64(off)
-            .compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+        self.atomic_i64(off).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
     #[inline(always)]
@@ -203,12 +202,7 @@ macro_rules! delegate_region {
                 self.view().zero(off, len)
             }
             #[inline(always)]
-            unsafe fn with_bytes_mut<T>(
-                &self,
-                off: usize,
-                len: usize,
-                f: impl FnOnce(&mut [u8]) -> T,
-            ) -> T {
+            unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { self.view().with_bytes_mut(off, len, f) }
             }

@@ -43,9 +43,7 @@ pub(crate) fn random_u64() -> u64 {
 
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
 fn open_new(path: &Path, mode: u32) -> io::Result<File> {
@@ -62,11 +60,7 @@ fn open_new(path: &Path, mode: u32) -> io::Result<File> {
 }
 
 fn open_existing(path: &Path, write: bool) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(write)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+    OpenOptions::new().read(true).write(write).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)
 }
 
 /// Refuses files that are not plain files of ours, or that anyone may write.

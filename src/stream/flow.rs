@@ -29,7 +29,12 @@ pub(crate) struct FlowControl {
 impl FlowControl {
     /// Starts with no reader: the limit is the initial position, so offers report NotConnected.
     pub(crate) fn new(window: usize, position: i64) -> Self {
-        Self { window: window as i64, limit: position, consumer_max: position, readers: SessionReaders::default() }
+        Self {
+            window: window as i64,
+            limit: position,
+            consumer_max: position,
+            readers: SessionReaders::default(),
+        }
     }
 
     /// The cached limit: offers starting below it are admitted.

@@ -284,7 +284,7 @@ mod tests {
         t.activate(0, 7, 4096);
         t.activate(1, 7, 1024);
         t.activate(2, 8, 0); // another session
-        // slot 5 waits, slot 3 never claimed
+                             // slot 5 waits, slot 3 never claimed
         let r = t.scan(7, None);
         assert_eq!(r, SessionReaders { count: 2, min: Some(1024), max: Some(4096) });
         assert_eq!(t.scan(7, Some(1)).min, Some(4096));
