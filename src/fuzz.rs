@@ -27,7 +27,8 @@ use crate::log::{Log, LogInit};
 use crate::region::{HeapRegion, Region, RegionMut};
 use crate::stream::files;
 use crate::stream::flow::FlowControl;
-use crate::stream::slots::Slots;
+use crate::stream::join::{self, JoinRefused};
+use crate::stream::slots::{SlotLocks, Slots};
 use crate::sync::Ordering;
 use crate::Header;
 use std::cell::RefCell;
@@ -1018,6 +1019,19 @@ impl Reader {
     }
 }
 
+/// The kernel's slot locks in the model: the slots whose owners are alive.
+struct ModelLocks(Vec<usize>);
+
+impl SlotLocks for ModelLocks {
+    type Error = std::convert::Infallible;
+
+    fn try_lock(&self, index: usize) -> Result<bool, Self::Error> {
+        Ok(!self.0.contains(&index))
+    }
+
+    fn unlock(&self, _index: usize) {}
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum JoinRule {
     Latest,
@@ -1154,15 +1168,16 @@ impl Model {
         }
     }
 
-    /// `ReadersFile::evict_dead`: frees the slots of crashed readers (their locks are gone).
+    /// `Slots::evict_dead` with the kernel locks modelled: a live reader holds its slot's lock, a
+    /// crashed one's lock is gone. Only crashed readers' slots may be freed.
     fn sweep(&mut self) -> usize {
         self.sweep_due = false;
+        let locks = ModelLocks(self.readers.iter().filter(|r| r.alive).map(|r| r.slot).collect());
+        let evicted = self.slots.evict_dead(&locks);
         let before = self.readers.len();
-        for r in self.readers.iter().filter(|r| !r.alive) {
-            self.slots.free(r.slot);
-        }
         self.readers.retain(|r| r.alive);
-        before - self.readers.len()
+        assert_eq!(evicted, before - self.readers.len(), "evicted other slots than the crashed readers'");
+        evicted
     }
 
     /// Checks the outcome of an offer or claim that did not append.
@@ -1303,7 +1318,8 @@ impl Model {
 
     // --- subscribers, as `Subscription` does it -------------------------------------------
 
-    /// `Subscription::join` with one attempt (a refused attempt is retried by a later op).
+    /// `Subscription::join`: the crate's `stream::join::join` over the model's log and slots. A
+    /// refused join frees its slot (a later op may try again).
     fn op_join(&mut self, rule: JoinRule) {
         let Some(slot) = (0..self.slots.count()).find(|i| self.readers.iter().all(|r| r.slot != *i)) else {
             return;
@@ -1311,41 +1327,33 @@ impl Model {
         self.slots.claim(slot, 100 + slot as i64, 0);
         let log = self.appender.log();
         let producer = log.producer_position().expect("the model's log is valid");
-        let t = self.term_length as i64;
-        let position = match rule {
-            JoinRule::Latest => producer,
-            JoinRule::Slowest => self.slots.scan(SESSION, Some(slot)).min.unwrap_or(producer),
-            JoinRule::Back(steps) => producer - (steps * FRAME_ALIGNMENT) as i64,
+        let crate_rule = match rule {
+            JoinRule::Latest => join::JoinRule::Latest,
+            JoinRule::Slowest => join::JoinRule::Slowest,
+            JoinRule::Back(steps) => join::JoinRule::Position(producer - (steps * FRAME_ALIGNMENT) as i64),
         };
-        self.slots.activate(slot, SESSION, position);
-        let newest = log.producer_position().expect("the model's log is valid");
-        let oldest = (newest - t).max(0);
-        let available = position >= oldest
-            && position <= newest
-            && position % FRAME_ALIGNMENT as i64 == 0
-            && (position == newest || reader::frame_starts_at(log, position));
-        if !available {
-            self.slots.deactivate(slot);
-            self.slots.free(slot);
-            let pending_start = self
-                .pending
-                .as_ref()
-                .map(|(f, b, _)| f.position - align(b.len() + HEADER_LEN, FRAME_ALIGNMENT) as i64);
-            match rule {
-                JoinRule::Latest => panic!("join at the producer position {position} refused"),
-                // The slowest reader may sit in front of a claim still being written, or more than a
-                // term back (it joined at an old position below the others): retried later.
-                JoinRule::Slowest => assert!(
-                    position < oldest || pending_start == Some(position),
-                    "join at the slowest reader's position {position} refused (newest {newest}, pending claim at {pending_start:?})"
-                ),
-                JoinRule::Back(_) => assert!(
-                    position < oldest || self.fragment_offset(position).is_none(),
-                    "join at {position}, a fragment boundary within a term of {newest}, refused"
-                ),
+        let position = match join::join(log, &self.slots, slot, crate_rule) {
+            Ok(position) => position,
+            Err(refused) => {
+                let oldest = (producer - self.term_length as i64).max(0);
+                let slowest = self.slots.scan(SESSION, Some(slot)).min;
+                self.slots.free(slot);
+                match (rule, refused) {
+                    // The slowest reader can be more than a term back (it joined at an old
+                    // position below the others): retried until it catches up.
+                    (JoinRule::Slowest, JoinRefused::GaveUp) => assert!(
+                        slowest.is_some_and(|m| m < oldest),
+                        "join at the slowest reader ({slowest:?}) gave up, oldest joinable {oldest}"
+                    ),
+                    (JoinRule::Back(_), JoinRefused::NotAvailable { requested, oldest, newest }) => assert!(
+                        requested < oldest || requested > newest || self.fragment_offset(requested).is_none(),
+                        "join at {requested}, a fragment boundary within [{oldest}, {newest}], refused"
+                    ),
+                    (rule, refused) => panic!("{rule:?} join refused: {refused:?}"),
+                }
+                return;
             }
-            return;
-        }
+        };
         let mut r = Reader::new(slot, position);
         r.expected = self.history.iter().filter(|m| m.end > position).cloned().collect();
         if let Some(front) = r.expected.front() {
