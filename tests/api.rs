@@ -318,3 +318,16 @@ fn an_explicit_position_inside_a_message_is_refused_even_over_zero_bytes() {
     let ok = Subscription::builder("inside").dir(dir.path()).join_at(JoinAt::Position(96)).open();
     assert_eq!(ok.unwrap().position(), 96);
 }
+
+#[test]
+fn a_fifo_under_the_streams_name_is_refused_without_blocking() {
+    let dir = TempDir::new("api");
+    let path = dir.path().join("fifo.log");
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let e = Publication::builder("fifo").dir(dir.path()).term_length(T).create().unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    let mut s = Subscription::builder("fifo").dir(dir.path()).liveness_interval(Duration::ZERO).open();
+    assert!(matches!(s, Err(Error::Corrupt { .. })) || !s.as_mut().unwrap().is_connected());
+}

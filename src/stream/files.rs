@@ -60,7 +60,10 @@ fn open_new(path: &Path, mode: u32) -> io::Result<File> {
 }
 
 fn open_existing(path: &Path, write: bool) -> io::Result<File> {
-    OpenOptions::new().read(true).write(write).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)
+    // O_NONBLOCK: a FIFO planted under a stream's name must not block the open; it is then
+    // refused as "not a regular file". On regular files the flag changes nothing.
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    OpenOptions::new().read(true).write(write).custom_flags(flags).open(path)
 }
 
 /// Refuses files that are not plain files of ours, or that anyone may write.

@@ -60,7 +60,12 @@ pub(crate) fn join<L: Region, S: RegionMut>(
     for _ in 0..ATTEMPTS {
         let producer = log.producer_position().map_err(JoinRefused::Corrupt)?;
         let position = match rule {
-            JoinRule::Slowest => slots.scan(session, Some(slot)).min.unwrap_or(producer),
+            // A slowest reader no longer inside the log (dead and not yet evicted, or a forged
+            // slot) cannot be joined: start at the writer instead of retrying in vain.
+            JoinRule::Slowest => match slots.scan(session, Some(slot)).min {
+                Some(min) if (producer - log.term_length() as i64..=producer).contains(&min) => min,
+                _ => producer,
+            },
             JoinRule::Latest => producer,
             JoinRule::Position(p) => p,
         };
@@ -161,6 +166,20 @@ mod tests {
         assert_eq!(join(&log, &slots, 2, JoinRule::Latest), Ok(newest));
         assert_eq!(join(&log, &slots, 2, JoinRule::Position(320)), Ok(320));
         assert_eq!(slots.view(2).join_position, 320);
+    }
+
+    #[test]
+    fn a_slowest_reader_no_longer_in_the_log_is_passed_over_for_the_writer() {
+        let (mut app, log, slots) = setup();
+        while app.position() < 3 * T as i64 {
+            offer(&mut app, 1000);
+        }
+        slots.claim(0, 1, 0);
+        slots.activate(0, 5, 0); // dead, or forged: three terms behind
+        slots.claim(1, 1, 0);
+        assert_eq!(join(&log, &slots, 1, JoinRule::Slowest), Ok(app.position()));
+        slots.set_position(0, i64::MAX); // ahead of the writer: impossible, ignored too
+        assert_eq!(join(&log, &slots, 1, JoinRule::Slowest), Ok(app.position()));
     }
 
     #[test]
