@@ -37,12 +37,18 @@ if [[ "${SHMLOG_BENCH_RT:-0}" == 1 ]] && command -v chrt >/dev/null; then
     echo "running under SCHED_FIFO priority 1"
 fi
 
-rm -rf target/bench-results
+# SHMLOG_BENCHES="ping_pong latency" re-runs some parts and keeps the other results.
+if [[ -z "${SHMLOG_BENCHES:-}" ]]; then
+    rm -rf target/bench-results
+fi
 mkdir -p target/bench-results
-for b in bounds throughput ping_pong offer_poll fanout idle vs_aeron; do
+for b in ${SHMLOG_BENCHES:-bounds throughput ping_pong offer_poll fanout idle vs_aeron latency}; do
+    if [[ $b == latency ]]; then
+        "${RT[@]}" "$LATENCY" --seconds "$SECONDS_RATE" 2>&1 | tee -a target/bench-results/log.txt
+        continue
+    fi
     [[ -n "${BIN[$b]:-}" ]] || { echo "no executable for bench $b" >&2; exit 1; }
     "${RT[@]}" "${BIN[$b]}" --bench "$@" 2>&1 | tee -a target/bench-results/log.txt
 done
-"${RT[@]}" "$LATENCY" --seconds "$SECONDS_RATE" 2>&1 | tee -a target/bench-results/log.txt
 
 python3 scripts/bench-report.py
