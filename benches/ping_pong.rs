@@ -73,7 +73,8 @@ fn raw_bound(args: &Args, name: &str) {
     let mut raw = RawPingPong::start(1);
     raw.warm(args.n(100_000, 10) as u64, Duration::from_secs(2));
     let n = args.n(1_000_000, 20);
-    Pcts::of(&mut raw.samples(&clock, n, Duration::from_secs(10))).report(B, &format!("{name}/raw_bound_rtt"));
+    Pcts::of(&mut raw.samples(&clock, n, Duration::from_secs(10)))
+        .report(B, &format!("{name}/raw_bound_rtt"));
 }
 
 /// shmlog round-trip percentiles, recorded under `name`.
