@@ -602,22 +602,6 @@ fn log_image(input: &mut Input<'_>) -> LogImage {
 
 /// One damage to a log image: a metadata field, a few raw bytes, or the length.
 fn patch_log(bytes: &mut Vec<u8>, input: &mut Input<'_>) {
-    const I32_FIELDS: [usize; 14] = [
-        meta::ACTIVE_TERM_COUNT,
-        meta::INITIAL_TERM_ID,
-        meta::HEADER_LENGTH,
-        meta::MTU,
-        meta::TERM_LENGTH,
-        meta::PAGE_SIZE,
-        meta::WINDOW,
-        meta::VERSION,
-        meta::READY,
-        meta::PUBLISHER_PID,
-        meta::SESSION_ID,
-        meta::STREAM_ID,
-        meta::NAME_LEN,
-        meta::NAME,
-    ];
     const I64_FIELDS: [usize; 6] = [
         meta::TAIL_COUNTERS,
         meta::TAIL_COUNTERS + 8,
@@ -629,7 +613,9 @@ fn patch_log(bytes: &mut Vec<u8>, input: &mut Input<'_>) {
     let m = bytes.len().saturating_sub(META_LEN);
     match input.below(5) {
         0 | 1 => {
-            let at = m + I32_FIELDS[input.below(I32_FIELDS.len())];
+            // Every i32 field, plus the first word of the name.
+            let i = input.below(meta::I32_FIELDS.len() + 1);
+            let at = m + meta::I32_FIELDS.get(i).copied().unwrap_or(meta::NAME);
             put(bytes, at, &input.interesting_i32().to_le_bytes());
         }
         2 => {

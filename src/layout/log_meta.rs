@@ -49,6 +49,24 @@ pub(crate) const SESSION_ID: usize = 532;
 pub(crate) const STREAM_ID: usize = 536;
 pub(crate) const NAME_LEN: usize = 540;
 
+/// Every metadata field accessed as an `i32` (the others are `i64`, or the name's bytes).
+#[cfg_attr(not(any(fuzzing, shmlog_loom)), allow(dead_code))] // the loom region and fuzzing use it
+pub(crate) const I32_FIELDS: [usize; 13] = [
+    ACTIVE_TERM_COUNT,
+    INITIAL_TERM_ID,
+    HEADER_LENGTH,
+    MTU,
+    TERM_LENGTH,
+    PAGE_SIZE,
+    WINDOW,
+    VERSION,
+    READY,
+    PUBLISHER_PID,
+    SESSION_ID,
+    STREAM_ID,
+    NAME_LEN,
+];
+
 // Counters the publisher keeps for `stat`, on their own block (i64 each).
 pub(crate) const PUBLISHER_LIMIT: usize = 640;
 pub(crate) const BACK_PRESSURE_EVENTS: usize = 648;

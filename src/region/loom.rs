@@ -51,23 +51,6 @@ use std::ops::Range;
 /// Bytes per modelled cell: the frame alignment, so frames never share a cell.
 const CHUNK: usize = FRAME_ALIGNMENT;
 
-/// Metadata words accessed as `i32`.
-const META_I32: [usize; 13] = [
-    meta::ACTIVE_TERM_COUNT,
-    meta::INITIAL_TERM_ID,
-    meta::HEADER_LENGTH,
-    meta::MTU,
-    meta::TERM_LENGTH,
-    meta::PAGE_SIZE,
-    meta::WINDOW,
-    meta::VERSION,
-    meta::READY,
-    meta::PUBLISHER_PID,
-    meta::SESSION_ID,
-    meta::STREAM_ID,
-    meta::NAME_LEN,
-];
-
 /// Metadata words accessed as `i64` (the tail counters are added by [`LoomRegion::for_log`]).
 const META_I64: [usize; 8] = [
     meta::EOS_POSITION,
@@ -209,7 +192,7 @@ impl LoomRegion {
         let m = g.meta_offset();
         let bytes = [0..terms, m + meta::NAME..m + meta::NAME + meta::NAME_MAX];
         let i32_words: Vec<usize> =
-            (0..terms).step_by(FRAME_ALIGNMENT).chain(META_I32.iter().map(|f| m + f)).collect();
+            (0..terms).step_by(FRAME_ALIGNMENT).chain(meta::I32_FIELDS.iter().map(|f| m + f)).collect();
         let tails = (0..PARTITION_COUNT).map(|i| meta::TAIL_COUNTERS + 8 * i);
         let i64_words: Vec<usize> = META_I64.iter().copied().chain(tails).map(|f| m + f).collect();
         Self::new(g.file_length(), &bytes, &i32_words, &i64_words)
