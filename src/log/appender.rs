@@ -96,6 +96,9 @@ pub(crate) struct Appender<R> {
     term_id: i32,
     index: usize,
     term_begin: i64,
+    /// Region offsets of the active partition and of its tail counter (follow `index`).
+    partition_base: usize,
+    tail_field: usize,
     /// The next partition still holds an old term that must be zeroed before it is reused.
     clean_next: bool,
     /// Offset up to which the next partition is already zeroed for the coming term.
@@ -132,6 +135,8 @@ impl<R: RegionMut> Appender<R> {
         }
         .encode();
         Ok(Self {
+            partition_base: log.partition_base(index),
+            tail_field: log.meta_field(meta::TAIL_COUNTERS + 8 * index),
             term_length: log.term_length(),
             max_payload: log.geometry().mtu - HEADER_LEN,
             term_offset: super::position::tail_offset(raw, log.term_length()),
@@ -163,8 +168,38 @@ impl<R: RegionMut> Appender<R> {
     /// fragmenting it above the max payload. Returns the position after it.
     ///
     /// The caller checked `len` against the max message length and admission against the limit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn append(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, Tripped> {
+        match parts {
+            [message] if len <= self.max_payload => self.append_unfragmented(message),
+            _ => self.append_gathered(parts, len),
+        }
+    }
+
+    /// The common case, one slice in one frame: a header copy, a payload copy, one commit.
+    #[inline(always)]
+    fn append_unfragmented(&mut self, message: &[u8]) -> Result<i64, Tripped> {
+        let start = self.term_offset;
+        let end = start + align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
+        if end > self.term_length {
+            self.pad_to_end();
+            return Err(Tripped);
+        }
+        self.reserve(start, end);
+        let base = self.partition_base + start;
+        let r = self.log.region();
+        // The template already says version 0, UNFRAGMENTED, DATA: only the offset changes.
+        let mut rest = self.template;
+        rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(start as i32).to_le_bytes());
+        r.copy_in(base + REST_OFFSET, &rest);
+        r.copy_in(base + HEADER_LEN, message);
+        r.store_i32(base, (message.len() + HEADER_LEN) as i32, COMMIT);
+        self.term_offset = end;
+        Ok(self.term_begin + end as i64)
+    }
+
+    #[inline(never)]
+    fn append_gathered(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, Tripped> {
         let start = self.term_offset;
         let end = start + framed_length(len, self.max_payload);
         if end > self.term_length {
@@ -173,21 +208,20 @@ impl<R: RegionMut> Appender<R> {
         }
         self.reserve(start, end);
         let mut gather = Gather::new(parts);
-        if len <= self.max_payload {
-            self.write_frame(start, UNFRAGMENTED, TYPE_DATA, len, &mut gather);
-        } else {
-            let mut offset = start;
-            let mut remaining = len;
-            let mut flags = BEGIN_FLAG;
-            while remaining > 0 {
-                let chunk = remaining.min(self.max_payload);
-                remaining -= chunk;
-                if remaining == 0 {
-                    flags |= END_FLAG;
-                }
-                self.write_frame(offset, flags, TYPE_DATA, chunk, &mut gather);
-                offset += align(chunk + HEADER_LEN, FRAME_ALIGNMENT);
-                flags = 0;
+        let mut offset = start;
+        let mut remaining = len;
+        let mut flags = if len <= self.max_payload { UNFRAGMENTED } else { BEGIN_FLAG };
+        loop {
+            let chunk = remaining.min(self.max_payload);
+            remaining -= chunk;
+            if remaining == 0 {
+                flags |= END_FLAG;
+            }
+            self.write_frame(offset, flags, TYPE_DATA, chunk, &mut gather);
+            offset += align(chunk + HEADER_LEN, FRAME_ALIGNMENT);
+            flags = 0;
+            if remaining == 0 {
+                break;
             }
         }
         self.term_offset = end;
@@ -206,7 +240,7 @@ impl<R: RegionMut> Appender<R> {
         }
         self.reserve(start, end);
         let rest = self.rest_for(start, UNFRAGMENTED, TYPE_DATA);
-        let base = self.log.partition_base(self.index) + start;
+        let base = self.partition_base + start;
         self.log.region().copy_in(base + REST_OFFSET, &rest);
         self.term_offset = end;
         Ok(ClaimedFrame { base, frame_length: len + HEADER_LEN, position: self.term_begin + end as i64 })
@@ -248,6 +282,8 @@ impl<R: RegionMut> Appender<R> {
             return Err(MaxPosition);
         }
         self.index = (self.index + 1) % PARTITION_COUNT;
+        self.partition_base = self.log.partition_base(self.index);
+        self.tail_field = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
         self.term_id = self.term_id.wrapping_add(1);
         self.term_begin = next_begin;
         self.term_offset = 0;
@@ -257,8 +293,7 @@ impl<R: RegionMut> Appender<R> {
         self.clean_next = count >= 2;
         self.cleaned_to = 0;
         let r = self.log.region();
-        let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
-        r.store_i64(tail, pack_tail(self.term_id, 0), Ordering::Release);
+        r.store_i64(self.tail_field, pack_tail(self.term_id, 0), Ordering::Release);
         let field = self.log.meta_field(meta::ACTIVE_TERM_COUNT);
         r.store_i32(field, count as i32, Ordering::Release);
         Ok(())
@@ -271,7 +306,7 @@ impl<R: RegionMut> Appender<R> {
             let end = self.term_length;
             self.reserve(start, end);
             let rest = self.rest_for(start, UNFRAGMENTED, TYPE_PAD);
-            let base = self.log.partition_base(self.index) + start;
+            let base = self.partition_base + start;
             let r = self.log.region();
             r.copy_in(base + REST_OFFSET, &rest);
             r.store_i32(base, (end - start) as i32, COMMIT);
@@ -288,8 +323,7 @@ impl<R: RegionMut> Appender<R> {
     fn reserve(&mut self, start: usize, end: usize) {
         debug_assert!(start <= end && end <= self.term_length);
         let r = self.log.region();
-        let tail = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
-        r.store_i64(tail, pack_tail(self.term_id, end), Ordering::Release);
+        r.store_i64(self.tail_field, pack_tail(self.term_id, end), Ordering::Release);
         if CLEAN && self.clean_next && end > self.cleaned_to {
             self.clean_up_to(end);
         }
@@ -321,7 +355,7 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(always)]
     fn write_frame(&self, offset: usize, flags: u8, frame_type: u16, len: usize, src: &mut Gather<'_>) {
-        let base = self.log.partition_base(self.index) + offset;
+        let base = self.partition_base + offset;
         let r = self.log.region();
         r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
         src.copy_next(r, base + HEADER_LEN, len);
