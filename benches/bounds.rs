@@ -6,13 +6,14 @@
 //!   (the throughput ceiling), ring in L2 (4096 slots) and 64 MiB (1 Mi slots);
 //! - `bounds/memcpy`: 64 KiB copies, hot (same destination) and walking a 3 MiB buffer
 //!   (the footprint of a log with 1 MiB terms);
-//! - `bounds/clock`: the cost of a timestamp.
+//! - `bounds/clock`: the cost of a timestamp;
+//! - `scheduler_gaps`: how long a thread spinning alone on each CPU goes without running.
 
 mod support;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::bounds::{memcpy_rate, BareRing, RawPingPong};
 use support::clock::{monotonic_ns, Clock};
 use support::{Args, Pcts};
@@ -116,5 +117,55 @@ fn main() {
     bare_ring(&mut c, &args);
     memcpy(&mut c, &args);
     clocks(&mut c, &args);
+    scheduler_gaps(&args);
     c.final_summary();
+}
+
+/// The floor under every tail figure: a thread spinning alone on each CPU (both at once,
+/// touching nothing shared) records every gap of more than 50 µs between two clock reads, that
+/// is, time it was not running (host or guest scheduling, interrupts). No transport can have a
+/// p99.9 below what these gaps do to a thread that waits for a message.
+fn scheduler_gaps(args: &Args) {
+    if !args.wants("scheduler_gaps") {
+        return;
+    }
+    let seconds = if args.test { 0.05 } else { 5.0 };
+    let spin = move |cpu: usize| {
+        support::pin(cpu);
+        let start = Instant::now();
+        let mut last = start;
+        let (mut count, mut lost, mut max) = (0u64, Duration::ZERO, Duration::ZERO);
+        while start.elapsed().as_secs_f64() < seconds {
+            let now = Instant::now();
+            let gap = now - last;
+            if gap > Duration::from_micros(50) {
+                count += 1;
+                lost += gap;
+                max = max.max(gap);
+            }
+            last = now;
+        }
+        (count, lost, max)
+    };
+    let other = support::spawn_on(1, move || spin(1));
+    let results = [spin(0), other.join().expect("gap thread")];
+    support::unpin();
+    for (cpu, (count, lost, max)) in results.into_iter().enumerate() {
+        eprintln!(
+            "[{B}] scheduler gaps on CPU {cpu}: {count} gaps > 50 us in {seconds} s, {:.1} ms lost, largest {:.2} ms",
+            lost.as_secs_f64() * 1e3,
+            max.as_secs_f64() * 1e3
+        );
+        support::record(
+            B,
+            &format!("scheduler_gaps_cpu{cpu}"),
+            &[
+                ("seconds", seconds),
+                ("count", count as f64),
+                ("lost_ms", lost.as_secs_f64() * 1e3),
+                ("max_ns", max.as_nanos() as f64),
+            ],
+            &[],
+        );
+    }
 }

@@ -100,6 +100,49 @@ fn threads(c: &mut Criterion, args: &Args) {
         support::unpin();
     }
     g.finish();
+    paired(args);
+}
+
+/// Round trip against the raw bound with the two interleaved: rounds of ~100 ms of raw
+/// ping-pong, then ~100 ms of shmlog round trips, on the same two CPUs (each side's echo thread
+/// stops while the other runs). This VM moves between a fast and a slow state (raw p50 ~110 ns
+/// or ~370 ns) every few seconds to minutes, so a bound measured a few seconds away from the
+/// figure can be in the other state; within a round both are almost always in the same one.
+/// Reports the median over rounds of the per-round ratios of p50 and of p99.
+fn paired(args: &Args) {
+    const ROUNDS: usize = 21;
+    let name = "ping_pong/paired/threads/32B";
+    if !args.wants(name) {
+        return;
+    }
+    support::pin(0);
+    let clock = Clock::best();
+    let dir = ShmDir::new("ppr");
+    let (mut p, echo) = rt_threads(&dir, TERM, 32);
+    p.warm(args.n(3 * TERM / 64 + 10_000, 10) as u64);
+    let (mut ping_sub, mut pong) = echo.stop(&mut p.ping);
+    let per_round = args.n(200_000, 20);
+    let (mut raw_all, mut shm_all, mut r50, mut r99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let mut raw = RawPingPong::start(1);
+        raw.warm(10_000, Duration::from_secs(1));
+        let mut raw_round = raw.samples(&clock, per_round, Duration::from_secs(5));
+        drop(raw);
+        let echo = Echo::start(ping_sub, pong, 1);
+        p.warm(10_000);
+        let mut shm_round = p.samples(&clock, per_round);
+        (ping_sub, pong) = echo.stop(&mut p.ping);
+        let (raw_p, shm_p) = (Pcts::of(&mut raw_round), Pcts::of(&mut shm_round));
+        r50.push(shm_p.p50 / raw_p.p50);
+        r99.push(shm_p.p99 / raw_p.p99);
+        raw_all.append(&mut raw_round);
+        shm_all.append(&mut shm_round);
+    }
+    Pcts::of(&mut raw_all).report(B, &format!("{name}/raw_bound_rtt"));
+    Pcts::of(&mut shm_all).report(B, &format!("{name}/rtt"));
+    support::record_value(B, &format!("{name}/ratio_p50"), Pcts::of(&mut r50).p50, "x");
+    support::record_value(B, &format!("{name}/ratio_p99"), Pcts::of(&mut r99).p50, "x");
+    support::unpin();
 }
 
 fn processes(c: &mut Criterion, args: &Args) {

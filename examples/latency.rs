@@ -11,6 +11,8 @@
 //!
 //! Clock: the invariant TSC read with `rdtsc` and calibrated against CLOCK_MONOTONIC (its cost
 //! is printed; ~10-20 ns in a VM), or `--clock monotonic` for `clock_gettime` (~20-50 ns).
+//! The sender stamps every message; the receiver reads the clock once per poll, after the
+//! batch, and charges that time to each message of it (never earlier than the true receipt).
 //!
 //! ```text
 //! cargo run --release --example latency -- [--seconds 10] [--burst 100000] [--rate 10000]

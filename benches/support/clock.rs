@@ -43,8 +43,14 @@ pub fn monotonic_ns() -> u64 {
 fn rdtsc() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: rdtsc has no memory effects and exists on every x86_64 CPU.
-        unsafe { core::arch::x86_64::_rdtsc() }
+        // LFENCE first: RDTSC alone may execute before earlier loads complete (out of order,
+        // or speculatively past the branch that found a message), which stamped receipts
+        // before the message had arrived. LFENCE waits for every earlier instruction.
+        // SAFETY: lfence and rdtsc have no memory effects and exist on every x86_64 CPU.
+        unsafe {
+            core::arch::x86_64::_mm_lfence();
+            core::arch::x86_64::_rdtsc()
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

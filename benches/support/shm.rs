@@ -111,7 +111,7 @@ pub fn echo_loop(sub: &mut Subscription, publication: &mut Publication) {
 
 /// A thread echoing `ping` onto `pong`.
 pub struct Echo {
-    handle: Option<JoinHandle<()>>,
+    handle: Option<JoinHandle<(Subscription, Publication)>>,
 }
 
 impl Echo {
@@ -119,16 +119,16 @@ impl Echo {
         let handle = super::spawn_on(cpu, move || {
             super::pin(cpu);
             echo_loop(&mut ping, &mut pong);
+            (ping, pong)
         });
         Echo { handle: Some(handle) }
     }
 
-    /// Stops the echo thread by sending the stop message on `ping`.
-    pub fn stop(mut self, ping: &mut Publication) {
+    /// Stops the echo thread by sending the stop message on `ping`; hands back its endpoints
+    /// (so a paired measurement can give its CPU to something else and start it again).
+    pub fn stop(mut self, ping: &mut Publication) -> (Subscription, Publication) {
         offer_spin(ping, &[0u8; STOP_LEN]);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        self.handle.take().expect("running").join().expect("echo thread")
     }
 }
 
