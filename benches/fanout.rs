@@ -160,6 +160,40 @@ fn shmlog_fanout(c: &mut Criterion, args: &Args) {
     }
 }
 
+/// 1 and 64 subscribers alternated: rounds of (fresh 1-subscriber stream, 100 timed batches;
+/// fresh 64-subscriber stream, 100 timed batches). The VM moves between a fast and a slow state
+/// every few seconds to minutes, so the 1 and 64 figures of the sweep above, taken a minute
+/// apart, can come from different states; the target is judged on the median of the per-round
+/// ratios of the mean cost per offer.
+fn paired(args: &Args) {
+    const ROUNDS: usize = 7;
+    for idle in ["backoff", "yielding"] {
+        let name = format!("fanout/paired/shmlog_{idle}");
+        if !args.wants(&name) {
+            continue;
+        }
+        support::pin(0);
+        let (mut one, mut many, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            let cost = |n: usize| {
+                let mut f = Fanout::start(n, idle);
+                f.run(args.n(16 * BATCH as usize, 2) as u64, &mut Vec::new());
+                let mut per_offer = Vec::new();
+                f.run(args.n(100, 2) as u64 * BATCH, &mut per_offer);
+                Pcts::of(&mut per_offer).mean
+            };
+            let (a, b) = (cost(1), cost(64));
+            one.push(a);
+            many.push(b);
+            ratios.push(b / a);
+        }
+        support::unpin();
+        let (a, b, r) = (Pcts::of(&mut one).p50, Pcts::of(&mut many).p50, Pcts::of(&mut ratios).p50);
+        eprintln!("[{B}] {name}: ns/offer, median of {ROUNDS} rounds: 1 subscriber {a:.1}, 64 subscribers {b:.1}, median ratio {r:.2}");
+        support::record(B, &name, &[("one", a), ("many", b), ("ratio", r)], &[("unit", "ns/offer")]);
+    }
+}
+
 struct Udp {
     tx: UdpSocket,
     rx: Vec<UdpSocket>,
@@ -241,6 +275,7 @@ fn main() {
     support::banner(B);
     let mut c = Criterion::default().configure_from_args();
     shmlog_fanout(&mut c, &args);
+    paired(&args);
     udp_fanout(&mut c, &args);
     c.final_summary();
 }

@@ -199,6 +199,51 @@ fn by_term(args: &Args) {
     }
 }
 
+/// 64 KiB and 64 MiB terms alternated: both stream pairs are set up and warmed over all three
+/// terms once, then rounds of 200 000 round trips on each in turn (only one echo thread runs at a
+/// time). The p99.9 target is judged on the median of the per-round p99.9 ratios, so a VM state
+/// change between two far-apart measurements cannot decide it.
+fn by_term_paired(args: &Args) {
+    const ROUNDS: usize = 11;
+    let name = "ping_pong/paired/term_64KiB_vs_64MiB/32B";
+    if !args.wants(name) {
+        return;
+    }
+    support::pin(0);
+    let clock = Clock::best();
+    let (dir_s, dir_l) = (ShmDir::new("pps"), ShmDir::new("ppl"));
+    let mut sides = Vec::new();
+    for (dir, term) in [(&dir_s, 64usize << 10), (&dir_l, 64 << 20)] {
+        let (mut p, echo) = rt_threads(dir, term, 32);
+        p.warm(args.n(3 * term / 64 + 10_000, 10) as u64);
+        let ends = echo.stop(&mut p.ping);
+        sides.push((p, Some(ends)));
+    }
+    let per_round = args.n(200_000, 20);
+    let (mut small_all, mut large_all, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let mut p999 = [0.0; 2];
+        for (i, (p, ends)) in sides.iter_mut().enumerate() {
+            let (ping_sub, pong) = ends.take().expect("stopped");
+            let echo = Echo::start(ping_sub, pong, 1);
+            p.warm(10_000);
+            let mut round = p.samples(&clock, per_round);
+            *ends = Some(echo.stop(&mut p.ping));
+            p999[i] = Pcts::of(&mut round).p999;
+            if i == 0 {
+                small_all.append(&mut round)
+            } else {
+                large_all.append(&mut round)
+            }
+        }
+        ratios.push(p999[0] / p999[1]);
+    }
+    Pcts::of(&mut small_all).report(B, &format!("{name}/64KiB_rtt"));
+    Pcts::of(&mut large_all).report(B, &format!("{name}/64MiB_rtt"));
+    support::record_value(B, &format!("{name}/ratio_p999"), Pcts::of(&mut ratios).p50, "x");
+    support::unpin();
+}
+
 fn main() {
     if support::child_role().as_deref() == Some("echo") {
         return child_echo();
@@ -212,5 +257,6 @@ fn main() {
     threads(&mut c, &args);
     processes(&mut c, &args);
     by_term(&args);
+    by_term_paired(&args);
     c.final_summary();
 }
