@@ -24,8 +24,9 @@ const B: &str = "vs_aeron";
 const TERM: usize = 8 << 20;
 const LIMIT: usize = 256;
 
-fn spawn_sink<R: Rx + Send + 'static>(mut rx: R, sink: std::sync::Arc<Sink>) -> JoinHandle<()> {
-    let clock = Clock::best();
+/// The sink stamps receipts with the very `clock` the sender stamps sends with: two separate
+/// calibrations differ by a few parts per million, which is microseconds a second later.
+fn spawn_sink<R: Rx + Send + 'static>(mut rx: R, sink: std::sync::Arc<Sink>, clock: Clock) -> JoinHandle<()> {
     support::spawn_on(1, move || {
         support::pin(1);
         tr::sink_loop(&mut rx, &sink, clock, LIMIT);
@@ -110,7 +111,7 @@ fn workloads_split<T: Tx, R: Rx, D: Tx, DR: Rx + Send + 'static>(
     ping.send_spin(&stop);
     let _ = echo.join();
     // Phase 2: the data stream.
-    let h = spawn_sink(data_rx, sink.clone());
+    let h = spawn_sink(data_rx, sink.clone(), clock);
     let mut sent = 0u64;
     let mut left = warm;
     while left > 0 && t.elapsed() < Duration::from_secs(60) {
