@@ -122,7 +122,21 @@ for q, label in [("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")]:
     v = {s: get("vs_aeron", f"oneway_32B/{s}", q) for s in SYSTEMS}
     out.append(f"| one-way (one in flight) {label} | " + " | ".join(fmt_ns(v[s]) for s in SYSTEMS) + f" | {fmt_ratio(ratio(v['shmlog'], v['aeron-rs']))} |")
 out.append("")
-target("throughput 32 B, two threads, vs aeron-rs", f"{fmt_rate(tp['shmlog'])} vs {fmt_rate(tp['aeron-rs'])}", ratio(tp["shmlog"], tp["aeron-rs"]), 10, True)
+it = {s: get("vs_aeron", f"interleaved_throughput_32B/{s}_msgs_per_s") for s in SYSTEMS}
+it_r = get("vs_aeron", "interleaved_throughput_32B/shmlog_vs_aeron")
+it_c = get("vs_aeron", "interleaved_throughput_32B/shmlog_vs_crossbeam")
+if it["shmlog"] is not None:
+    out.append(
+        "Throughput interleaved (the three streams and receivers exist at once; 9 rounds of 2 M messages, "
+        "each system in turn while the other receivers sleep; medians): "
+        + ", ".join(f"{s} {fmt_rate(it[s])}" for s in SYSTEMS)
+        + f"; median per-round ratio shmlog / aeron-rs **{fmt_ratio(it_r)}**, shmlog / crossbeam-channel {fmt_ratio(it_c)}. "
+        "The target is judged on this ratio; the one-shot row of the table above can be minutes apart from its neighbour.\n"
+    )
+if it_r is not None:
+    target("throughput 32 B, two threads, vs aeron-rs (interleaved)", f"{fmt_rate(it['shmlog'])} vs {fmt_rate(it['aeron-rs'])}", it_r, 10, True)
+else:
+    target("throughput 32 B, two threads, vs aeron-rs", f"{fmt_rate(tp['shmlog'])} vs {fmt_rate(tp['aeron-rs'])}", ratio(tp["shmlog"], tp["aeron-rs"]), 10, True)
 
 # ---- latency example ---------------------------------------------------------------------------
 lat_modes = sorted({n.split("/")[0] for (b, n) in R if b == "latency" and "/" in n})

@@ -366,6 +366,9 @@ pub struct Sink {
     /// after it handed its samples over).
     pub ack: AtomicBool,
     pub samples: std::sync::Mutex<Vec<f64>>,
+    /// While clear, the receiver sleeps instead of polling, so several receivers can share one
+    /// CPU and take turns (interleaved comparisons). Set by default.
+    pub active: AtomicBool,
 }
 
 impl Sink {
@@ -376,6 +379,7 @@ impl Sink {
             record: AtomicBool::new(false),
             ack: AtomicBool::new(false),
             samples: std::sync::Mutex::new(Vec::new()),
+            active: AtomicBool::new(true),
         })
     }
 
@@ -413,6 +417,13 @@ pub fn sink_loop<R: Rx>(rx: &mut R, sink: &Sink, clock: Clock, limit: usize) {
     let mut stamps: Vec<u64> = Vec::with_capacity(limit);
     let mut was_recording = false;
     loop {
+        if !sink.active.load(Ordering::Acquire) {
+            if sink.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+            continue;
+        }
         let recording = sink.record.load(Ordering::Acquire);
         if recording != was_recording {
             if !recording {
