@@ -316,6 +316,181 @@ fn interleaved_throughput(args: &Args) {
     }
 }
 
+/// Round trips of shmlog, aeron-rs and crossbeam-channel interleaved: the three ping/pong pairs
+/// and echo threads exist at once, and in each of 9 rounds every system in turn does 10 000
+/// untimed and 100 000 timed round trips while the other echo threads sleep. Reports the pooled
+/// percentiles and the medians of the per-round p50 and p99 ratios shmlog / aeron-rs.
+fn interleaved_rtt(args: &Args) {
+    const ROUNDS: usize = 9;
+    if !args.wants("vs_aeron/interleaved") {
+        return;
+    }
+    use shmlog::{Publication, Subscription};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let clock = Clock::best();
+    let per_round = args.n(100_000, 20);
+    support::pin(0);
+    let dir = ShmDir::new("vsr");
+    let create = |name: &str| Publication::builder(name).dir(&dir.path).term_length(TERM).create().unwrap();
+    let open = |name: &str| Subscription::builder(name).dir(&dir.path).open().unwrap();
+    let (mut shm_ping, mut shm_pong_pub) = (create("ping"), create("pong"));
+    let (mut shm_ping_sub, mut shm_pong) = (open("ping"), open("pong"));
+    shm_ping.wait_connected(Duration::from_secs(10)).unwrap();
+    shm_pong_pub.wait_connected(Duration::from_secs(10)).unwrap();
+    let (mut cb_ping, mut cb_ping_rx) = crossbeam_channel::bounded::<[u8; 32]>(1024);
+    let (mut cb_pong_tx, mut cb_pong) = crossbeam_channel::bounded::<[u8; 32]>(1024);
+    let flags: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let (f0, f1) = (flags[0].clone(), flags[1].clone());
+    let echoes = vec![
+        support::spawn_on(1, move || {
+            support::pin(1);
+            tr::echo_when(&mut shm_ping_sub, &mut shm_pong_pub, &f0);
+        }),
+        support::spawn_on(1, move || {
+            support::pin(1);
+            tr::echo_when(&mut cb_ping_rx, &mut cb_pong_tx, &f1);
+        }),
+    ];
+    let mut aeron = AeronPingPong::start();
+    let (mut pooled, mut r50, mut r99) = ([vec![], vec![], vec![]], vec![], vec![]);
+    for r in 0..=ROUNDS {
+        let mut shm = rtt_round(&mut shm_ping, &mut shm_pong, &flags[0], &clock, per_round);
+        let mut cb = rtt_round(&mut cb_ping, &mut cb_pong, &flags[1], &clock, per_round);
+        let ae = aeron.as_mut().map(|a| a.round(&clock, per_round));
+        if r == 0 {
+            continue; // warm-up round
+        }
+        let shm_p = Pcts::of(&mut shm);
+        if let Some(mut ae) = ae {
+            let ae_p = Pcts::of(&mut ae);
+            r50.push(shm_p.p50 / ae_p.p50);
+            r99.push(shm_p.p99 / ae_p.p99);
+            pooled[2].append(&mut ae);
+        }
+        pooled[0].append(&mut shm);
+        pooled[1].append(&mut cb);
+    }
+    let stop = {
+        let mut m = [0u8; 32];
+        m[0] = tr::STOP;
+        m
+    };
+    flags[0].store(true, Ordering::Release);
+    shm_ping.send_spin(&stop);
+    flags[1].store(true, Ordering::Release);
+    cb_ping.send_spin(&stop);
+    for e in echoes {
+        let _ = e.join();
+    }
+    aeron.take();
+    support::unpin();
+    for (i, system) in ["shmlog", "crossbeam-channel", "aeron-rs"].iter().enumerate() {
+        if !pooled[i].is_empty() {
+            Pcts::of(&mut pooled[i]).report(B, &format!("interleaved_rtt_32B/{system}"));
+        }
+    }
+    if !r50.is_empty() {
+        support::record_value(B, "interleaved_rtt_32B/shmlog_vs_aeron_p50", Pcts::of(&mut r50).p50, "x");
+        support::record_value(B, "interleaved_rtt_32B/shmlog_vs_aeron_p99", Pcts::of(&mut r99).p50, "x");
+    }
+}
+
+/// One round of `interleaved_rtt`: wake the echo thread, warm up, time `n` round trips, put it
+/// back to sleep.
+fn rtt_round<T: Tx, R: Rx>(
+    ping: &mut T,
+    pong: &mut R,
+    active: &std::sync::atomic::AtomicBool,
+    clock: &Clock,
+    n: usize,
+) -> Vec<f64> {
+    active.store(true, std::sync::atomic::Ordering::Release);
+    let msg = [1u8; 32];
+    for _ in 0..10_000 {
+        tr::round_trip(ping, pong, &msg);
+    }
+    let samples = tr::rtt_samples(ping, pong, clock, n, Duration::from_secs(10));
+    active.store(false, std::sync::atomic::Ordering::Release);
+    samples
+}
+
+/// The aeron-rs side of `interleaved_rtt`: its own driver and client, ping and pong streams, and
+/// an echo thread that sleeps until its round.
+#[cfg(feature = "aeron-compare")]
+struct AeronPingPong {
+    client: Option<tr::aeron::Client>,
+    driver: Option<support::aeron_driver::MediaDriver>,
+    active: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    echo: Option<JoinHandle<()>>,
+}
+
+#[cfg(feature = "aeron-compare")]
+impl AeronPingPong {
+    fn start() -> Option<Self> {
+        let started = support::aeron_driver::MediaDriver::start(TERM)
+            .and_then(|d| tr::aeron::Client::connect(&d.dir_string(), &[1005, 1006]).map(|c| (d, c)));
+        let (driver, client) = match started {
+            Ok(x) => x,
+            Err(why) => {
+                eprintln!("[{B}] SKIPPED aeron-rs in the interleaved round trips: {why}");
+                return None;
+            }
+        };
+        let active = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (ping_sub, pong_pub, a) =
+            (client.subscriptions[0].clone(), client.publications[1].clone(), active.clone());
+        let echo = support::spawn_on(1, move || {
+            support::pin(1);
+            let mut s = ping_sub.lock().unwrap();
+            let p = pong_pub.lock().unwrap();
+            tr::echo_when(&mut tr::aeron::AeronRx(&mut s), &mut tr::aeron::AeronTx(&p), &a);
+        });
+        Some(AeronPingPong { client: Some(client), driver: Some(driver), active, echo: Some(echo) })
+    }
+
+    fn round(&mut self, clock: &Clock, n: usize) -> Vec<f64> {
+        let client = self.client.as_ref().expect("connected");
+        let ping = client.publications[0].lock().unwrap();
+        let mut pong = client.subscriptions[1].lock().unwrap();
+        rtt_round(&mut tr::aeron::AeronTx(&ping), &mut tr::aeron::AeronRx(&mut pong), &self.active, clock, n)
+    }
+}
+
+#[cfg(feature = "aeron-compare")]
+impl Drop for AeronPingPong {
+    fn drop(&mut self) {
+        self.active.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(client) = &self.client {
+            let mut stop = [0u8; 32];
+            stop[0] = tr::STOP;
+            tr::Tx::send_spin(&mut tr::aeron::AeronTx(&client.publications[0].lock().unwrap()), &stop);
+        }
+        if let Some(e) = self.echo.take() {
+            let _ = e.join();
+        }
+        self.client.take();
+        self.driver.take();
+    }
+}
+
+#[cfg(not(feature = "aeron-compare"))]
+struct AeronPingPong;
+
+#[cfg(not(feature = "aeron-compare"))]
+impl AeronPingPong {
+    fn start() -> Option<Self> {
+        eprintln!(
+            "[{B}] SKIPPED aeron-rs in the interleaved round trips: built without `--features aeron-compare`"
+        );
+        None
+    }
+
+    fn round(&mut self, _clock: &Clock, _n: usize) -> Vec<f64> {
+        unreachable!("never started")
+    }
+}
+
 /// One round of `interleaved_throughput`: wake the receiver, stream `n` messages (timed until
 /// all were received), put the receiver back to sleep; msgs/s.
 fn round<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, n: u64) -> f64 {
@@ -406,5 +581,6 @@ fn main() {
         aeron_system(&mut c, &args);
     }
     interleaved_throughput(&args);
+    interleaved_rtt(&args);
     c.final_summary();
 }

@@ -133,6 +133,15 @@ if it["shmlog"] is not None:
         + f"; median per-round ratio shmlog / aeron-rs **{fmt_ratio(it_r)}**, shmlog / crossbeam-channel {fmt_ratio(it_c)}. "
         "The target is judged on this ratio; the one-shot row of the table above can be minutes apart from its neighbour.\n"
     )
+rt_i = {s: {q: get("vs_aeron", f"interleaved_rtt_32B/{s}", q) for q in ["p50", "p99", "p999"]} for s in SYSTEMS}
+rt_r50, rt_r99 = get("vs_aeron", "interleaved_rtt_32B/shmlog_vs_aeron_p50"), get("vs_aeron", "interleaved_rtt_32B/shmlog_vs_aeron_p99")
+if rt_i["shmlog"]["p50"] is not None:
+    out.append(
+        "Round trips interleaved (three ping/pong pairs and echo threads at once; 9 rounds of 100 000 timed round "
+        "trips per system, the other echo threads asleep): p50 / p99 / p99.9 "
+        + ", ".join(f"{s} {fmt_ns(rt_i[s]['p50'])} / {fmt_ns(rt_i[s]['p99'])} / {fmt_ns(rt_i[s]['p999'])}" for s in SYSTEMS)
+        + f" (pooled); median per-round ratio shmlog / aeron-rs p50 **{fmt_ratio(rt_r50)}**, p99 **{fmt_ratio(rt_r99)}**.\n"
+    )
 if it_r is not None:
     target("throughput 32 B, two threads, vs aeron-rs (interleaved)", f"{fmt_rate(it['shmlog'])} vs {fmt_rate(it['aeron-rs'])}", it_r, 10, True)
 else:

@@ -318,6 +318,33 @@ pub fn echo<T: Tx, R: Rx>(rx: &mut R, tx: &mut T) {
     }
 }
 
+/// As [`echo`], but only while `active` is set; otherwise it sleeps, so several echo threads can
+/// share one CPU and take turns (interleaved comparisons).
+pub fn echo_when<T: Tx, R: Rx>(rx: &mut R, tx: &mut T, active: &AtomicBool) {
+    let mut done = false;
+    let mut m = [0u8; 32];
+    while !done {
+        if !active.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_micros(500));
+            continue;
+        }
+        let n = rx.recv(
+            |p| {
+                m.copy_from_slice(&p[..32]);
+                if p[0] == STOP {
+                    done = true;
+                }
+            },
+            1,
+        );
+        if n > 0 {
+            tx.send_spin(&m);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// One round trip: send on `ping`, spin until one message comes back on `pong`.
 #[inline(always)]
 pub fn round_trip<T: Tx, R: Rx>(ping: &mut T, pong: &mut R, msg: &[u8; 32]) {
