@@ -103,8 +103,9 @@ pub(crate) struct Appender<R> {
     clean_next: bool,
     /// Offset up to which the next partition is already zeroed for the coming term.
     cleaned_to: usize,
-    /// Header bytes after the length word, with this term's id; per frame only the flags, type
-    /// and term offset change.
+    /// Header bytes after the length word, with this term's id, built with flags UNFRAGMENTED
+    /// and type DATA (which `append_unfragmented` relies on); per frame only the flags, type and
+    /// term offset change, in copies (`rest_for`), and per term the term id (`rotate`).
     template: [u8; REST_LEN],
     max_payload: usize,
 }
@@ -170,6 +171,7 @@ impl<R: RegionMut> Appender<R> {
     /// The caller checked `len` against the max message length and admission against the limit.
     #[inline(always)]
     pub(crate) fn append(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, Tripped> {
+        debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
         match parts {
             [message] if len <= self.max_payload => self.append_unfragmented(message),
             _ => self.append_gathered(parts, len),
