@@ -428,15 +428,7 @@ struct AeronPingPong {
 #[cfg(feature = "aeron-compare")]
 impl AeronPingPong {
     fn start() -> Option<Self> {
-        let started = support::aeron_driver::MediaDriver::start(TERM)
-            .and_then(|d| tr::aeron::Client::connect(&d.dir_string(), &[1005, 1006]).map(|c| (d, c)));
-        let (driver, client) = match started {
-            Ok(x) => x,
-            Err(why) => {
-                eprintln!("[{B}] SKIPPED aeron-rs in the interleaved round trips: {why}");
-                return None;
-            }
-        };
+        let (driver, client) = start_aeron(&[1005, 1006], "the interleaved round trips")?;
         let active = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (ping_sub, pong_pub, a) =
             (client.subscriptions[0].clone(), client.publications[1].clone(), active.clone());
@@ -500,6 +492,18 @@ fn round<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, n: u64) -> f64 {
     rate
 }
 
+/// A media driver and a client with a publication and a subscription per stream id, or `None`
+/// after a SKIPPED line naming `what` (no Java, no jar, driver failed).
+#[cfg(feature = "aeron-compare")]
+fn start_aeron(
+    streams: &[i32],
+    what: &str,
+) -> Option<(support::aeron_driver::MediaDriver, tr::aeron::Client)> {
+    let started = support::aeron_driver::MediaDriver::start(TERM)
+        .and_then(|d| tr::aeron::Client::connect(&d.dir_string(), streams).map(|c| (d, c)));
+    started.map_err(|why| eprintln!("[{B}] SKIPPED aeron-rs in {what}: {why}")).ok()
+}
+
 /// The aeron-rs side of `interleaved_throughput`: its own driver, client, one `aeron:ipc`
 /// stream and a receiver thread that sleeps until its round.
 #[cfg(feature = "aeron-compare")]
@@ -514,15 +518,7 @@ struct AeronData {
 #[cfg(feature = "aeron-compare")]
 impl AeronData {
     fn start(clock: Clock) -> Option<Self> {
-        let started = support::aeron_driver::MediaDriver::start(TERM)
-            .and_then(|d| tr::aeron::Client::connect(&d.dir_string(), &[1004]).map(|c| (d, c)));
-        let (driver, client) = match started {
-            Ok(x) => x,
-            Err(why) => {
-                eprintln!("[{B}] SKIPPED aeron-rs in the interleaved run: {why}");
-                return None;
-            }
-        };
+        let (driver, client) = start_aeron(&[1004], "the interleaved run")?;
         let sink = Sink::new();
         sink.active.store(false, std::sync::atomic::Ordering::Release);
         let rx = tr::aeron::AeronSinkRx::new(client.subscriptions[0].clone());

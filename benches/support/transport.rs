@@ -298,24 +298,7 @@ pub const STOP: u8 = 0xEE;
 
 /// Echoes `rx` onto `tx` until a message starting with [`STOP`] arrives (forwarded too).
 pub fn echo<T: Tx, R: Rx>(rx: &mut R, tx: &mut T) {
-    let mut done = false;
-    let mut m = [0u8; 32];
-    while !done {
-        let n = rx.recv(
-            |p| {
-                m.copy_from_slice(&p[..32]);
-                if p[0] == STOP {
-                    done = true;
-                }
-            },
-            1,
-        );
-        if n > 0 {
-            tx.send_spin(&m);
-        } else {
-            std::hint::spin_loop();
-        }
-    }
+    echo_when(rx, tx, &AtomicBool::new(true));
 }
 
 /// As [`echo`], but only while `active` is set; otherwise it sleeps, so several echo threads can
