@@ -109,10 +109,7 @@ fn clocks(c: &mut Criterion, args: &Args) {
 fn main() {
     let args = Args::parse();
     support::banner(B);
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(1), Duration::from_secs(3));
     raw_pingpong(&mut c, &args);
     bare_ring(&mut c, &args);
     memcpy(&mut c, &args);

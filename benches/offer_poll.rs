@@ -99,10 +99,7 @@ fn group(c: &mut Criterion, args: &Args, name: &str, op: Op, max: usize) {
 fn main() {
     let args = Args::parse();
     support::banner(B);
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_millis(500), Duration::from_secs(2));
     group(&mut c, &args, "offer", offer_poll, usize::MAX);
     group(&mut c, &args, "try_claim", claim_poll, 65536 - 32);
     group(&mut c, &args, "offer_vectored", vectored_poll, usize::MAX);

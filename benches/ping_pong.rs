@@ -250,10 +250,7 @@ fn main() {
     }
     let args = Args::parse();
     support::banner(B);
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(1), Duration::from_secs(3));
     threads(&mut c, &args);
     processes(&mut c, &args);
     by_term(&args);

@@ -419,10 +419,11 @@ fn rtt_round<T: Tx, R: Rx>(
 /// an echo thread that sleeps until its round.
 #[cfg(feature = "aeron-compare")]
 struct AeronPingPong {
-    client: Option<tr::aeron::Client>,
-    driver: Option<support::aeron_driver::MediaDriver>,
     active: std::sync::Arc<std::sync::atomic::AtomicBool>,
     echo: Option<JoinHandle<()>>,
+    // Dropped in this order, after `drop` stopped the echo thread: the client before its driver.
+    client: tr::aeron::Client,
+    _driver: support::aeron_driver::MediaDriver,
 }
 
 #[cfg(feature = "aeron-compare")]
@@ -438,13 +439,12 @@ impl AeronPingPong {
             let p = pong_pub.lock().unwrap();
             tr::echo_when(&mut tr::aeron::AeronRx(&mut s), &mut tr::aeron::AeronTx(&p), &a);
         });
-        Some(AeronPingPong { client: Some(client), driver: Some(driver), active, echo: Some(echo) })
+        Some(AeronPingPong { active, echo: Some(echo), client, _driver: driver })
     }
 
     fn round(&mut self, clock: &Clock, n: usize) -> Vec<f64> {
-        let client = self.client.as_ref().expect("connected");
-        let ping = client.publications[0].lock().unwrap();
-        let mut pong = client.subscriptions[1].lock().unwrap();
+        let ping = self.client.publications[0].lock().unwrap();
+        let mut pong = self.client.subscriptions[1].lock().unwrap();
         rtt_round(&mut tr::aeron::AeronTx(&ping), &mut tr::aeron::AeronRx(&mut pong), &self.active, clock, n)
     }
 }
@@ -453,16 +453,12 @@ impl AeronPingPong {
 impl Drop for AeronPingPong {
     fn drop(&mut self) {
         self.active.store(true, std::sync::atomic::Ordering::Release);
-        if let Some(client) = &self.client {
-            let mut stop = [0u8; 32];
-            stop[0] = tr::STOP;
-            tr::Tx::send_spin(&mut tr::aeron::AeronTx(&client.publications[0].lock().unwrap()), &stop);
-        }
+        let mut stop = [0u8; 32];
+        stop[0] = tr::STOP;
+        tr::Tx::send_spin(&mut tr::aeron::AeronTx(&self.client.publications[0].lock().unwrap()), &stop);
         if let Some(e) = self.echo.take() {
             let _ = e.join();
         }
-        self.client.take();
-        self.driver.take();
     }
 }
 
@@ -508,11 +504,12 @@ fn start_aeron(
 /// stream and a receiver thread that sleeps until its round.
 #[cfg(feature = "aeron-compare")]
 struct AeronData {
-    client: Option<tr::aeron::Client>,
-    driver: Option<support::aeron_driver::MediaDriver>,
     sink: std::sync::Arc<Sink>,
     thread: Option<JoinHandle<()>>,
     sent: u64,
+    // Dropped in this order, after `drop` stopped the receiver: the client before its driver.
+    client: tr::aeron::Client,
+    _driver: support::aeron_driver::MediaDriver,
 }
 
 #[cfg(feature = "aeron-compare")]
@@ -523,12 +520,11 @@ impl AeronData {
         sink.active.store(false, std::sync::atomic::Ordering::Release);
         let rx = tr::aeron::AeronSinkRx::new(client.subscriptions[0].clone());
         let thread = Some(spawn_sink(rx, sink.clone(), clock));
-        Some(AeronData { client: Some(client), driver: Some(driver), sink, thread, sent: 0 })
+        Some(AeronData { sink, thread, sent: 0, client, _driver: driver })
     }
 
     fn round(&mut self, n: u64) -> f64 {
-        let client = self.client.as_ref().expect("connected");
-        let p = client.publications[0].lock().unwrap();
+        let p = self.client.publications[0].lock().unwrap();
         round(&mut tr::aeron::AeronTx(&p), &self.sink, &mut self.sent, n)
     }
 }
@@ -540,8 +536,6 @@ impl Drop for AeronData {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.client.take();
-        self.driver.take();
     }
 }
 
@@ -563,10 +557,7 @@ impl AeronData {
 fn main() {
     let args = Args::parse();
     support::banner(B);
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .configure_from_args();
+    let mut c = support::criterion(Duration::from_secs(1), Duration::from_secs(3));
     if args.wants("crossbeam-channel") || args.wants("vs_aeron") {
         crossbeam(&mut c, &args);
     }

@@ -118,6 +118,12 @@ pub fn loadavg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Criterion as every bench here configures it: warm-up and measurement times, then the command
+/// line (filters, `--test`).
+pub fn criterion(warm_up: Duration, measurement: Duration) -> criterion::Criterion {
+    criterion::Criterion::default().warm_up_time(warm_up).measurement_time(measurement).configure_from_args()
+}
+
 /// Prints the banner every bench starts with and records it.
 pub fn banner(bench: &str) {
     let line = format!(
