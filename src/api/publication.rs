@@ -204,6 +204,16 @@ impl Publication {
     /// Appends `message`. Returns the stream position after it.
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+        // The common case in one pass: one frame, no leaked claim, below the cached limit.
+        if message.len() <= self.appender.max_payload()
+            && self.pending.is_none()
+            && self.appender.position() < self.flow.limit()
+        {
+            if let Ok(position) = self.appender.append_unfragmented(message) {
+                return Ok(position);
+            }
+            // Tripped: the term is padded to its end; the general path rotates and retries.
+        }
         self.offer_parts(&[message], message.len())
     }
 

@@ -3,7 +3,7 @@
 use super::handler::{ControlledFragmentHandler, FragmentHandler};
 use super::idle::{Backoff, IdleStrategy};
 use crate::error::Error;
-use crate::log::reader::{self, Scan};
+use crate::log::reader::{self, Cursor, Scan};
 use crate::log::Log;
 use crate::region::ReadOnlyRegion;
 use crate::stream::files::{self, ReadLog, ReadersFile};
@@ -139,7 +139,8 @@ struct Session {
     /// Holds our reader lock on the log for as long as we map it.
     file: File,
     log: Log<ReadOnlyRegion>,
-    position: i64,
+    /// Our position in the log.
+    cursor: Cursor,
     join_position: i64,
     publisher_alive: bool,
 }
@@ -189,9 +190,9 @@ impl Subscription {
             self.idle_tick();
             return 0;
         };
-        let scan = reader::read(
+        let scan = reader::read_at(
             &s.log,
-            s.position,
+            &s.cursor,
             fragment_limit,
             |payload, header| {
                 handler.on_fragment(payload, header);
@@ -214,9 +215,9 @@ impl Subscription {
             return 0;
         };
         let (slots, slot) = (&self.readers.slots, self.slot);
-        let scan = reader::read(
+        let scan = reader::read_at(
             &s.log,
-            s.position,
+            &s.cursor,
             fragment_limit,
             |payload, header| handler.on_fragment(payload, header),
             |position| slots.set_position(slot, position),
@@ -232,7 +233,7 @@ impl Subscription {
             self.idle_tick();
             return 0;
         };
-        let scan = reader::read_block(&s.log, s.position, max_bytes, handler);
+        let scan = reader::read_block(&s.log, s.cursor.position(), max_bytes, handler);
         let consumed = scan.fragments;
         self.finish(Scan { fragments: 0, ..scan });
         consumed
@@ -241,8 +242,8 @@ impl Subscription {
     #[inline(always)]
     fn finish(&mut self, scan: Scan) -> usize {
         let s = self.session.as_mut().expect("finish follows a read of the session");
-        if scan.position != s.position {
-            s.position = scan.position;
+        if scan.position != s.cursor.position() {
+            s.cursor.move_to(&s.log, scan.position);
             self.readers.slots.set_position(self.slot, scan.position);
         } else if scan.fragments == 0 {
             if scan.fault.is_some() {
@@ -275,7 +276,7 @@ impl Subscription {
     /// publisher and nothing left to read), joins a newer session if there is one.
     fn check(&mut self) -> Result<(), Error> {
         if let Some(s) = self.session.as_mut() {
-            let ended = s.position >= s.log.eos_position();
+            let ended = s.cursor.position() >= s.log.eos_position();
             s.publisher_alive = !ended && files::publisher_alive(&s.file);
             if s.publisher_alive || is_same_file(&s.file, &self.log_path).unwrap_or(false) {
                 return Ok(());
@@ -317,8 +318,8 @@ impl Subscription {
             Ok(position) => {
                 self.session = Some(Session {
                     file: next.file,
+                    cursor: Cursor::new(&next.log, position),
                     log: next.log,
-                    position,
                     join_position: position,
                     publisher_alive: true,
                 });
@@ -366,12 +367,12 @@ impl Subscription {
 
     /// `true` once every message before the publisher's close has been read.
     pub fn is_end_of_stream(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.position >= s.log.eos_position())
+        self.session.as_ref().is_some_and(|s| s.cursor.position() >= s.log.eos_position())
     }
 
     /// Position after the last fragment consumed (0 before joining a session).
     pub fn position(&self) -> i64 {
-        self.session.as_ref().map_or(0, |s| s.position)
+        self.session.as_ref().map_or(0, |s| s.cursor.position())
     }
 
     /// Where this subscription joined its current session.

@@ -16,7 +16,7 @@ use crate::layout::frame::{
 };
 use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
 use crate::layout::log_meta::{self as meta, PARTITION_COUNT};
-use crate::region::{DirectRegion, RegionMut};
+use crate::region::{DirectRegion, RegionMut, Span, Window};
 use crate::sync::Ordering;
 
 /// Ordering of the frame-length stores that commit a frame (I1). The mutant cfg exists only so the
@@ -96,8 +96,8 @@ pub(crate) struct Appender<R> {
     term_id: i32,
     index: usize,
     term_begin: i64,
-    /// Region offsets of the active partition and of its tail counter (follow `index`).
-    partition_base: usize,
+    /// The active partition and the region offset of its tail counter (follow `index`).
+    partition: Span,
     tail_field: usize,
     /// The next partition still holds an old term that must be zeroed before it is reused.
     clean_next: bool,
@@ -136,7 +136,7 @@ impl<R: RegionMut> Appender<R> {
         }
         .encode();
         Ok(Self {
-            partition_base: log.partition_base(index),
+            partition: log.partition(index),
             tail_field: log.meta_field(meta::TAIL_COUNTERS + 8 * index),
             term_length: log.term_length(),
             max_payload: log.geometry().mtu - HEADER_LEN,
@@ -178,9 +178,10 @@ impl<R: RegionMut> Appender<R> {
         }
     }
 
-    /// The common case, one slice in one frame: a header copy, a payload copy, one commit.
+    /// The common case, one slice of at most the max payload in one frame: a header copy, a
+    /// payload copy, one commit. Admission is the caller's, as for `append`.
     #[inline(always)]
-    fn append_unfragmented(&mut self, message: &[u8]) -> Result<i64, Tripped> {
+    pub(crate) fn append_unfragmented(&mut self, message: &[u8]) -> Result<i64, Tripped> {
         let start = self.term_offset;
         let end = start + align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
         if end > self.term_length {
@@ -188,16 +189,21 @@ impl<R: RegionMut> Appender<R> {
             return Err(Tripped);
         }
         self.reserve(start, end);
-        let base = self.partition_base + start;
-        let r = self.log.region();
+        let term = self.active_term();
         // The template already says version 0, UNFRAGMENTED, DATA: only the offset changes.
         let mut rest = self.template;
         rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(start as i32).to_le_bytes());
-        r.copy_in(base + REST_OFFSET, &rest);
-        r.copy_in(base + HEADER_LEN, message);
-        r.store_i32(base, (message.len() + HEADER_LEN) as i32, COMMIT);
+        term.copy_in_cell(start, REST_OFFSET, &rest);
+        term.copy_in_body(start, message);
+        term.store_i32(start, (message.len() + HEADER_LEN) as i32, COMMIT);
         self.term_offset = end;
         Ok(self.term_begin + end as i64)
+    }
+
+    /// The active partition, bounds-checked once here instead of at every access in it.
+    #[inline(always)]
+    fn active_term(&self) -> Window<'_, R> {
+        Window::new(self.log.region(), self.partition)
     }
 
     #[inline(never)]
@@ -242,7 +248,7 @@ impl<R: RegionMut> Appender<R> {
         }
         self.reserve(start, end);
         let rest = self.rest_for(start, UNFRAGMENTED, TYPE_DATA);
-        let base = self.partition_base + start;
+        let base = self.partition.base() + start;
         self.log.region().copy_in(base + REST_OFFSET, &rest);
         self.term_offset = end;
         Ok(ClaimedFrame { base, frame_length: len + HEADER_LEN, position: self.term_begin + end as i64 })
@@ -284,7 +290,7 @@ impl<R: RegionMut> Appender<R> {
             return Err(MaxPosition);
         }
         self.index = (self.index + 1) % PARTITION_COUNT;
-        self.partition_base = self.log.partition_base(self.index);
+        self.partition = self.log.partition(self.index);
         self.tail_field = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
         self.term_id = self.term_id.wrapping_add(1);
         self.term_begin = next_begin;
@@ -308,7 +314,7 @@ impl<R: RegionMut> Appender<R> {
             let end = self.term_length;
             self.reserve(start, end);
             let rest = self.rest_for(start, UNFRAGMENTED, TYPE_PAD);
-            let base = self.partition_base + start;
+            let base = self.partition.base() + start;
             let r = self.log.region();
             r.copy_in(base + REST_OFFSET, &rest);
             r.store_i32(base, (end - start) as i32, COMMIT);
@@ -357,7 +363,7 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(always)]
     fn write_frame(&self, offset: usize, flags: u8, frame_type: u16, len: usize, src: &mut Gather<'_>) {
-        let base = self.partition_base + offset;
+        let base = self.partition.base() + offset;
         let r = self.log.region();
         r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
         src.copy_next(r, base + HEADER_LEN, len);

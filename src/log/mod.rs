@@ -13,7 +13,7 @@ mod tests;
 use crate::error::Invalid;
 use crate::layout::frame::HEADER_LEN;
 use crate::layout::log_meta::{self as meta, Geometry, META_LEN, PAGE_MIN, PARTITION_COUNT};
-use crate::region::{Region, RegionMut};
+use crate::region::{Region, RegionMut, Span};
 use crate::sync::Ordering;
 use position::{pack_tail, tail_offset, tail_term_id, Terms};
 
@@ -36,8 +36,16 @@ pub(crate) struct Log<R> {
     geometry: Geometry,
     terms: Terms,
     meta: usize,
+    /// Where the three partitions lie.
+    partitions: [Span; PARTITION_COUNT],
     session_id: i32,
     stream_id: i32,
+}
+
+/// The partitions of a log with a validated geometry (power-of-two terms of at least 128 bytes).
+fn partition_spans(g: &Geometry) -> Option<[Span; PARTITION_COUNT]> {
+    let t = g.term_length;
+    Some([Span::new(0, t)?, Span::new(t, t)?, Span::new(2 * t, t)?])
 }
 
 impl<R: RegionMut> Log<R> {
@@ -80,6 +88,7 @@ impl<R: RegionMut> Log<R> {
             geometry: g,
             terms: Terms::new(g.term_length, id),
             meta: m,
+            partitions: partition_spans(&g).expect("a validated geometry"),
             session_id: init.session_id,
             stream_id: init.stream_id,
         }
@@ -155,7 +164,9 @@ impl<R: Region> Log<R> {
             return Err(Corrupt("stream name length out of range"));
         }
         let initial_term_id = field(meta::INITIAL_TERM_ID);
+        let partitions = partition_spans(&geometry).ok_or(Corrupt("term length must be a power of two"))?;
         Ok(Self {
+            partitions,
             terms: Terms::new(geometry.term_length, initial_term_id),
             geometry,
             meta: m,
@@ -187,6 +198,12 @@ impl<R: Region> Log<R> {
 
     pub(crate) fn stream_id(&self) -> i32 {
         self.stream_id
+    }
+
+    /// Where partition `index` lies.
+    #[inline(always)]
+    pub(crate) fn partition(&self, index: usize) -> Span {
+        self.partitions[index]
     }
 
     /// Byte offset of partition `index` in the region.

@@ -11,7 +11,7 @@ use crate::layout::align;
 use crate::layout::frame::{
     HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_DATA, TYPE_PAD,
 };
-use crate::region::Region;
+use crate::region::{Region, Span, Window};
 use crate::sync::Ordering;
 
 /// What a controlled handler tells the poll loop to do next (Aeron's semantics).
@@ -45,17 +45,50 @@ struct Frame {
     rest: HeaderRest,
 }
 
-/// The next frame at `offset` of the term at region offset `base`: `Ok(None)` when nothing is
-/// committed there yet.
+/// Where a reader stands: a position, with the term it falls in worked out once per term rather
+/// than on every poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    term_begin: i64,
+    term_id: i32,
+    partition: Span,
+    offset: usize,
+}
+
+impl Cursor {
+    pub(crate) fn new<R: Region>(log: &Log<R>, position: i64) -> Self {
+        let terms = log.terms();
+        Self {
+            term_begin: terms.term_begin(position),
+            term_id: terms.term_id(position),
+            partition: log.partition(terms.partition(position)),
+            offset: terms.term_offset(position),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn position(&self) -> i64 {
+        self.term_begin + self.offset as i64
+    }
+
+    /// Moves to `position`, working the term out again only if `position` left the term.
+    #[inline(always)]
+    pub(crate) fn move_to<R: Region>(&mut self, log: &Log<R>, position: i64) {
+        match usize::try_from(position - self.term_begin) {
+            Ok(offset) if offset < self.partition.len() => self.offset = offset,
+            _ => *self = Self::new(log, position),
+        }
+    }
+}
+
+/// The next frame at `offset` of `term`: `Ok(None)` when nothing is committed there yet.
 #[inline(always)]
 fn next_frame<R: Region>(
-    region: &R,
-    base: usize,
+    term: &Window<'_, R>,
     offset: usize,
-    term_length: usize,
     term_id: i32,
 ) -> Result<Option<Frame>, &'static str> {
-    let raw = region.load_i32(base + offset, Ordering::Acquire);
+    let raw = term.load_i32(offset, Ordering::Acquire);
     if raw <= 0 {
         return Ok(None);
     }
@@ -64,11 +97,11 @@ fn next_frame<R: Region>(
         return Err("frame length is shorter than a header");
     }
     let aligned = align(len, FRAME_ALIGNMENT);
-    if aligned > term_length - offset {
+    if aligned > term.len() - offset {
         return Err("frame runs past the end of its term");
     }
     let mut bytes = [0u8; REST_LEN];
-    region.copy_out(base + offset + REST_OFFSET, &mut bytes);
+    term.copy_out_cell(offset, REST_OFFSET, &mut bytes);
     let rest = HeaderRest::decode(&bytes);
     if rest.term_offset as i64 != offset as i64 || rest.term_id != term_id {
         return Err("frame header does not match its place in the log");
@@ -82,6 +115,12 @@ fn next_frame<R: Region>(
     Ok(Some(Frame { len, aligned, rest }))
 }
 
+/// The term a cursor stands in, as a bounds-checked window.
+#[inline(always)]
+fn term_window<'a, R: Region>(log: &'a Log<R>, at: &Cursor) -> Window<'a, R> {
+    Window::new(log.region(), at.partition)
+}
+
 /// Reads up to `fragment_limit` data fragments from `position` to the end of its term at most.
 ///
 /// `handler` decides per fragment (see [`Action`]); `commit` is called with the new position
@@ -89,25 +128,34 @@ fn next_frame<R: Region>(
 ///
 /// The caller must hold flow control at `position` (its reader slot shows a position at or before
 /// it) for the whole call, so the writer cannot reach the frames handed out.
+#[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))] // tests, models, fuzzing
 #[inline]
 pub(crate) fn read<R: Region>(
     log: &Log<R>,
     position: i64,
     fragment_limit: usize,
+    handler: impl FnMut(&[u8], &Header) -> Action,
+    commit: impl FnMut(i64),
+) -> Scan {
+    read_at(log, &Cursor::new(log, position), fragment_limit, handler, commit)
+}
+
+/// [`read`] from a cursor, which spares a reader that polls often the position arithmetic.
+#[inline]
+pub(crate) fn read_at<R: Region>(
+    log: &Log<R>,
+    cursor: &Cursor,
+    fragment_limit: usize,
     mut handler: impl FnMut(&[u8], &Header) -> Action,
     mut commit: impl FnMut(i64),
 ) -> Scan {
-    let terms = log.terms();
-    let term_length = log.term_length();
-    let term_begin = terms.term_begin(position);
-    let term_id = terms.term_id(position);
-    let base = log.partition_base(terms.partition(position));
-    let region = log.region();
-    let mut offset = terms.term_offset(position);
+    let term = term_window(log, cursor);
+    let term_begin = cursor.term_begin;
+    let mut offset = cursor.offset;
     let mut fragments = 0;
     let mut fault = None;
-    while fragments < fragment_limit && offset < term_length {
-        let frame = match next_frame(region, base, offset, term_length, term_id) {
+    while fragments < fragment_limit && offset < term.len() {
+        let frame = match next_frame(&term, offset, cursor.term_id) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(what) => {
@@ -123,14 +171,11 @@ pub(crate) fn read<R: Region>(
         let header =
             Header { frame_length: frame.len as i32, rest: frame.rest, position: term_begin + next as i64 };
         // SAFETY: the frame's positive length was acquire-loaded, so its bytes are fully written
-        // (I1); it lies inside the term (checked in `next_frame`); and the caller holds flow
-        // control before it, so the writer cannot reach it (I2) or clean it (I3) while the
-        // handler runs. The slice does not outlive the closure.
-        let action = unsafe {
-            region.with_bytes(base + offset + HEADER_LEN, frame.len - HEADER_LEN, |payload| {
-                handler(payload, &header)
-            })
-        };
+        // (I1); it lies inside the term (checked in `next_frame`, and by the window); and the
+        // caller holds flow control before it, so the writer cannot reach it (I2) or clean it
+        // (I3) while the handler runs. The slice does not outlive the closure.
+        let action =
+            unsafe { term.with_body(offset, frame.len - HEADER_LEN, |payload| handler(payload, &header)) };
         match action {
             Action::Abort => break,
             Action::Break => {
@@ -161,17 +206,13 @@ pub(crate) fn read_block<R: Region>(
     max_bytes: usize,
     handler: impl FnOnce(&[u8], i64),
 ) -> Scan {
-    let terms = log.terms();
-    let term_length = log.term_length();
-    let term_begin = terms.term_begin(position);
-    let term_id = terms.term_id(position);
-    let base = log.partition_base(terms.partition(position));
-    let region = log.region();
-    let mut start = terms.term_offset(position);
+    let at = Cursor::new(log, position);
+    let term = term_window(log, &at);
+    let mut start = at.offset;
     let mut end = start;
     let mut fault = None;
-    while end < term_length {
-        let frame = match next_frame(region, base, end, term_length, term_id) {
+    while end < term.len() {
+        let frame = match next_frame(&term, end, at.term_id) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(what) => {
@@ -195,26 +236,21 @@ pub(crate) fn read_block<R: Region>(
     if end > start {
         // SAFETY: every frame in [start, end) had a positive length acquire-loaded and was checked
         // to lie inside the term; the caller holds flow control before `start` (I2, I3).
-        unsafe {
-            region.with_bytes(base + start, end - start, |block| handler(block, term_begin + start as i64))
-        };
+        unsafe { term.with_bytes(start, end - start, |block| handler(block, at.term_begin + start as i64)) };
     }
-    Scan { position: term_begin + end as i64, fragments: end - (terms.term_offset(position)), fault }
+    Scan { position: at.term_begin + end as i64, fragments: end - at.offset, fault }
 }
 
 /// `true` if nothing is committed at `position` yet (its length word is zero): below the
 /// producer position this is the frame the writer is still writing (an open claim, or an offer
 /// caught mid-copy), where a reader that caught up stands and waits. `position` must be 32-aligned.
 pub(crate) fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
-    let terms = log.terms();
-    let at = log.partition_base(terms.partition(position)) + terms.term_offset(position);
-    log.region().load_i32(at, Ordering::Acquire) <= 0
+    let at = Cursor::new(log, position);
+    term_window(log, &at).load_i32(at.offset, Ordering::Acquire) <= 0
 }
 
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
 pub(crate) fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
-    let terms = log.terms();
-    let offset = terms.term_offset(position);
-    let base = log.partition_base(terms.partition(position));
-    matches!(next_frame(log.region(), base, offset, log.term_length(), terms.term_id(position)), Ok(Some(_)))
+    let at = Cursor::new(log, position);
+    matches!(next_frame(&term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
 }

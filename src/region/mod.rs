@@ -14,7 +14,9 @@
 //!
 //! Every operation checks bounds and alignment and panics on a violation: that is a bug in this
 //! crate (values read from shared memory are validated before they become offsets), and a panic is
-//! the safe outcome where the alternative would be an out-of-bounds access.
+//! the safe outcome where the alternative would be an out-of-bounds access. The one exception is
+//! a [`Window`] (one term partition): it is checked once when made and keeps the frame accesses
+//! inside it in bounds by masking their offsets, so the per-frame hot path carries no checks.
 
 use crate::sync::Ordering;
 
@@ -27,6 +29,7 @@ mod loom;
 mod mmap;
 #[cfg(not(shmlog_loom))]
 mod raw;
+mod window;
 
 #[cfg(not(shmlog_loom))]
 #[cfg_attr(not(any(test, fuzzing)), allow(unused_imports))]
@@ -36,6 +39,7 @@ pub(crate) use heap::HeapRegion;
 pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 pub(crate) use mmap::{MmapRegion, ReadOnlyRegion};
+pub(crate) use window::{Span, Window};
 
 #[cfg(not(shmlog_loom))]
 impl DirectRegion for MmapRegion {
@@ -74,6 +78,35 @@ pub(crate) trait Region {
     /// Nobody (thread or process) may write those bytes while `f` runs: the caller has acquired a
     /// committed frame and holds flow control so the writer cannot reach it.
     unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T;
+
+    /// [`Region::load_i32`] without the bounds check, for [`Window`]. Backends over real memory
+    /// skip the check; the default (the loom backend's) keeps it.
+    ///
+    /// # Safety
+    /// `off..off + 4` lies inside the region and `off` is 4-aligned.
+    #[inline(always)]
+    unsafe fn load_i32_unchecked(&self, off: usize, order: Ordering) -> i32 {
+        self.load_i32(off, order)
+    }
+
+    /// [`Region::copy_out`] without the bounds check, for [`Window`].
+    ///
+    /// # Safety
+    /// `off..off + dst.len()` lies inside the region.
+    #[inline(always)]
+    unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
+        self.copy_out(off, dst)
+    }
+
+    /// [`Region::with_bytes`] without the bounds check, for [`Window`].
+    ///
+    /// # Safety
+    /// As [`Region::with_bytes`], and `off..off + len` lies inside the region.
+    #[inline(always)]
+    unsafe fn with_bytes_unchecked<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
+        // SAFETY: the caller's contract includes `with_bytes`'s.
+        unsafe { self.with_bytes(off, len, f) }
+    }
 }
 
 /// Write access to a region. Only the single writer of a log, or a reader on its own slot, has it.
@@ -105,6 +138,24 @@ pub(crate) trait RegionMut: Region {
     /// and the bytes belong to a frame whose length word is not yet committed.
     #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
     unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T;
+
+    /// [`RegionMut::store_i32`] without the bounds check, for [`Window`].
+    ///
+    /// # Safety
+    /// `off..off + 4` lies inside the region and `off` is 4-aligned.
+    #[inline(always)]
+    unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: Ordering) {
+        self.store_i32(off, value, order)
+    }
+
+    /// [`RegionMut::copy_in`] without the bounds check, for [`Window`].
+    ///
+    /// # Safety
+    /// `off..off + src.len()` lies inside the region.
+    #[inline(always)]
+    unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
+        self.copy_in(off, src)
+    }
 }
 
 /// Backends whose bytes are real memory, so a claimed frame can be lent out as a slice whose
@@ -158,6 +209,26 @@ macro_rules! forward_region {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).with_bytes(off, len, f) }
             }
+            #[inline(always)]
+            unsafe fn load_i32_unchecked(&self, off: usize, order: Ordering) -> i32 {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).load_i32_unchecked(off, order) }
+            }
+            #[inline(always)]
+            unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).copy_out_unchecked(off, dst) }
+            }
+            #[inline(always)]
+            unsafe fn with_bytes_unchecked<U>(
+                &self,
+                off: usize,
+                len: usize,
+                f: impl FnOnce(&[u8]) -> U,
+            ) -> U {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).with_bytes_unchecked(off, len, f) }
+            }
         }
         impl<T: RegionMut> RegionMut for $wrapper {
             #[inline(always)]
@@ -190,6 +261,16 @@ macro_rules! forward_region {
             ) -> U {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).with_bytes_mut(off, len, f) }
+            }
+            #[inline(always)]
+            unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: Ordering) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).store_i32_unchecked(off, value, order) }
+            }
+            #[inline(always)]
+            unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).copy_in_unchecked(off, src) }
             }
         }
     )*};

@@ -29,36 +29,44 @@ impl RawView {
     #[inline(always)]
     fn atomic_i32(&self, off: usize) -> &AtomicI32 {
         check_range(self.len, off, 4, 4);
-        // SAFETY: in bounds and 4-aligned (checked above, base is 8-aligned); the memory is valid
-        // for the view's lifetime (constructor contract) and only accessed atomically at this
-        // offset (region contract), so an `AtomicI32` may overlay it.
+        // SAFETY: in bounds and 4-aligned, checked above.
+        unsafe { self.atomic_i32_unchecked(off) }
+    }
+
+    /// # Safety
+    /// `off..off + 4` lies inside the view and `off` is 4-aligned.
+    #[inline(always)]
+    unsafe fn atomic_i32_unchecked(&self, off: usize) -> &AtomicI32 {
+        debug_assert!(off <= self.len.saturating_sub(4) && off % 4 == 0);
+        // SAFETY: in bounds and 4-aligned (the caller's contract; base is 8-aligned); the memory
+        // is valid for the view's lifetime (constructor contract) and only accessed atomically at
+        // this offset (region contract), so an `AtomicI32` may overlay it.
         unsafe { AtomicI32::from_ptr(self.base.add(off).cast()) }
     }
 
     #[inline(always)]
     fn atomic_i64(&self, off: usize) -> &AtomicI64 {
         check_range(self.len, off, 8, 8);
-        // SAFETY: as in `atomic_i32`, with 8-byte alignment checked.
+        // SAFETY: as in `atomic_i32_unchecked`, with 8-byte alignment checked.
         unsafe { AtomicI64::from_ptr(self.base.add(off).cast()) }
     }
 
     #[inline(always)]
     pub(super) fn load_i32(&self, off: usize, order: Ordering) -> i32 {
-        // Under ThreadSanitizer (`--cfg shmlog_tsan`, `.ci/sanitizers.sh`) a real acquire load:
-        // TSan does not model a standalone fence and would report every frame as a race. On
-        // x86-64 both forms are the same plain load.
-        if order == Ordering::Acquire && !cfg!(shmlog_tsan) {
-            // Relaxed loads are the ones documented as sound on read-only mappings.
-            let v = self.atomic_i32(off).load(Ordering::Relaxed);
-            fence(Ordering::Acquire);
-            v
-        } else {
-            self.atomic_i32(off).load(order)
-        }
+        load_i32_from(self.atomic_i32(off), order)
+    }
+
+    /// # Safety
+    /// See [`super::Region::load_i32_unchecked`].
+    #[inline(always)]
+    pub(super) unsafe fn load_i32_unchecked(&self, off: usize, order: Ordering) -> i32 {
+        // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
+        load_i32_from(unsafe { self.atomic_i32_unchecked(off) }, order)
     }
 
     #[inline(always)]
     pub(super) fn load_i64(&self, off: usize, order: Ordering) -> i64 {
+        // As `load_i32_from`.
         if order == Ordering::Acquire && !cfg!(shmlog_tsan) {
             let v = self.atomic_i64(off).load(Ordering::Relaxed);
             fence(Ordering::Acquire);
@@ -71,6 +79,14 @@ impl RawView {
     #[inline(always)]
     pub(super) fn store_i32(&self, off: usize, value: i32, order: Ordering) {
         self.atomic_i32(off).store(value, order);
+    }
+
+    /// # Safety
+    /// See [`super::RegionMut::store_i32_unchecked`].
+    #[inline(always)]
+    pub(super) unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: Ordering) {
+        // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
+        unsafe { self.atomic_i32_unchecked(off) }.store(value, order);
     }
 
     #[inline(always)]
@@ -90,16 +106,34 @@ impl RawView {
     #[inline(always)]
     pub(super) fn copy_out(&self, off: usize, dst: &mut [u8]) {
         check_range(self.len, off, dst.len(), 1);
-        // SAFETY: the source range is in bounds (checked) and valid for reads; `dst` is a distinct
-        // local buffer, so the ranges cannot overlap.
+        // SAFETY: in bounds, checked above.
+        unsafe { self.copy_out_unchecked(off, dst) }
+    }
+
+    /// # Safety
+    /// See [`super::Region::copy_out_unchecked`].
+    #[inline(always)]
+    pub(super) unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
+        debug_assert!(dst.len() <= self.len && off <= self.len - dst.len());
+        // SAFETY: the source range is in bounds (the caller's contract) and valid for reads;
+        // `dst` is a distinct local buffer, so the ranges cannot overlap.
         unsafe { ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
     #[inline(always)]
     pub(super) fn copy_in(&self, off: usize, src: &[u8]) {
         check_range(self.len, off, src.len(), 1);
-        // SAFETY: the destination range is in bounds (checked) and writable (only writable
-        // backends call this); `src` is caller memory outside the region.
+        // SAFETY: in bounds, checked above.
+        unsafe { self.copy_in_unchecked(off, src) }
+    }
+
+    /// # Safety
+    /// See [`super::RegionMut::copy_in_unchecked`].
+    #[inline(always)]
+    pub(super) unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
+        debug_assert!(src.len() <= self.len && off <= self.len - src.len());
+        // SAFETY: the destination range is in bounds (the caller's contract) and writable (only
+        // writable backends call this); `src` is caller memory outside the region.
         unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) }
     }
 
@@ -114,8 +148,22 @@ impl RawView {
     #[inline(always)]
     pub(super) unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         check_range(self.len, off, len, 1);
-        // SAFETY: in bounds (checked); the caller guarantees no concurrent writes while `f` runs,
-        // and the slice does not escape `f`.
+        // SAFETY: in bounds (checked); the rest is the caller's contract.
+        unsafe { self.with_bytes_unchecked(off, len, f) }
+    }
+
+    /// # Safety
+    /// See [`super::Region::with_bytes_unchecked`].
+    #[inline(always)]
+    pub(super) unsafe fn with_bytes_unchecked<T>(
+        &self,
+        off: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T {
+        debug_assert!(len <= self.len && off <= self.len - len);
+        // SAFETY: in bounds (the caller's contract); the caller guarantees no concurrent writes
+        // while `f` runs, and the slice does not escape `f`.
         let bytes = unsafe { std::slice::from_raw_parts(self.base.add(off), len) };
         f(bytes)
     }
@@ -150,6 +198,22 @@ impl RawView {
     }
 }
 
+/// An `i32` load with `order`; `Acquire` is a relaxed load and a fence, the form documented as
+/// sound on read-only mappings.
+#[inline(always)]
+fn load_i32_from(word: &AtomicI32, order: Ordering) -> i32 {
+    // Under ThreadSanitizer (`--cfg shmlog_tsan`, `.ci/sanitizers.sh`) a real acquire load:
+    // TSan does not model a standalone fence and would report every frame as a race. On
+    // x86-64 both forms are the same plain load.
+    if order == Ordering::Acquire && !cfg!(shmlog_tsan) {
+        let v = word.load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        v
+    } else {
+        word.load(order)
+    }
+}
+
 /// Implements `Region` (and optionally `RegionMut`) for a backend with a `view()` method.
 macro_rules! delegate_region {
     ($ty:ty) => {
@@ -174,6 +238,26 @@ macro_rules! delegate_region {
             unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { self.view().with_bytes(off, len, f) }
+            }
+            #[inline(always)]
+            unsafe fn load_i32_unchecked(&self, off: usize, order: $crate::sync::Ordering) -> i32 {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { self.view().load_i32_unchecked(off, order) }
+            }
+            #[inline(always)]
+            unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { self.view().copy_out_unchecked(off, dst) }
+            }
+            #[inline(always)]
+            unsafe fn with_bytes_unchecked<T>(
+                &self,
+                off: usize,
+                len: usize,
+                f: impl FnOnce(&[u8]) -> T,
+            ) -> T {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { self.view().with_bytes_unchecked(off, len, f) }
             }
         }
     };
@@ -205,6 +289,16 @@ macro_rules! delegate_region {
             unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { self.view().with_bytes_mut(off, len, f) }
+            }
+            #[inline(always)]
+            unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: $crate::sync::Ordering) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { self.view().store_i32_unchecked(off, value, order) }
+            }
+            #[inline(always)]
+            unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { self.view().copy_in_unchecked(off, src) }
             }
         }
     };
