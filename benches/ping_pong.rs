@@ -122,27 +122,41 @@ fn paired(args: &Args) {
     p.warm(args.n(3 * TERM / 64 + 10_000, 10) as u64);
     let (mut ping_sub, mut pong) = echo.stop(&mut p.ping);
     let per_round = args.n(200_000, 20);
-    let (mut raw_all, mut shm_all, mut r50, mut r99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_all, mut log_all, mut shm_all) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut r50, mut r99, mut l50, mut l99) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let mut raw = RawPingPong::start(1);
-        raw.warm(10_000, Duration::from_secs(1));
-        let mut raw_round = raw.samples(&clock, per_round, Duration::from_secs(5));
-        drop(raw);
+        let mut raw_round = raw_samples(RawPingPong::start(1), &clock, per_round);
+        // The same counter moving to the next 64-byte line with every message, through a ring as
+        // long as the term: what any log pays for a fresh line per message.
+        let mut log_round = raw_samples(RawPingPong::start_sequential(1, TERM / 64), &clock, per_round);
         let echo = Echo::start(ping_sub, pong, 1);
         p.warm(10_000);
         let mut shm_round = p.samples(&clock, per_round);
         (ping_sub, pong) = echo.stop(&mut p.ping);
-        let (raw_p, shm_p) = (Pcts::of(&mut raw_round), Pcts::of(&mut shm_round));
+        let (raw_p, log_p, shm_p) =
+            (Pcts::of(&mut raw_round), Pcts::of(&mut log_round), Pcts::of(&mut shm_round));
         r50.push(shm_p.p50 / raw_p.p50);
         r99.push(shm_p.p99 / raw_p.p99);
+        l50.push(shm_p.p50 / log_p.p50);
+        l99.push(shm_p.p99 / log_p.p99);
         raw_all.append(&mut raw_round);
+        log_all.append(&mut log_round);
         shm_all.append(&mut shm_round);
     }
     Pcts::of(&mut raw_all).report(B, &format!("{name}/raw_bound_rtt"));
+    Pcts::of(&mut log_all).report(B, &format!("{name}/log_bound_rtt"));
     Pcts::of(&mut shm_all).report(B, &format!("{name}/rtt"));
     support::record_value(B, &format!("{name}/ratio_p50"), Pcts::of(&mut r50).p50, "x");
     support::record_value(B, &format!("{name}/ratio_p99"), Pcts::of(&mut r99).p50, "x");
+    support::record_value(B, &format!("{name}/log_ratio_p50"), Pcts::of(&mut l50).p50, "x");
+    support::record_value(B, &format!("{name}/log_ratio_p99"), Pcts::of(&mut l99).p50, "x");
     support::unpin();
+}
+
+/// A warmed raw ping-pong's round-trip samples; the ponger stops when it is dropped.
+fn raw_samples(mut raw: RawPingPong, clock: &Clock, n: usize) -> Vec<f64> {
+    raw.warm(10_000, Duration::from_secs(1));
+    raw.samples(clock, n, Duration::from_secs(5))
 }
 
 fn processes(c: &mut Criterion, args: &Args) {

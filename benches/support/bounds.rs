@@ -1,7 +1,9 @@
 //! The physical bounds every figure is compared with, measured in the same run:
 //!
 //! - [`RawPingPong`]: two threads bounce a counter over two cache lines (one per direction,
-//!   like two streams), PAUSE in the spin loop: the floor under any round trip.
+//!   like two streams), PAUSE in the spin loop: the floor under any round trip. Its
+//!   [`RawPingPong::start_sequential`] form moves to the next 64-byte line with every message,
+//!   as a log does: the floor under any log's round trip.
 //! - [`BareRing`]: a single-producer single-consumer ring of 64-byte slots, each
 //!   `[seq u64 | 32 B payload | pad]`, the sequence word stored last with release inside the slot,
 //!   the consumer's position published once per batch: the ceiling for 32 B messages in 64 B
@@ -22,10 +24,32 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 struct Line(AtomicU64);
 
+/// One 64-byte line.
+#[repr(C, align(64))]
 #[derive(Default)]
+struct Line64(AtomicU64);
+
+/// The lines of each direction (a power of two): message `v` (counting from 1) goes to line
+/// `(v - 1) % lines`, a mask rather than a division so the bound costs what it should.
+/// Allocated apart with a spare line each, so no ping line shares a 128-byte pair with a pong
+/// line (the adjacent-line prefetcher fetches pairs).
 struct PingLines {
-    ping: Line,
-    pong: Line,
+    ping: Box<[Line64]>,
+    pong: Box<[Line64]>,
+    mask: u64,
+}
+
+impl PingLines {
+    fn new(lines: usize) -> Self {
+        assert!(lines.is_power_of_two());
+        let lane = || (0..lines + 1).map(|_| Line64::default()).collect();
+        PingLines { ping: lane(), pong: lane(), mask: lines as u64 - 1 }
+    }
+
+    #[inline(always)]
+    fn at(lane: &[Line64], mask: u64, v: u64) -> &AtomicU64 {
+        &lane[((v - 1) & mask) as usize].0
+    }
 }
 
 /// A ponger thread echoing a counter from one cache line to another.
@@ -38,24 +62,31 @@ pub struct RawPingPong {
 const STOP: u64 = u64::MAX;
 
 impl RawPingPong {
-    /// Starts the ponger, pinned to CPU `ponger_cpu`.
+    /// Starts the ponger, pinned to CPU `ponger_cpu`; every message uses the same two lines.
     pub fn start(ponger_cpu: usize) -> Self {
-        let lines = Arc::new(PingLines::default());
+        Self::start_sequential(ponger_cpu, 1)
+    }
+
+    /// Like [`RawPingPong::start`], but each direction walks a ring of `lines` 64-byte lines,
+    /// one per message, as a log walks its term: the bound for a log of `64 * lines` bytes
+    /// (`lines` a power of two).
+    pub fn start_sequential(ponger_cpu: usize, lines: usize) -> Self {
+        let lines = Arc::new(PingLines::new(lines));
         let l = lines.clone();
         let ponger = super::spawn_on(ponger_cpu, move || {
             super::pin(ponger_cpu);
-            let mut seen = 0;
+            let mut expect = 1;
             loop {
-                let v = l.ping.0.load(Ordering::Acquire);
-                if v == seen {
-                    std::hint::spin_loop();
-                    continue;
-                }
+                let v = PingLines::at(&l.ping, l.mask, expect).load(Ordering::Acquire);
                 if v == STOP {
                     return;
                 }
-                seen = v;
-                l.pong.0.store(v, Ordering::Release);
+                if v != expect {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                PingLines::at(&l.pong, l.mask, v).store(v, Ordering::Release);
+                expect += 1;
             }
         });
         RawPingPong { lines, next: 0, ponger: Some(ponger) }
@@ -64,9 +95,9 @@ impl RawPingPong {
     #[inline(always)]
     fn one(&mut self) {
         self.next += 1;
-        let v = self.next;
-        self.lines.ping.0.store(v, Ordering::Release);
-        while self.lines.pong.0.load(Ordering::Acquire) != v {
+        let (v, l) = (self.next, &*self.lines);
+        PingLines::at(&l.ping, l.mask, v).store(v, Ordering::Release);
+        while PingLines::at(&l.pong, l.mask, v).load(Ordering::Acquire) != v {
             std::hint::spin_loop();
         }
     }
@@ -111,7 +142,8 @@ impl RawPingPong {
 
 impl Drop for RawPingPong {
     fn drop(&mut self) {
-        self.lines.ping.0.store(STOP, Ordering::Release);
+        let l = &*self.lines;
+        PingLines::at(&l.ping, l.mask, self.next + 1).store(STOP, Ordering::Release);
         if let Some(h) = self.ponger.take() {
             let _ = h.join();
         }
