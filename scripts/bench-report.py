@@ -225,6 +225,16 @@ if r50 is not None:
     )
     target("round trip 32 B p50 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])} pooled", r50, 1.3, False)
     target("round trip 32 B p99 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])} pooled", r99, 1.5, False)
+    l50, l99 = get("ping_pong", f"{pp}/log_ratio_p50"), get("ping_pong", f"{pp}/log_ratio_p99")
+    lb = {q: get("ping_pong", f"{pp}/log_bound_rtt", q) for q in ["p50", "p99", "p999"]}
+    if l50 is not None:
+        out.append(
+            "In the same rounds, the raw ping-pong moving to the next 64-byte line with every message "
+            "(a ring as long as the term: what any log pays for a fresh line per message) measured "
+            f"{fmt_ns(lb['p50'])} / {fmt_ns(lb['p99'])} / {fmt_ns(lb['p999'])}, **{fmt_ratio(ratio(lb['p50'], r['p50']))}** "
+            f"the same-line one at p50 (pooled); shmlog against it: median per-round ratio p50 **{fmt_ratio(l50)}**, "
+            f"p99 **{fmt_ratio(l99)}**.\n"
+        )
 else:
     s = {q: get("ping_pong", "ping_pong/threads/32B/rtt", q) for q in ["p50", "p99"]}
     r = {q: get("ping_pong", "ping_pong/threads/32B/raw_bound_rtt", q) for q in ["p50", "p99"]}
