@@ -90,15 +90,22 @@ impl<'r, R: Region> Window<'r, R> {
         }
     }
 
+    /// `start` (a region offset inside the window, or its end), checked to have `len` bytes
+    /// after it inside the window.
+    #[inline(always)]
+    fn run_of(&self, start: usize, len: usize) -> usize {
+        let end = self.base + self.len();
+        if len > end - start {
+            range_violation(end, start, len);
+        }
+        start
+    }
+
     /// Region offset of `len` bytes after the cell at grid point `at`, checked to end inside the
     /// window.
     #[inline(always)]
     fn body(&self, at: usize, len: usize) -> usize {
-        let start = self.point(at) + GRID;
-        if len > self.base + self.len() - start {
-            range_violation(self.base + self.len(), start, len);
-        }
-        start
+        self.run_of(self.point(at) + GRID, len)
     }
 
     /// Atomic load of the `i32` at grid point `at`.
@@ -123,11 +130,8 @@ impl<'r, R: Region> Window<'r, R> {
     /// As [`Region::with_bytes`].
     #[inline(always)]
     pub(crate) unsafe fn with_bytes<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
-        let start = self.point(at);
-        if len > self.base + self.len() - start {
-            range_violation(self.base + self.len(), start, len);
-        }
-        // SAFETY: in bounds (checked above); the rest is the caller's contract.
+        let start = self.run_of(self.point(at), len);
+        // SAFETY: in bounds (checked in `run_of`); the rest is the caller's contract.
         unsafe { self.region.with_bytes_unchecked(start, len, f) }
     }
 
