@@ -265,7 +265,7 @@ fn interleaved_throughput(args: &Args) {
     let (mut cb_tx, cb_rx) = crossbeam_channel::bounded::<[u8; 32]>(8192);
     let sinks: Vec<std::sync::Arc<Sink>> = (0..2).map(|_| Sink::new()).collect();
     for s in &sinks {
-        s.active.store(false, std::sync::atomic::Ordering::Release);
+        s.active.close();
     }
     let threads =
         vec![spawn_sink(shm_rx, sinks[0].clone(), clock), spawn_sink(cb_rx, sinks[1].clone(), clock)];
@@ -326,7 +326,6 @@ fn interleaved_rtt(args: &Args) {
         return;
     }
     use shmlog::{Publication, Subscription};
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     let clock = Clock::best();
     let per_round = args.n(100_000, 20);
@@ -340,7 +339,7 @@ fn interleaved_rtt(args: &Args) {
     shm_pong_pub.wait_connected(Duration::from_secs(10)).unwrap();
     let (mut cb_ping, mut cb_ping_rx) = crossbeam_channel::bounded::<[u8; 32]>(1024);
     let (mut cb_pong_tx, mut cb_pong) = crossbeam_channel::bounded::<[u8; 32]>(1024);
-    let flags: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::new(AtomicBool::new(false))).collect();
+    let flags: Vec<Arc<tr::Gate>> = (0..2).map(|_| Arc::new(tr::Gate::new(false))).collect();
     let (f0, f1) = (flags[0].clone(), flags[1].clone());
     let echoes = vec![
         support::spawn_on(1, move || {
@@ -376,9 +375,9 @@ fn interleaved_rtt(args: &Args) {
         m[0] = tr::STOP;
         m
     };
-    flags[0].store(true, Ordering::Release);
+    flags[0].open();
     shm_ping.send_spin(&stop);
-    flags[1].store(true, Ordering::Release);
+    flags[1].open();
     cb_ping.send_spin(&stop);
     for e in echoes {
         let _ = e.join();
@@ -401,17 +400,17 @@ fn interleaved_rtt(args: &Args) {
 fn rtt_round<T: Tx, R: Rx>(
     ping: &mut T,
     pong: &mut R,
-    active: &std::sync::atomic::AtomicBool,
+    active: &tr::Gate,
     clock: &Clock,
     n: usize,
 ) -> Vec<f64> {
-    active.store(true, std::sync::atomic::Ordering::Release);
+    active.open();
     let msg = [1u8; 32];
     for _ in 0..10_000 {
         tr::round_trip(ping, pong, &msg);
     }
     let samples = tr::rtt_samples(ping, pong, clock, n, Duration::from_secs(10));
-    active.store(false, std::sync::atomic::Ordering::Release);
+    active.close();
     samples
 }
 
@@ -419,7 +418,7 @@ fn rtt_round<T: Tx, R: Rx>(
 /// an echo thread that sleeps until its round.
 #[cfg(feature = "aeron-compare")]
 struct AeronPingPong {
-    active: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    active: std::sync::Arc<tr::Gate>,
     echo: Option<JoinHandle<()>>,
     // Dropped in this order, after `drop` stopped the echo thread: the client before its driver.
     client: tr::aeron::Client,
@@ -430,7 +429,7 @@ struct AeronPingPong {
 impl AeronPingPong {
     fn start() -> Option<Self> {
         let (driver, client) = start_aeron(&[1005, 1006], "the interleaved round trips")?;
-        let active = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let active = std::sync::Arc::new(tr::Gate::new(false));
         let (ping_sub, pong_pub, a) =
             (client.subscriptions[0].clone(), client.publications[1].clone(), active.clone());
         let echo = support::spawn_on(1, move || {
@@ -452,7 +451,7 @@ impl AeronPingPong {
 #[cfg(feature = "aeron-compare")]
 impl Drop for AeronPingPong {
     fn drop(&mut self) {
-        self.active.store(true, std::sync::atomic::Ordering::Release);
+        self.active.open();
         let mut stop = [0u8; 32];
         stop[0] = tr::STOP;
         tr::Tx::send_spin(&mut tr::aeron::AeronTx(&self.client.publications[0].lock().unwrap()), &stop);
@@ -482,9 +481,9 @@ impl AeronPingPong {
 /// One round of `interleaved_throughput`: wake the receiver, stream `n` messages (timed until
 /// all were received), put the receiver back to sleep; msgs/s.
 fn round<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, n: u64) -> f64 {
-    sink.active.store(true, std::sync::atomic::Ordering::Release);
+    sink.active.open();
     let rate = n as f64 / tr::burst(tx, sink, sent, n).as_secs_f64();
-    sink.active.store(false, std::sync::atomic::Ordering::Release);
+    sink.active.close();
     rate
 }
 
@@ -517,7 +516,7 @@ impl AeronData {
     fn start(clock: Clock) -> Option<Self> {
         let (driver, client) = start_aeron(&[1004], "the interleaved run")?;
         let sink = Sink::new();
-        sink.active.store(false, std::sync::atomic::Ordering::Release);
+        sink.active.close();
         let rx = tr::aeron::AeronSinkRx::new(client.subscriptions[0].clone());
         let thread = Some(spawn_sink(rx, sink.clone(), clock));
         Some(AeronData { sink, thread, sent: 0, client, _driver: driver })

@@ -149,19 +149,24 @@ else:
 
 # ---- latency example ---------------------------------------------------------------------------
 lat_modes = sorted({n.split("/")[0] for (b, n) in R if b == "latency" and "/" in n})
+# The latency example runs the three systems in turns with the Aeron driver up throughout, then
+# shmlog once more after the driver stopped ("shmlog-alone": as deployed, no driver on the host).
+# "bare-ring" is the floor: a bare seq-in-slot ring behind the same harness, in the same turns.
+LAT_SYSTEMS = SYSTEMS + ["bare-ring", "shmlog-alone"]
+LAT_LABEL = {"shmlog-alone": "shmlog alone (driver stopped)", "bare-ring": "bare ring (the floor)"}
 if lat_modes:
     out.append("### One-way latency (examples/latency.rs, HdrHistogram)\n")
     out.append("| mode | system | p50 | p90 | p99 | p99.9 | max | p50 / aeron-rs | p99 / aeron-rs | p99.9 / aeron-rs |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for mode in lat_modes:
         a = {q: get("latency", f"{mode}/aeron-rs", q) for q in ["p50", "p99", "p999"]}
-        for s in SYSTEMS:
+        for s in LAT_SYSTEMS:
             if ("latency", f"{mode}/{s}") not in R:
                 continue
             v = {q: get("latency", f"{mode}/{s}", q) for q in ["p50", "p90", "p99", "p999", "max"]}
             rs = [ratio(v[q], a[q]) if s != "aeron-rs" else None for q in ["p50", "p99", "p999"]]
             out.append(
-                f"| {mode} | {s} | " + " | ".join(fmt_ns(v[q]) for q in ["p50", "p90", "p99", "p999", "max"]) + " | " + " | ".join(fmt_ratio(r) for r in rs) + " |"
+                f"| {mode} | {LAT_LABEL.get(s, s)} | " + " | ".join(fmt_ns(v[q]) for q in ["p50", "p90", "p99", "p999", "max"]) + " | " + " | ".join(fmt_ratio(r) for r in rs) + " |"
             )
         sv = {q: get("latency", f"{mode}/shmlog", q) for q in ["p50", "p99", "p999"]}
         short = "burst" if mode.startswith("burst") else "fixed rate"
@@ -380,12 +385,12 @@ if svg_lines(os.path.join(IMG, "fanout.svg"), "Publisher cost per message vs sub
 if lat_modes:
     qs = [("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")]
     series = []
-    colours = {"shmlog": "#1f77b4", "aeron-rs": "#d62728", "crossbeam-channel": "#7f7f7f"}
+    colours = {"shmlog": "#1f77b4", "aeron-rs": "#d62728", "crossbeam-channel": "#7f7f7f", "shmlog-alone": "#2ca02c", "bare-ring": "#000000"}
     for mode in lat_modes:
         dash = "burst" if mode.startswith("burst") else "rate"
-        for s in SYSTEMS:
+        for s in LAT_SYSTEMS:
             if ("latency", f"{mode}/{s}") in R:
-                series.append((f"{s}, {dash}", colours[s], [get("latency", f"{mode}/{s}", q) for q, _ in qs]))
+                series.append((f"{LAT_LABEL.get(s, s)}, {dash}", colours[s], [get("latency", f"{mode}/{s}", q) for q, _ in qs]))
     for mode in lat_modes:
         ser = [x for x in series if x[0].endswith("burst" if mode.startswith("burst") else "rate")]
         fname = "latency_burst.svg" if mode.startswith("burst") else "latency_rate.svg"

@@ -48,6 +48,99 @@ impl Rx for shmlog::Subscription {
     }
 }
 
+// ---- a bare ring (the floor) ---------------------------------------------------------------
+
+/// A bare single-producer single-consumer ring of 64-byte slots, each a sequence word and the
+/// message: the least a shared-memory transport can do per message, behind the same `Tx`/`Rx`
+/// as the others, so that its latency is the floor in the same table.
+pub mod raw {
+    use super::{Rx, Tx};
+    use crossbeam_utils::CachePadded;
+    use std::cell::UnsafeCell;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    #[repr(C, align(64))]
+    struct Slot {
+        seq: AtomicU64,
+        msg: UnsafeCell<[u8; 32]>,
+    }
+
+    struct Ring {
+        slots: Box<[Slot]>,
+        mask: u64,
+        /// Messages the receiver has finished with.
+        head: CachePadded<AtomicU64>,
+    }
+
+    // SAFETY: a slot's message is written only by the one sender before the release store of
+    // the slot's sequence, and read only by the one receiver after the acquire load of it; the
+    // sender rewrites a slot only after the receiver's released head has passed it.
+    unsafe impl Sync for Ring {}
+
+    pub struct RawTx {
+        ring: Arc<Ring>,
+        tail: u64,
+        cached_head: u64,
+    }
+
+    pub struct RawRx {
+        ring: Arc<Ring>,
+        head: u64,
+    }
+
+    /// A ring of `capacity` slots (a power of two).
+    pub fn channel(capacity: usize) -> (RawTx, RawRx) {
+        assert!(capacity.is_power_of_two());
+        let slots =
+            (0..capacity).map(|_| Slot { seq: AtomicU64::new(0), msg: UnsafeCell::new([0; 32]) }).collect();
+        let ring =
+            Arc::new(Ring { slots, mask: capacity as u64 - 1, head: CachePadded::new(AtomicU64::new(0)) });
+        (RawTx { ring: ring.clone(), tail: 0, cached_head: 0 }, RawRx { ring, head: 0 })
+    }
+
+    impl Tx for RawTx {
+        #[inline(always)]
+        fn send(&mut self, msg: &[u8; 32]) -> bool {
+            let capacity = self.ring.mask + 1;
+            if self.tail - self.cached_head >= capacity {
+                self.cached_head = self.ring.head.load(Ordering::Acquire);
+                if self.tail - self.cached_head >= capacity {
+                    return false;
+                }
+            }
+            let slot = &self.ring.slots[(self.tail & self.ring.mask) as usize];
+            // SAFETY: the receiver has passed this slot (see `Sync for Ring`).
+            unsafe { *slot.msg.get() = *msg };
+            slot.seq.store(self.tail + 1, Ordering::Release);
+            self.tail += 1;
+            true
+        }
+    }
+
+    impl Rx for RawRx {
+        #[inline(always)]
+        fn recv<F: FnMut(&[u8])>(&mut self, mut f: F, limit: usize) -> usize {
+            let mut n = 0;
+            while n < limit {
+                let slot = &self.ring.slots[(self.head & self.ring.mask) as usize];
+                if slot.seq.load(Ordering::Acquire) != self.head + 1 {
+                    break;
+                }
+                // SAFETY: published by the acquire load above (see `Sync for Ring`).
+                let msg = unsafe { *slot.msg.get() };
+                f(&msg);
+                self.head += 1;
+                n += 1;
+            }
+            if n > 0 {
+                self.ring.head.store(self.head, Ordering::Release);
+            }
+            n
+        }
+    }
+}
+
 // ---- crossbeam-channel (in-process baseline) ----------------------------------------------
 
 impl Tx for crossbeam_channel::Sender<[u8; 32]> {
@@ -296,19 +389,56 @@ pub mod aeron {
 /// A message that tells an echo loop to stop (first byte).
 pub const STOP: u8 = 0xEE;
 
-/// Echoes `rx` onto `tx` until a message starting with [`STOP`] arrives (forwarded too).
-pub fn echo<T: Tx, R: Rx>(rx: &mut R, tx: &mut T) {
-    echo_when(rx, tx, &AtomicBool::new(true));
+/// Lets several threads share one CPU and take turns (interleaved comparisons): while the gate
+/// is closed its thread sleeps parked, not waking on a timer, so it does not preempt the pair
+/// being measured; opening it wakes that thread at once.
+pub struct Gate {
+    open: AtomicBool,
+    sleeper: std::sync::Mutex<Option<std::thread::Thread>>,
 }
 
-/// As [`echo`], but only while `active` is set; otherwise it sleeps, so several echo threads can
-/// share one CPU and take turns (interleaved comparisons).
-pub fn echo_when<T: Tx, R: Rx>(rx: &mut R, tx: &mut T, active: &AtomicBool) {
+impl Gate {
+    pub fn new(open: bool) -> Self {
+        Gate { open: AtomicBool::new(open), sleeper: std::sync::Mutex::new(None) }
+    }
+
+    pub fn open(&self) {
+        self.open.store(true, Ordering::Release);
+        if let Some(t) = self.sleeper.lock().unwrap().as_ref() {
+            t.unpark();
+        }
+    }
+
+    pub fn close(&self) {
+        self.open.store(false, Ordering::Release);
+    }
+
+    /// Whether the gate is open; if not, first sleeps until it is opened or 20 ms passed (so
+    /// a stop flag is still seen). Called by the gated thread only.
+    pub fn pass(&self) -> bool {
+        if self.open.load(Ordering::Acquire) {
+            return true;
+        }
+        self.sleeper.lock().unwrap().get_or_insert_with(std::thread::current);
+        // An `open` between the load above and here leaves an unpark token: no lost wake-up.
+        if !self.open.load(Ordering::Acquire) {
+            std::thread::park_timeout(Duration::from_millis(20));
+        }
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+/// Echoes `rx` onto `tx` until a message starting with [`STOP`] arrives (forwarded too).
+pub fn echo<T: Tx, R: Rx>(rx: &mut R, tx: &mut T) {
+    echo_when(rx, tx, &Gate::new(true));
+}
+
+/// As [`echo`], but only while `gate` is open; otherwise it sleeps.
+pub fn echo_when<T: Tx, R: Rx>(rx: &mut R, tx: &mut T, gate: &Gate) {
     let mut done = false;
     let mut m = [0u8; 32];
     while !done {
-        if !active.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_micros(500));
+        if !gate.pass() {
             continue;
         }
         let n = rx.recv(
@@ -376,9 +506,8 @@ pub struct Sink {
     /// after it handed its samples over).
     pub ack: AtomicBool,
     pub samples: std::sync::Mutex<Vec<f64>>,
-    /// While clear, the receiver sleeps instead of polling, so several receivers can share one
-    /// CPU and take turns (interleaved comparisons). Set by default.
-    pub active: AtomicBool,
+    /// While closed, the receiver sleeps instead of polling. Open by default.
+    pub active: Gate,
 }
 
 impl Sink {
@@ -389,7 +518,7 @@ impl Sink {
             record: AtomicBool::new(false),
             ack: AtomicBool::new(false),
             samples: std::sync::Mutex::new(Vec::new()),
-            active: AtomicBool::new(true),
+            active: Gate::new(true),
         })
     }
 
@@ -427,11 +556,10 @@ pub fn sink_loop<R: Rx>(rx: &mut R, sink: &Sink, clock: Clock, limit: usize) {
     let mut stamps: Vec<u64> = Vec::with_capacity(limit);
     let mut was_recording = false;
     loop {
-        if !sink.active.load(Ordering::Acquire) {
+        if !sink.active.pass() {
             if sink.stop.load(Ordering::Relaxed) {
                 return;
             }
-            std::thread::sleep(Duration::from_micros(500));
             continue;
         }
         let recording = sink.record.load(Ordering::Acquire);
