@@ -191,9 +191,8 @@ impl<R: RegionMut> Appender<R> {
         self.reserve(start, end);
         let term = self.active_term();
         // The template already says version 0, UNFRAGMENTED, DATA: only the offset changes.
-        let mut rest = self.template;
-        rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(start as i32).to_le_bytes());
-        term.copy_in_cell(start, REST_OFFSET, &rest);
+        term.copy_in_cell(start, REST_OFFSET, &self.template);
+        term.copy_in_cell(start, REST_OFFSET + rest::TERM_OFFSET, &(start as i32).to_le_bytes());
         term.copy_in_body(start, message);
         term.store_i32(start, (message.len() + HEADER_LEN) as i32, COMMIT);
         self.term_offset = end;
