@@ -552,7 +552,9 @@ impl Sink {
 /// sender and turn a burst into a queueing measurement of the harness itself.
 pub fn sink_loop<R: Rx>(rx: &mut R, sink: &Sink, clock: Clock, limit: usize) {
     let mut n = 0u64;
-    let mut local: Vec<f64> = Vec::with_capacity(1 << 20);
+    // Touched once here, so that recording never page-faults in the middle of a burst.
+    let mut local: Vec<f64> = vec![0.0; 1 << 20];
+    local.clear();
     let mut stamps: Vec<u64> = Vec::with_capacity(limit);
     let mut was_recording = false;
     loop {
