@@ -43,6 +43,9 @@ if [[ -z "${SHMLOG_BENCHES:-}" ]]; then
 fi
 mkdir -p target/bench-results
 for b in ${SHMLOG_BENCHES:-bounds throughput ping_pong offer_poll fanout idle vs_aeron latency}; do
+    # A bench re-run replaces all of its records: none left over from a manual run with other
+    # options (a `--seconds 1` latency run would otherwise add its own rows to the tables).
+    rm -f "target/bench-results/$b.jsonl"
     if [[ $b == latency ]]; then
         "${RT[@]}" "$LATENCY" --seconds "$SECONDS_RATE" 2>&1 | tee -a target/bench-results/log.txt
         continue
