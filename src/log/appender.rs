@@ -188,7 +188,7 @@ impl<R: RegionMut> Appender<R> {
             self.pad_to_end();
             return Err(Tripped);
         }
-        self.reserve(start, end);
+        self.publish_tail(end);
         let term = self.active_term();
         // The template already says version 0, UNFRAGMENTED, DATA: only the offset changes.
         term.copy_in_cell(start, REST_OFFSET, &self.template);
@@ -196,6 +196,10 @@ impl<R: RegionMut> Appender<R> {
         term.copy_in_body(start, message);
         term.store_i32(start, (message.len() + HEADER_LEN) as i32, COMMIT);
         self.term_offset = end;
+        // After the commit: the message is out before the chunk of zeroing it may trigger, so
+        // a reader waiting for it does not wait for that too. The next partition is as clean
+        // when this call returns, and before any later commit, as if zeroed first.
+        self.clean_ahead(end);
         Ok(self.term_begin + end as i64)
     }
 
@@ -329,8 +333,18 @@ impl<R: RegionMut> Appender<R> {
     #[inline(always)]
     fn reserve(&mut self, start: usize, end: usize) {
         debug_assert!(start <= end && end <= self.term_length);
+        self.publish_tail(end);
+        self.clean_ahead(end);
+    }
+
+    #[inline(always)]
+    fn publish_tail(&self, end: usize) {
         let r = self.log.region();
         r.store_i64(self.tail_field, pack_tail(self.term_id, end), Ordering::Release);
+    }
+
+    #[inline(always)]
+    fn clean_ahead(&mut self, end: usize) {
         if CLEAN && self.clean_next && end > self.cleaned_to {
             self.clean_up_to(end);
         }
