@@ -179,7 +179,8 @@ impl<R: RegionMut> Appender<R> {
     }
 
     /// The common case, one slice of at most the max payload in one frame: a header copy, a
-    /// payload copy, one commit. Admission is the caller's, as for `append`.
+    /// payload copy, one commit, then this frame's share of zeroing the next partition (as in
+    /// `reserve`, but behind the commit). Admission is the caller's, as for `append`.
     #[inline(always)]
     pub(crate) fn append_unfragmented(&mut self, message: &[u8]) -> Result<i64, Tripped> {
         let start = self.term_offset;
