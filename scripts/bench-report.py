@@ -43,6 +43,11 @@ def get(bench, name, field="value"):
     return r.get(field)
 
 
+def pcts(bench, name, qs=("p50", "p99", "p999")):
+    """The percentile fields `qs` of one record, as a dict (values None when absent)."""
+    return {q: get(bench, name, q) for q in qs}
+
+
 def fmt_ns(v):
     if v is None:
         return "–"
@@ -133,7 +138,7 @@ if it["shmlog"] is not None:
         + f"; median per-round ratio shmlog / aeron-rs **{fmt_ratio(it_r)}**, shmlog / crossbeam-channel {fmt_ratio(it_c)}. "
         "The target is judged on this ratio; the one-shot row of the table above can be minutes apart from its neighbour.\n"
     )
-rt_i = {s: {q: get("vs_aeron", f"interleaved_rtt_32B/{s}", q) for q in ["p50", "p99", "p999"]} for s in SYSTEMS}
+rt_i = {s: pcts("vs_aeron", f"interleaved_rtt_32B/{s}") for s in SYSTEMS}
 rt_r50, rt_r99 = get("vs_aeron", "interleaved_rtt_32B/shmlog_vs_aeron_p50"), get("vs_aeron", "interleaved_rtt_32B/shmlog_vs_aeron_p99")
 if rt_i["shmlog"]["p50"] is not None:
     out.append(
@@ -159,16 +164,16 @@ if lat_modes:
     out.append("| mode | system | p50 | p90 | p99 | p99.9 | max | p50 / aeron-rs | p99 / aeron-rs | p99.9 / aeron-rs |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for mode in lat_modes:
-        a = {q: get("latency", f"{mode}/aeron-rs", q) for q in ["p50", "p99", "p999"]}
+        a = pcts("latency", f"{mode}/aeron-rs")
         for s in LAT_SYSTEMS:
             if ("latency", f"{mode}/{s}") not in R:
                 continue
-            v = {q: get("latency", f"{mode}/{s}", q) for q in ["p50", "p90", "p99", "p999", "max"]}
+            v = pcts("latency", f"{mode}/{s}", ("p50", "p90", "p99", "p999", "max"))
             rs = [ratio(v[q], a[q]) if s != "aeron-rs" else None for q in ["p50", "p99", "p999"]]
             out.append(
                 f"| {mode} | {LAT_LABEL.get(s, s)} | " + " | ".join(fmt_ns(v[q]) for q in ["p50", "p90", "p99", "p999", "max"]) + " | " + " | ".join(fmt_ratio(r) for r in rs) + " |"
             )
-        sv = {q: get("latency", f"{mode}/shmlog", q) for q in ["p50", "p99", "p999"]}
+        sv = pcts("latency", f"{mode}/shmlog")
         short = "burst" if mode.startswith("burst") else "fixed rate"
         target(f"one-way {short} p50 vs aeron-rs", f"{fmt_ns(sv['p50'])} vs {fmt_ns(a['p50'])}", ratio(sv["p50"], a["p50"]), 0.7, False)
         target(f"one-way {short} p99 vs aeron-rs", f"{fmt_ns(sv['p99'])} vs {fmt_ns(a['p99'])}", ratio(sv["p99"], a["p99"]), 0.7, False)
@@ -210,16 +215,16 @@ out.append("|---|---|---|---|---|---|---|---|")
 for topo in ["threads", "processes"]:
     for size in ["32B", "100B"]:
         n = f"ping_pong/{topo}/{size}"
-        s = {q: get("ping_pong", f"{n}/rtt", q) for q in ["p50", "p99", "p999"]}
-        r = {q: get("ping_pong", f"{n}/raw_bound_rtt", q) for q in ["p50", "p99"]}
+        s = pcts("ping_pong", f"{n}/rtt")
+        r = pcts("ping_pong", f"{n}/raw_bound_rtt", ("p50", "p99"))
         out.append(
             f"| {topo}, {size} | {fmt_ns(s['p50'])} | {fmt_ns(s['p99'])} | {fmt_ns(s['p999'])} | {fmt_ns(r['p50'])} | {fmt_ns(r['p99'])} | {fmt_ratio(ratio(s['p50'], r['p50']))} | {fmt_ratio(ratio(s['p99'], r['p99']))} |"
         )
 out.append("")
 pp = "ping_pong/paired/threads/32B"
 r50, r99 = get("ping_pong", f"{pp}/ratio_p50"), get("ping_pong", f"{pp}/ratio_p99")
-s = {q: get("ping_pong", f"{pp}/rtt", q) for q in ["p50", "p99", "p999"]}
-r = {q: get("ping_pong", f"{pp}/raw_bound_rtt", q) for q in ["p50", "p99", "p999"]}
+s = pcts("ping_pong", f"{pp}/rtt")
+r = pcts("ping_pong", f"{pp}/raw_bound_rtt")
 if r50 is not None:
     out.append(
         "Interleaved (21 rounds of 200 000 round trips, raw ping-pong then shmlog on the same CPUs; the "
@@ -231,7 +236,7 @@ if r50 is not None:
     target("round trip 32 B p50 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])} pooled", r50, 1.3, False)
     target("round trip 32 B p99 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])} pooled", r99, 1.5, False)
     l50, l99 = get("ping_pong", f"{pp}/log_ratio_p50"), get("ping_pong", f"{pp}/log_ratio_p99")
-    lb = {q: get("ping_pong", f"{pp}/log_bound_rtt", q) for q in ["p50", "p99", "p999"]}
+    lb = pcts("ping_pong", f"{pp}/log_bound_rtt")
     if l50 is not None:
         out.append(
             "In the same rounds, the raw ping-pong moving to the next 64-byte line with every message "
@@ -241,13 +246,13 @@ if r50 is not None:
             f"p99 **{fmt_ratio(l99)}**.\n"
         )
 else:
-    s = {q: get("ping_pong", "ping_pong/threads/32B/rtt", q) for q in ["p50", "p99"]}
-    r = {q: get("ping_pong", "ping_pong/threads/32B/raw_bound_rtt", q) for q in ["p50", "p99"]}
+    s = pcts("ping_pong", "ping_pong/threads/32B/rtt", ("p50", "p99"))
+    r = pcts("ping_pong", "ping_pong/threads/32B/raw_bound_rtt", ("p50", "p99"))
     target("round trip 32 B p50 vs raw ping-pong", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])}", ratio(s["p50"], r["p50"]), 1.3, False)
     target("round trip 32 B p99 vs raw ping-pong", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])}", ratio(s["p99"], r["p99"]), 1.5, False)
 
-t64k = {q: get("ping_pong", "ping_pong/term_64KiB/32B/rtt", q) for q in ["p50", "p99", "p999"]}
-t64m = {q: get("ping_pong", "ping_pong/term_64MiB/32B/rtt", q) for q in ["p50", "p99", "p999"]}
+t64k = pcts("ping_pong", "ping_pong/term_64KiB/32B/rtt")
+t64m = pcts("ping_pong", "ping_pong/term_64MiB/32B/rtt")
 out.append("Round trip by term length (32 B, threads, warm-up over all three terms):\n")
 out.append("| term | p50 | p99 | p99.9 |")
 out.append("|---|---|---|---|")
@@ -257,8 +262,8 @@ out.append("")
 tp_ = "ping_pong/paired/term_64KiB_vs_64MiB/32B"
 r999 = get("ping_pong", f"{tp_}/ratio_p999")
 if r999 is not None:
-    a = {q: get("ping_pong", f"{tp_}/64KiB_rtt", q) for q in ["p50", "p99", "p999"]}
-    b = {q: get("ping_pong", f"{tp_}/64MiB_rtt", q) for q in ["p50", "p99", "p999"]}
+    a = pcts("ping_pong", f"{tp_}/64KiB_rtt")
+    b = pcts("ping_pong", f"{tp_}/64MiB_rtt")
     out.append(
         "Alternated (11 rounds of 200 000 round trips on each, both warmed over all three terms; the figure "
         f"the target is judged on): 64 KiB p50/p99/p99.9 {fmt_ns(a['p50'])} / {fmt_ns(a['p99'])} / {fmt_ns(a['p999'])}, "
@@ -322,7 +327,7 @@ if idle:
     out.append("")
 
 # ---- bounds ---------------------------------------------------------------------------------------------
-raw = {q: get("bounds", "raw_pingpong_rtt", q) for q in ["p50", "p99", "p999"]}
+raw = pcts("bounds", "raw_pingpong_rtt")
 out.append("### Physical bounds (bounds bench)\n")
 out.append("| bound | value |")
 out.append("|---|---|")
