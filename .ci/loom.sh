@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Loom model checking of the log and stream protocols: src/log/loom_models.rs and
-# src/stream/loom_models.rs over src/region/loom.rs.
+# src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader) over
+# src/region/loom.rs.
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
 #    unless set in the environment).
 # 2. Rebuilds the crate with each mutation hook and asserts that the models aimed at it FAIL, so
 #    CI proves they can see the bugs they are there for:
-#      shmlog_mutant_relaxed_commit       frame lengths committed with Relaxed (log/appender.rs):
-#                                         every model that reads frames (a-e, d1-d3) must fail;
-#      shmlog_mutant_skip_clean           the next partition is never zeroed (log/appender.rs):
-#                                         the models that reuse partitions (c2, d1) must fail;
-#      shmlog_mutant_relaxed_position     readers publish positions with Relaxed
-#                                         (stream/slots.rs): the flow-control models d1-d3 must fail;
+#      shmlog_mutant_relaxed_commit       frame lengths committed with Relaxed: every model that
+#                                         reads frames (a-e, d1-d3, g) must fail;
+#      shmlog_mutant_skip_clean           the next partition is never zeroed: the models that
+#                                         reuse partitions (c2, d1) must fail;
+#      shmlog_mutant_relaxed_position     readers publish positions with Relaxed: the
+#                                         flow-control models d1-d3 must fail;
 #      shmlog_mutant_no_join_fence        no SeqCst fence between a joining reader's slot and its
-#                                         re-read of the writer position (stream/join.rs): d2, d3;
-#      shmlog_mutant_no_recompute_fence   no SeqCst fence before the writer reads the slots
-#                                         (stream/flow.rs): d2, d3 must fail;
+#                                         re-read of the writer position: d2, d3;
+#      shmlog_mutant_no_recompute_fence   no SeqCst fence before the writer reads the slots:
+#                                         d2, d3 must fail;
 #      shmlog_mutant_evict_unlocked       the sweep frees a dead reader's slot after dropping its
-#                                         lock (stream/slots.rs): the eviction model f must fail.
+#                                         lock: the eviction model f must fail;
+#      shmlog_mutant_trust_slot_words     the writer trusts slot positions past its own and does
+#                                         not recompute at rotation: the forged-word model g.
+#    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
 # `cargo rustc`, which hands the extra --cfg to this crate only, so loom and the other
@@ -74,11 +78,12 @@ mutant() {
     step "mutant $cfg: $failed of $total models failed, as they must"
 }
 
-mutant shmlog_mutant_relaxed_commit log::loom_models stream::loom_models::d
+mutant shmlog_mutant_relaxed_commit log::loom_models stream::loom_models::d stream::loom_models::g_
 mutant shmlog_mutant_skip_clean log::loom_models::c2_ stream::loom_models::d1_
 mutant shmlog_mutant_relaxed_position stream::loom_models::d
 mutant shmlog_mutant_no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
 mutant shmlog_mutant_no_recompute_fence stream::loom_models::d2_ stream::loom_models::d3_
 mutant shmlog_mutant_evict_unlocked stream::loom_models::f_
+mutant shmlog_mutant_trust_slot_words stream::loom_models::g_
 
 step "done in $((SECONDS - start))s"

@@ -1,5 +1,5 @@
-//! A writer and readers on real threads over **one** heap region, with the crate's own appender,
-//! reader, reader slots and flow control.
+//! The protocol's writer and readers (`stream::{Writer, Reader}`) on real threads over **one**
+//! heap region each for the log and the slot table.
 //!
 //! The public API cannot give ThreadSanitizer this view: every `Publication` and `Subscription`
 //! maps the file on its own, so writer and reader touch the same bytes through different
@@ -11,21 +11,19 @@
 
 use crate::api::assembler::FragmentAssembler;
 use crate::api::handler::FragmentHandler;
+use crate::error::OfferError;
 use crate::layout::frame::max_message_len;
 use crate::layout::log_meta::Geometry;
-use crate::layout::slots::file_length;
-use crate::log::appender::{Appender, Tripped};
-use crate::log::reader::{self, Action};
-use crate::log::{Log, LogInit};
-use crate::region::HeapRegion;
-use crate::stream::flow::FlowControl;
-use crate::stream::slots::Slots;
-use crate::Header;
+use crate::log::Log;
+use crate::stream::join::JoinAt;
+use crate::stream::reader::Reader;
+use crate::stream::writer::Writer;
+use crate::testing::{claimed_slot, heap_log, heap_slots, AllAlive, Shared};
+use crate::{Action, Header};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-const SESSION: i32 = 41;
 const T: usize = 4096;
 const MTU: usize = 256;
 const READERS: usize = 2;
@@ -49,117 +47,90 @@ fn check(m: &[u8]) -> u64 {
     seq
 }
 
-/// The publication's loop over the appender: admission below the flow-control limit,
-/// recomputed from the shared slots when reached, rotation on a trip. Every fourth message goes
-/// through a claim, every fourth is preceded by an aborted claim, the others are gathered.
-fn write(mut app: Appender<Arc<HeapRegion>>, slots: &Slots<HeapRegion>, n: u64) {
-    let mut flow = FlowControl::new(T / 2, 0);
+/// Retries `op` while back-pressured.
+fn retry<T>(mut op: impl FnMut() -> Result<T, OfferError>) -> T {
     let deadline = Instant::now() + DEADLINE;
-    let mut admit = |app: &Appender<Arc<HeapRegion>>| {
-        while app.position() >= flow.limit() && app.position() >= flow.recompute(slots, SESSION) {
-            assert!(Instant::now() < deadline, "writer held back for good at {}", app.position());
-            thread::yield_now();
+    loop {
+        match op() {
+            Ok(v) => return v,
+            Err(OfferError::BackPressured) => {
+                assert!(Instant::now() < deadline, "writer held back for good");
+                thread::yield_now();
+            }
+            Err(e) => panic!("{e}"),
         }
-    };
+    }
+}
+
+/// Every fourth message goes through a claim, every fourth is preceded by an aborted claim, the
+/// others are gathered from two slices.
+fn write(mut writer: Writer<Shared, Shared, AllAlive>, n: u64) {
     for seq in 0..n {
         let m = message(seq);
         if seq % 4 == 1 {
-            loop {
-                admit(&app);
-                match app.claim(3) {
-                    Ok(frame) => break app.abort(frame),
-                    Err(Tripped) => app.rotate().expect("far from the last position"),
-                }
-            }
+            retry(|| writer.claim(3));
+            writer.abort_claim();
         }
-        loop {
-            admit(&app);
-            let done = if seq % 4 == 0 && m.len() <= app.max_payload() {
-                app.claim(m.len()).map(|frame| {
-                    app.with_claim_payload(&frame, |buf| buf.copy_from_slice(&m));
-                    app.commit(frame);
-                })
-            } else {
-                app.append(&[&m[..5], &m[5..]], m.len()).map(drop)
-            };
-            match done {
-                Ok(()) => break,
-                Err(Tripped) => app.rotate().expect("far from the last position"),
-            }
+        if seq % 4 == 0 && m.len() <= writer.max_payload_len() {
+            retry(|| writer.claim(m.len()));
+            writer.with_claim_buffer(|buf| buf.copy_from_slice(&m));
+            writer.commit_claim().expect("a pending claim");
+        } else {
+            retry(|| writer.offer_vectored(&[&m[..5], &m[5..]]));
         }
     }
-    app.log().set_eos_position(app.position());
+    writer.close();
 }
 
-/// A subscriber's poll loop over slot `slot`; returns how many whole messages it got, in order.
-fn read(log: Log<Arc<HeapRegion>>, slots: &Slots<HeapRegion>, slot: usize, n: u64) -> u64 {
+/// A subscriber's poll loop; returns how many whole messages it got, in order. Reader 0 polls
+/// in place; reader 1 copies payloads and publishes its position fragment by fragment.
+fn read(mut reader: Reader<Shared, Shared>, index: usize, n: u64) -> u64 {
     let deadline = Instant::now() + DEADLINE;
     let mut next = 0u64;
     let mut assembler = FragmentAssembler::new(|m: &[u8], _: &Header| {
-        assert_eq!(check(m), next, "reader {slot}: out of order");
+        assert_eq!(check(m), next, "reader {index}: out of order");
         next += 1;
     });
-    let mut position = 0;
-    while position < log.eos_position() {
-        let scan = reader::read(
-            &log,
-            position,
-            16,
-            |payload, header| {
-                FragmentHandler::on_fragment(&mut assembler, payload, header);
-                // The second reader publishes its position fragment by fragment.
-                if slot == 1 {
-                    Action::Commit
-                } else {
-                    Action::Continue
-                }
-            },
-            |p| slots.set_position(slot, p),
-        );
-        assert_eq!(scan.fault, None, "reader {slot} at {position}");
-        if scan.position == position {
-            assert!(Instant::now() < deadline, "reader {slot} stuck at {position}");
-            thread::yield_now();
+    while !reader.at_end_of_stream() {
+        let got = if index == 0 {
+            reader.poll(|p, h| FragmentHandler::on_fragment(&mut assembler, p, h), 16)
         } else {
-            position = scan.position;
-            slots.set_position(slot, position);
+            reader.controlled_poll(
+                |p, h| {
+                    FragmentHandler::on_fragment(&mut assembler, p, h);
+                    Action::Commit
+                },
+                16,
+            )
+        };
+        assert_eq!(reader.fault(), None, "reader {index} at {}", reader.position());
+        if got == 0 {
+            assert!(Instant::now() < deadline, "reader {index} stuck at {}", reader.position());
+            thread::yield_now();
         }
     }
     drop(assembler);
-    assert_eq!(next, n, "reader {slot} got {next} of {n}");
+    assert_eq!(next, n, "reader {index} got {next} of {n}");
     next
 }
 
 #[test]
 fn writer_and_readers_on_threads_over_one_region() {
     let geometry = Geometry { term_length: T, page_size: 4096, mtu: MTU, window: T / 2 };
-    let region = Arc::new(HeapRegion::new(geometry.file_length()));
-    let init = LogInit {
-        geometry,
-        initial_term_id: i32::MAX - 5,
-        session_id: SESSION,
-        stream_id: 1,
-        pid: 1,
-        created_ns: 0,
-        name: "threads",
-    };
-    let app = Appender::new(Log::initialize(Arc::clone(&region), &init)).unwrap();
-    let slots = Arc::new(Slots::initialize(HeapRegion::new(file_length(READERS)), READERS));
-    for slot in 0..READERS {
-        slots.claim(slot, slot as i64, 0);
-        slots.activate(slot, SESSION, 0);
-    }
-    let n = count();
+    let (region, log) = heap_log(geometry, i32::MAX - 5, 41);
+    let (slot_region, slots) = heap_slots(READERS);
     let readers: Vec<_> = (0..READERS)
-        .map(|slot| {
-            let (log, slots) = (Log::open_any_term(Arc::clone(&region)).unwrap(), Arc::clone(&slots));
-            thread::spawn(move || read(log, &slots, slot, n))
+        .map(|i| {
+            let view = Log::open_any_term(Arc::clone(&region)).expect("a valid log");
+            let slot = claimed_slot(&slot_region, i, i as i64);
+            Reader::join(view, &slots, slot, JoinAt::Latest, i == 1).expect("joins before the writer starts")
         })
         .collect();
-    let writer = {
-        let slots = Arc::clone(&slots);
-        thread::spawn(move || write(app, &slots, n))
-    };
+    let writer = Writer::new(log, slots, AllAlive).expect("a fresh log");
+    let n = count();
+    let readers: Vec<_> =
+        readers.into_iter().enumerate().map(|(i, r)| thread::spawn(move || read(r, i, n))).collect();
+    let writer = thread::spawn(move || write(writer, n));
     writer.join().unwrap();
     for r in readers {
         assert_eq!(r.join().unwrap(), n);

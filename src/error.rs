@@ -104,14 +104,29 @@ pub enum Error {
         /// Number of slots in it.
         slots: usize,
     },
-    /// The requested join position is no longer (or not yet) in the log.
+    /// The stream's reader-slot file, shared by live processes, has fewer slots than asked for.
+    /// It was created by whoever came first (a subscription, with its own `max_readers`); give
+    /// every participant the same `max_readers`, or let the file's users close first.
+    ReaderSlots {
+        /// The reader-slot file.
+        path: PathBuf,
+        /// Slots it has.
+        slots: usize,
+        /// Slots asked for.
+        wanted: usize,
+    },
+    /// The requested join position is not one to join at: no longer (or not yet) in the log, or
+    /// not where a message starts. `nearest` is one that is, as of the refusal.
     PositionNotAvailable {
         /// Position asked for.
         requested: i64,
-        /// Oldest position that could be joined.
+        /// Oldest position where a message starts that the log still holds.
         oldest: i64,
         /// Newest position (the publisher's).
         newest: i64,
+        /// The first position at or after `requested` (within `oldest..=newest`) where a message
+        /// starts: a retry there joins, unless the log moved on meanwhile.
+        nearest: i64,
     },
     /// Waiting for a publisher or reader did not finish in time.
     Timeout,
@@ -165,9 +180,17 @@ impl fmt::Display for Error {
             Self::TooManyReaders { path, slots } => {
                 write!(f, "{}: all {slots} reader slots are in use by live readers", path.display())
             }
-            Self::PositionNotAvailable { requested, oldest, newest } => {
-                write!(f, "position {requested} is not available; joinable positions are {oldest}..={newest}")
-            }
+            Self::ReaderSlots { path, slots, wanted } => write!(
+                f,
+                "{}: the stream's reader-slot file has {slots} slots, fewer than the {wanted} asked for, and is \
+                 in use; give every participant the same max_readers, or close its users first",
+                path.display()
+            ),
+            Self::PositionNotAvailable { requested, oldest, newest, nearest } => write!(
+                f,
+                "position {requested} is not where a message starts in the log (messages start in \
+                 {oldest}..={newest}); the nearest one is {nearest}"
+            ),
             Self::Timeout => f.write_str("timed out"),
             Self::Io { op, path, source } => write!(f, "{}: {op}: {source}", path.display()),
         }
@@ -221,6 +244,6 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("/dev/shm/x") && s.contains("10") && s.contains('5'), "{s}");
         let e = Invalid::VersionMismatch { found: 9 }.at("/f");
-        assert!(matches!(e, Error::VersionMismatch { found: 9, expected: 1, .. }));
+        assert!(matches!(e, Error::VersionMismatch { found: 9, expected: 2, .. }));
     }
 }

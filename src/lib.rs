@@ -75,6 +75,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
+// Atomics are named through `crate::sync`, so the loom build swaps every one (clippy.toml);
+// unit tests may use std's for their own plumbing.
+#![cfg_attr(not(test), warn(clippy::disallowed_types))]
 #![cfg_attr(shmlog_loom, allow(dead_code, unused_imports))]
 
 pub(crate) mod error;
@@ -90,14 +93,20 @@ pub(crate) mod stream;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod sys;
 
-/// Entry points of the cargo-fuzz targets (`fuzz/`); exists only in fuzz builds.
-#[cfg(all(fuzzing, not(shmlog_loom)))]
+/// Entry points of the cargo-fuzz targets (`fuzz/`): the crate's internals, re-exported only in
+/// fuzz builds (`--cfg shmlog_fuzz`, which only `.ci/fuzz.sh` sets; not cargo-fuzz's global
+/// `fuzzing`, which every crate in a downstream fuzzer's graph sees).
+#[cfg(all(shmlog_fuzz, not(shmlog_loom)))]
 #[doc(hidden)]
-pub mod fuzz;
+pub mod __fuzz;
 
 /// Writer and readers on threads over one heap region (for ThreadSanitizer; see the module).
 #[cfg(all(test, not(shmlog_loom)))]
 mod concurrency_tests;
+
+/// Heap logs, modelled liveness and temporary directories for unit tests and fuzz targets.
+#[cfg(all(any(test, shmlog_fuzz), not(shmlog_loom)))]
+pub(crate) mod testing;
 
 pub use error::{Error, OfferError};
 pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
@@ -113,8 +122,11 @@ pub use api::{
 };
 #[cfg(not(shmlog_loom))]
 pub use api::{
-    publication::{Claim, Publication, PublicationBuilder, DEFAULT_TERM_LENGTH},
-    subscription::{JoinAt, Subscription, SubscriptionBuilder},
+    claim::Claim,
+    defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
+    publication::{Publication, PublicationBuilder},
+    subscription::{Subscription, SubscriptionBuilder},
 };
 #[cfg(not(shmlog_loom))]
 pub use stream::dir::default_dir;
+pub use stream::join::JoinAt;

@@ -1,12 +1,14 @@
-//! The one place that names atomics and fences.
+//! The one place that names atomics and fences, and the protocol's ordering knobs.
 //!
 //! Under `--cfg shmlog_loom` the in-process types come from loom so the model checker can explore
 //! every interleaving; otherwise they are `std`'s. Code that overlays atomics on raw shared memory
 //! (the region layer) always uses `std` directly, because loom cannot place its atomics on memory
-//! it does not own; the loom heap region models the same words with loom atomics instead.
+//! it does not own; the loom region models the same words with loom atomics instead.
+
+#![allow(clippy::disallowed_types)] // the one module allowed to name std's atomics
 
 #[cfg(shmlog_loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicI32, AtomicI64, Ordering};
 
 #[cfg(not(shmlog_loom))]
 pub(crate) use std::sync::atomic::{fence, Ordering};
@@ -23,3 +25,38 @@ const _: () = {
     assert!(cfg!(target_has_atomic = "64"));
     assert!(cfg!(target_has_atomic = "32"));
 };
+
+/// The orderings and steps the protocol's correctness rests on, each named once.
+///
+/// Every `shmlog_mutant_*` cfg appears here and nowhere else: `.ci/loom.sh` builds the crate with
+/// one of them at a time and asserts that the loom models aimed at it fail, proving the models can
+/// see the bug each knob stands for. Production builds set none, and the code reads the constants.
+pub(crate) mod protocol {
+    use super::Ordering;
+
+    /// The store of a frame length that commits a frame (I1).
+    pub(crate) const COMMIT: Ordering =
+        if cfg!(shmlog_mutant_relaxed_commit) { Ordering::Relaxed } else { Ordering::Release };
+
+    /// The store that publishes a reader's position (I2, I3: the writer may reuse what is behind it).
+    pub(crate) const POSITION: Ordering =
+        if cfg!(shmlog_mutant_relaxed_position) { Ordering::Relaxed } else { Ordering::Release };
+
+    /// The writer zeroes the next partition as it goes (I3).
+    pub(crate) const CLEAN: bool = !cfg!(shmlog_mutant_skip_clean);
+
+    /// A joining reader's SeqCst fence between publishing its slot and re-reading the writer's
+    /// position (I5).
+    pub(crate) const JOIN_FENCE: bool = !cfg!(shmlog_mutant_no_join_fence);
+
+    /// The writer's SeqCst fence before it reads the reader slots (I5).
+    pub(crate) const RECOMPUTE_FENCE: bool = !cfg!(shmlog_mutant_no_recompute_fence);
+
+    /// The sweep frees a dead reader's slot while it holds the slot's lock (I6).
+    pub(crate) const EVICT_UNDER_LOCK: bool = !cfg!(shmlog_mutant_evict_unlocked);
+
+    /// The writer distrusts slot words: it ignores positions past its own and recomputes its
+    /// limit at every rotation whatever the cached one says (either alone keeps a forged word
+    /// from hiding a joiner for good; the mutant drops both).
+    pub(crate) const DISTRUST_SLOTS: bool = !cfg!(shmlog_mutant_trust_slot_words);
+}

@@ -21,11 +21,26 @@ fn peer_process() {
 const TERM: usize = 64 << 10;
 const T10: Duration = Duration::from_secs(10);
 
-/// A complete log whose publisher has gone (kept on close), as a file to damage.
+/// A complete log whose publisher has gone (kept on close, with the stream's slot file), as a
+/// file to damage.
 fn kept_log(dir: &Path, name: &str) -> PathBuf {
     let p = Publication::builder(name).dir(dir).term_length(TERM).keep_files(true).create().unwrap();
     drop(p);
     raw::log_path(dir, name)
+}
+
+/// The log of a live publisher (leaked for the rest of the test process, so that it never
+/// touches the file again however it is damaged), as a file to damage.
+fn live_log(dir: &Path, name: &str) -> PathBuf {
+    let p = Publication::builder(name).dir(dir).term_length(TERM).keep_files(true).create().unwrap();
+    std::mem::forget(p);
+    raw::log_path(dir, name)
+}
+
+/// A stream's slot file left behind (by a publisher that kept its files; its log removed).
+fn kept_slot_file(dir: &Path, name: &str) -> PathBuf {
+    std::fs::remove_file(kept_log(dir, name)).unwrap();
+    raw::readers_path(dir, name)
 }
 
 fn open(dir: &Path, name: &str) -> Result<Subscription, Error> {
@@ -41,7 +56,7 @@ fn create(dir: &Path, name: &str) -> Result<Publication, Error> {
 enum Want {
     /// `Error::Corrupt`.
     Corrupt,
-    /// `Error::VersionMismatch { found, expected: 1 }`.
+    /// `Error::VersionMismatch { found, expected: 2 }`.
     Version(i32),
     /// Succeeds (for create: the damaged file is replaced by a fresh log).
     Ok,
@@ -50,7 +65,7 @@ enum Want {
 fn check<T: std::fmt::Debug>(case: &str, what: &str, got: &Result<T, Error>, want: Want) {
     let ok = match (got, want) {
         (Err(Error::Corrupt { .. }), Want::Corrupt) => true,
-        (Err(Error::VersionMismatch { found, expected: 1, .. }), Want::Version(v)) => *found == v,
+        (Err(Error::VersionMismatch { found, expected: 2, .. }), Want::Version(v)) => *found == v,
         (Ok(_), Want::Ok) => true,
         _ => false,
     };
@@ -94,7 +109,7 @@ fn damaged_logs_give_typed_errors() {
         ("zeroed", |p, _| raw::write_at(p, 0, &vec![0; file_len(p) as usize]), Want::Corrupt, Want::Corrupt),
         ("random bytes", |p, r| fill_random(p, 0, file_len(p) as usize, r), Want::Corrupt, Want::Corrupt),
         ("wrong magic", |p, _| raw::set_meta_i32(p, meta::MAGIC, 0x4F4C_4853), Want::Corrupt, Want::Corrupt),
-        ("wrong version", |p, _| raw::set_meta_i32(p, meta::VERSION, 2), Want::Version(2), Want::Ok),
+        ("wrong version", |p, _| raw::set_meta_i32(p, meta::VERSION, 99), Want::Version(99), Want::Ok),
         ("not ready", |p, _| raw::set_meta_i32(p, meta::READY, 0), Want::Corrupt, Want::Ok),
         (
             "term length not a power of two",
@@ -142,11 +157,22 @@ fn damaged_logs_give_typed_errors() {
     ];
     let mut rng = Rng::new("damaged logs");
     for &(case, damage, want_open, want_create) in cases {
+        // A subscriber joining a live publisher's damaged log.
+        let dir = ShmDir::new("badlog");
+        let log = live_log(dir.path(), "b");
+        damage(&log, &mut rng);
+        check(case, "Subscription::open (live publisher)", &open(dir.path(), "b"), want_open);
+        // A dead publisher's damaged log: a subscriber does not even map it (it waits for a live
+        // publisher) unless its size alone shows it is no log; a new publisher replaces it.
         let dir = ShmDir::new("badlog");
         let log = kept_log(dir.path(), "b");
         damage(&log, &mut rng);
         let before = fingerprint(&log);
-        check(case, "Subscription::open", &open(dir.path(), "b"), want_open);
+        match open(dir.path(), "b") {
+            Ok(sub) => assert_eq!(sub.session_id(), None, "{case}: joined a dead publisher's log"),
+            Err(e) => assert!(matches!(e, Error::Corrupt { .. }), "{case}: dead log gave {e:?}"),
+        }
+        assert!(before == fingerprint(&log), "{case}: a reader must not touch the file");
         let created = create(dir.path(), "b");
         check(case, "Publication::create", &created, want_create);
         match created {
@@ -196,8 +222,7 @@ fn damaged_reader_slot_files_give_typed_errors() {
     let mut rng = Rng::new("damaged slot files");
     for &(case, damage, want) in cases {
         let dir = ShmDir::new("badslots");
-        drop(open(dir.path(), "r").unwrap()); // creates the slot file (128 slots), leaves it
-        let path = raw::readers_path(dir.path(), "r");
+        let path = kept_slot_file(dir.path(), "r"); // 128 slots
         assert!(path.exists());
         damage(&path, &mut rng);
         check(case, "Subscription::open", &open(dir.path(), "r"), want);
@@ -227,8 +252,7 @@ fn poll_until<F: FnMut(&[u8])>(sub: &mut Subscription, want: usize, mut f: F) ->
 #[test]
 fn garbage_reader_slots_are_skipped_safely() {
     let dir = ShmDir::new("garbageslots");
-    drop(open(dir.path(), "g").unwrap());
-    let path = raw::readers_path(dir.path(), "g");
+    let path = kept_slot_file(dir.path(), "g");
     let mut rng = Rng::new("garbage slots");
     let len = file_len(&path);
     fill_random(&path, slots::HEADER_LEN, (len - slots::HEADER_LEN) as usize, &mut rng);

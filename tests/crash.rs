@@ -370,14 +370,16 @@ fn stale_files_are_detected_and_replaced_never_reused() {
     fresh.offer(b"x").unwrap();
     drop((reader, late));
     fresh.close();
-    // A log at the name that is not ready (as if initialisation never finished): readers refuse
-    // it with a typed error, and the next publisher replaces it.
+    // A log at the name that is not ready (as if initialisation never finished), with no live
+    // publisher: readers leave it alone (not even mapped) and wait, and the next publisher
+    // replaces it.
     let kept =
         Publication::builder("st").dir(dir.path()).term_length(TERM).keep_files(true).create().unwrap();
     drop(kept);
     raw::set_meta_i32(&log, raw::meta::READY, 0);
-    let refused = Subscription::builder("st").dir(dir.path()).open();
-    assert!(matches!(refused, Err(Error::Corrupt { .. })), "{refused:?}");
+    let waiting = Subscription::builder("st").dir(dir.path()).open().unwrap();
+    assert_eq!(waiting.session_id(), None, "a dead publisher's broken log is not joined");
+    drop(waiting);
     let replaced = Publication::builder("st").dir(dir.path()).term_length(TERM).create().unwrap();
     assert_eq!(raw::meta_i32(&log, raw::meta::READY), 1);
     let sub = Subscription::builder("st").dir(dir.path()).join_at(JoinAt::Latest).open().unwrap();

@@ -89,15 +89,17 @@ fn full_file_system_gives_insufficient_space_and_leaves_nothing() {
     // A 1 MiB term needs 3 MiB + 4 KiB, plus the stream's first reader-slot file (128 slots).
     match Publication::builder("big").dir(at).term_length(1 << 20).create() {
         Err(Error::InsufficientSpace { needed, available, .. }) => {
-            assert_eq!(needed, 3 * (1 << 20) + 4096 + (128 + 128 * 128));
+            // A header page and a page per slot.
+            assert_eq!(needed, 3 * (1 << 20) + 4096 + (4096 + 128 * 4096));
             assert!(available <= 1 << 20, "available {available}");
         }
         other => panic!("expected InsufficientSpace, got {other:?}"),
     }
     assert_eq!(names_in(at), Vec::<String>::new(), "nothing left behind");
-    // Two 200 KiB logs fit, the space check counts what is really left.
-    let a = create(at, "a").unwrap();
-    let b = create(at, "b").unwrap();
+    // Two 200 KiB logs (with 16 reader slots each) fit, the space check counts what is left.
+    let small = |name| Publication::builder(name).dir(at).term_length(TERM).max_readers(16).create();
+    let a = small("a").unwrap();
+    let b = small("b").unwrap();
     let filler = at.join("filler");
     let free = fs_available(at);
     std::fs::write(&filler, vec![1u8; free.saturating_sub(8192) as usize]).unwrap();

@@ -31,11 +31,11 @@
 //! ```
 
 use crate::error::Error;
-use crate::layout::log_meta::{self as meta, META_LEN};
+use crate::layout::log_meta::META_LEN;
 use crate::layout::slots::{self as s, slot_offset, SLOT_LEN};
-use crate::log::Log;
+use crate::log::{Counter, Gauge, Log};
 use crate::region::ReadOnlyRegion;
-use crate::stream::files::{PUBLISHER_LOCK, READER_LOCK};
+use crate::stream::liveness::{PUBLISHER_LOCK, READER_LOCK};
 use crate::stream::slots::Slots;
 use crate::sys::fs::is_same_file;
 use crate::sys::lock::{self, Kind};
@@ -235,19 +235,19 @@ fn log_info(path: &Path, file: &File, log: &Log<ReadOnlyRegion>) -> Result<LogIn
         mapped_by_readers: probe(file, Kind::Exclusive, READER_LOCK, 1),
         session_id: log.session_id(),
         stream_id: log.stream_id(),
-        created_ns: log.counter(meta::CREATED_NS),
+        created_ns: log.created_ns(),
         term_length: g.term_length,
         window: g.window,
         mtu: g.mtu,
         page_size: g.page_size,
         position,
-        limit: log.counter(meta::PUBLISHER_LIMIT),
+        limit: log.gauge(Gauge::PublisherLimit),
         eos_position: (eos != i64::MAX).then_some(eos),
-        back_pressure_events: log.counter(meta::BACK_PRESSURE_EVENTS),
+        back_pressure_events: log.counter(Counter::BackPressureEvents),
         rotations: i64::from(log.active_term_count()),
-        limit_recomputes: log.counter(meta::LIMIT_RECOMPUTES),
-        readers_evicted: log.counter(meta::READERS_EVICTED),
-        connected_readers: log.counter(meta::CONNECTED_READERS),
+        limit_recomputes: log.counter(Counter::LimitRecomputes),
+        readers_evicted: log.counter(Counter::ReadersEvicted),
+        connected_readers: log.gauge(Gauge::ConnectedReaders),
     })
 }
 
@@ -338,7 +338,7 @@ fn open_log(path: &Path, write: bool) -> Result<Option<(File, Log<ReadOnlyRegion
     if len > MAX_LOG_FILE {
         return Err(Error::Corrupt { path: path.into(), what: "file is larger than any log" });
     }
-    let region = ReadOnlyRegion::map_lazy(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
+    let region = ReadOnlyRegion::map(&file, len as usize, false).map_err(|e| Error::io("map", path, e))?;
     let log = Log::open(region).map_err(|e| e.at(path))?;
     Ok(Some((file, log)))
 }
@@ -354,7 +354,7 @@ fn open_readers(path: &Path, write: bool) -> Result<Option<(File, Slots<ReadOnly
     if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
         return Err(Error::Corrupt { path: path.into(), what: "reader-slot file has an impossible size" });
     }
-    let region = ReadOnlyRegion::map_lazy(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
+    let region = ReadOnlyRegion::map(&file, len as usize, false).map_err(|e| Error::io("map", path, e))?;
     let slots = Slots::open(region).map_err(|e| e.at(path))?;
     Ok(Some((file, slots)))
 }
@@ -737,30 +737,9 @@ fn clean_temp(path: &Path, dry_run: bool, report: &mut CleanReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
     use crate::{Publication, Subscription};
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new() -> Self {
-            static N: AtomicU32 = AtomicU32::new(0);
-            let p = std::env::temp_dir().join(format!(
-                "shmlog-inspect-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&p);
-            fs::create_dir_all(&p).unwrap();
-            Self(p)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use std::sync::atomic::Ordering;
 
     fn publication(dir: &Path, name: &str) -> Publication {
         Publication::builder(name).dir(dir).term_length(64 * 1024).create().unwrap()
@@ -779,16 +758,16 @@ mod tests {
 
     #[test]
     fn streams_reports_publisher_readers_and_lag() {
-        let dir = TempDir::new();
-        let mut publication = publication(&dir.0, "s");
-        let mut fast = Subscription::builder("s").dir(&dir.0).open().unwrap();
-        let slow = Subscription::builder("s").dir(&dir.0).open().unwrap();
+        let dir = TempDir::new("inspect");
+        let mut publication = publication(dir.path(), "s");
+        let mut fast = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        let slow = Subscription::builder("s").dir(dir.path()).open().unwrap();
         assert!(publication.is_connected());
         for _ in 0..100 {
             publication.offer(&[7u8; 100]).unwrap();
         }
         while fast.poll(|_: &[u8], _: &crate::Header| {}, 1000) > 0 {}
-        let list = streams(&dir.0).unwrap();
+        let list = streams(dir.path()).unwrap();
         assert_eq!(list.len(), 1);
         let st = &list[0];
         assert_eq!(st.name, "s");
@@ -811,7 +790,7 @@ mod tests {
         assert_eq!(slow.position(), 0);
 
         drop(publication);
-        let st = streams(&dir.0).unwrap().pop().unwrap();
+        let st = streams(dir.path()).unwrap().pop().unwrap();
         // The log is removed on close; the readers remain.
         assert!(st.log.is_none());
         assert_eq!(st.readers.len(), 2);
@@ -820,67 +799,68 @@ mod tests {
 
     #[test]
     fn holds_back_is_flagged_when_a_window_behind() {
-        let dir = TempDir::new();
-        let mut publication = publication(&dir.0, "s");
-        let _sub = Subscription::builder("s").dir(&dir.0).open().unwrap();
+        let dir = TempDir::new("inspect");
+        let mut publication = publication(dir.path(), "s");
+        let _sub = Subscription::builder("s").dir(dir.path()).open().unwrap();
         assert!(publication.is_connected());
         while publication.offer(&[1u8; 1000]).is_ok() {}
-        let st = streams(&dir.0).unwrap().pop().unwrap();
+        let st = streams(dir.path()).unwrap().pop().unwrap();
         assert!(st.log.as_ref().unwrap().back_pressure_events >= 1);
         assert!(st.readers[0].holds_back && st.readers[0].slowest);
     }
 
     #[test]
     fn foreign_and_corrupt_files_are_reported_not_fatal() {
-        let dir = TempDir::new();
-        fs::write(dir.0.join("junk.log"), b"hello").unwrap();
-        fs::write(dir.0.join("junk.readers"), vec![0u8; 4096]).unwrap();
-        fs::write(dir.0.join("big.log"), vec![0u8; 3 * 65536 + 4096]).unwrap();
-        let list = streams(&dir.0).unwrap();
+        let dir = TempDir::new("inspect");
+        fs::write(dir.path().join("junk.log"), b"hello").unwrap();
+        fs::write(dir.path().join("junk.readers"), vec![0u8; 4096]).unwrap();
+        fs::write(dir.path().join("big.log"), vec![0u8; 3 * 65536 + 4096]).unwrap();
+        let list = streams(dir.path()).unwrap();
         assert_eq!(list.len(), 2);
         assert!(list.iter().all(|s| s.log.is_none() && !s.problems.is_empty()));
         assert!(matches!(list[0].problems[0], Error::Corrupt { .. }), "{:?}", list[0].problems);
-        let report = clean(&dir.0, false).unwrap();
+        let report = clean(dir.path(), false).unwrap();
         assert!(report.removed.is_empty(), "{report:?}");
         assert_eq!(report.kept.len(), 3);
-        assert!(dir.0.join("junk.log").exists() && dir.0.join("junk.readers").exists());
+        assert!(dir.path().join("junk.log").exists() && dir.path().join("junk.readers").exists());
     }
 
     #[test]
     fn clean_keeps_live_streams_and_removes_dead_leftovers() {
-        let dir = TempDir::new();
-        let _live = publication(&dir.0, "live");
-        let _reader = Subscription::builder("live").dir(&dir.0).open().unwrap();
-        // A stream whose publisher is gone: keep_files leaves the log, dropping the only reader
-        // leaves the slot file.
-        let dead = Publication::builder("dead").dir(&dir.0).term_length(64 * 1024).keep_files(true);
+        let dir = TempDir::new("inspect");
+        let _live = publication(dir.path(), "live");
+        let _reader = Subscription::builder("live").dir(dir.path()).open().unwrap();
+        // A stream whose publisher is gone: keep_files leaves the log; its only reader, the last
+        // user of the slot file, removes that when it leaves.
+        let dead = Publication::builder("dead").dir(dir.path()).term_length(64 * 1024).keep_files(true);
         let dead = dead.create().unwrap();
-        let sub = Subscription::builder("dead").dir(&dir.0).open().unwrap();
+        let sub = Subscription::builder("dead").dir(dir.path()).open().unwrap();
         drop(dead);
-        let dry = clean(&dir.0, true).unwrap();
+        let dry = clean(dir.path(), true).unwrap();
         assert!(dry.removed.is_empty(), "a reader still maps the dead log: {dry:?}");
         assert!(dry.kept.iter().any(|e| e.reason == CleanReason::MappedByReader));
         assert!(dry.kept.iter().any(|e| e.reason == CleanReason::SlotHeld));
         drop(sub);
-        let dry = clean(&dir.0, true).unwrap();
-        assert_eq!(dry.removed.len(), 2, "{dry:?}");
-        assert!(dir.0.join("dead.log").exists(), "dry run removes nothing");
-        let report = clean(&dir.0, false).unwrap();
+        assert!(!dir.path().join("dead.readers").exists(), "the last user removes the slot file");
+        let dry = clean(dir.path(), true).unwrap();
+        assert_eq!(dry.removed.len(), 1, "{dry:?}");
+        assert!(dir.path().join("dead.log").exists(), "dry run removes nothing");
+        let report = clean(dir.path(), false).unwrap();
         assert_eq!(report.removed, dry.removed);
-        assert!(!dir.0.join("dead.log").exists() && !dir.0.join("dead.readers").exists());
-        assert!(dir.0.join("live.log").exists() && dir.0.join("live.readers").exists());
+        assert!(!dir.path().join("dead.log").exists() && !dir.path().join("dead.readers").exists());
+        assert!(dir.path().join("live.log").exists() && dir.path().join("live.readers").exists());
         let pid = std::process::id() as i32;
         assert!(report.kept.iter().any(|e| e.reason == CleanReason::PublisherAlive { pid }));
-        let again = clean(&dir.0, false).unwrap();
+        let again = clean(dir.path(), false).unwrap();
         assert!(again.removed.is_empty(), "idempotent: {again:?}");
     }
 
     #[test]
     fn clean_removes_old_unheld_temporaries_only() {
-        let dir = TempDir::new();
-        let old = dir.0.join(".s.0123456789abcdef.log.tmp");
-        let young = dir.0.join(".s.fedcba9876543210.readers.tmp");
-        let held = dir.0.join(".s.00000000000000aa.log.tmp");
+        let dir = TempDir::new("inspect");
+        let old = dir.path().join(".s.0123456789abcdef.log.tmp");
+        let young = dir.path().join(".s.fedcba9876543210.readers.tmp");
+        let held = dir.path().join(".s.00000000000000aa.log.tmp");
         for p in [&old, &young, &held] {
             fs::write(p, b"x").unwrap();
         }
@@ -890,7 +870,7 @@ mod tests {
         }
         let holder = File::options().read(true).write(true).open(&held).unwrap();
         assert!(lock::try_lock(&holder, Kind::Exclusive, 0, 1).unwrap());
-        let report = clean(&dir.0, false).unwrap();
+        let report = clean(dir.path(), false).unwrap();
         assert_eq!(report.removed.len(), 1, "{report:?}");
         assert_eq!(report.removed[0].path, old);
         assert!(matches!(report.removed[0].reason, CleanReason::StaleTemporary { .. }));
@@ -901,8 +881,8 @@ mod tests {
     /// Runs 2 s by default (`STRESS_SECS=60` for a longer run).
     #[test]
     fn clean_in_a_loop_never_breaks_live_streams() {
-        let tmp = TempDir::new();
-        let dir = tmp.0.clone();
+        let tmp = TempDir::new("inspect");
+        let dir = tmp.path().to_path_buf();
         let stop = std::sync::atomic::AtomicBool::new(false);
         let secs: u64 = std::env::var("STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
         struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);

@@ -1,6 +1,11 @@
-//! The user-facing types.
+//! The user-facing types. The protocol itself is `stream::{writer, reader}`; these own the files
+//! and the lifecycle around it.
 
 pub(crate) mod assembler;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod claim;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod defaults;
 pub(crate) mod handler;
 pub(crate) mod idle;
 #[cfg(not(shmlog_loom))]

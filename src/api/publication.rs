@@ -1,25 +1,23 @@
-//! The single writer of a stream.
+//! The single writer of a stream: the builder, the files, and the lifecycle around the protocol's
+//! writer (`stream::writer`).
 
+use super::claim::Claim;
+use super::defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH};
 use super::idle::IdleStrategy;
 use crate::error::{Error, OfferError};
-use crate::layout::frame::{framed_length, max_message_len};
-use crate::layout::log_meta::{self as meta, Geometry};
-use crate::log::appender::{Appender, ClaimedFrame, Tripped};
+use crate::layout::frame::max_message_len;
+use crate::layout::log_meta::Geometry;
 use crate::region::MmapRegion;
-use crate::stream::files::{self, OwnedLog, ReadersFile};
-use crate::stream::flow::FlowControl;
-use crate::stream::name;
+use crate::stream::files::{self, OwnedLog};
+use crate::stream::liveness::{Paced, SlotFile};
+use crate::stream::slots::Slots;
+use crate::stream::writer::Writer;
 use crate::sys::fs::is_same_file;
+use std::cell::Cell;
 use std::fs::File;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Default term length: 16 MiB (a 48 MiB log file; max message 2 MiB).
-pub const DEFAULT_TERM_LENGTH: usize = 16 << 20;
-/// Default reader slots per stream.
-pub const DEFAULT_MAX_READERS: usize = 128;
-/// Default interval between liveness checks of readers holding the publisher back.
-pub const DEFAULT_LIVENESS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Settings for a new publication. Obtained from [`Publication::builder`].
 #[derive(Clone, Debug)]
@@ -77,7 +75,9 @@ impl PublicationBuilder {
         self
     }
 
-    /// Reader slots when this publication creates the stream's reader-slot file (default 128).
+    /// Reader slots of the stream (default 128). The stream's reader-slot file is shared by
+    /// every session and created by its first user; if live processes use one with fewer slots,
+    /// `create` fails with [`Error::ReaderSlots`].
     pub fn max_readers(mut self, n: usize) -> Self {
         self.max_readers = n;
         self
@@ -112,24 +112,22 @@ impl PublicationBuilder {
     /// dead one is replaced. Subscribers of the old session move to the new one when they have
     /// drained it.
     pub fn create(self) -> Result<Publication, Error> {
-        name::validate(&self.name)?;
         let geometry = self.geometry()?;
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         files::check_space_for_stream(&dir, &self.name, geometry, self.max_readers)?;
-        let readers = files::open_readers(&dir, &self.name, self.max_readers, self.file_mode)?;
+        let open_readers = || files::open_readers(&dir, &self.name, self.max_readers, self.file_mode, true);
+        let mut readers = open_readers()?;
         let owned = files::create_log(&files::NewLog {
             dir: &dir,
             name: &self.name,
             geometry,
             mode: self.file_mode,
         })?;
-        // A previous owner may have removed the slot file between our open and our publish.
-        let readers = if is_same_file(&readers.file, &readers.path).unwrap_or(false) {
-            readers
-        } else {
-            files::open_readers(&dir, &self.name, self.max_readers, self.file_mode)?
-        };
-        Publication::new(owned, readers, self)
+        // The slot file's last user may have removed it between our open and our publish.
+        if !readers.0.is_current().unwrap_or(false) {
+            readers = open_readers()?;
+        }
+        Publication::new(owned, readers, &self)
     }
 }
 
@@ -137,27 +135,26 @@ impl PublicationBuilder {
 ///
 /// `Send` but not `Sync` or `Clone`, and every method takes `&mut self`: single-writer by type,
 /// with no lock on any path. The hot path (`offer`, `try_claim` + `commit`) allocates nothing and
-/// makes no system call; it reads reader positions only when it reaches its cached limit.
+/// makes no system call; it reads reader positions only when it reaches its cached limit, and
+/// once per term.
 ///
 /// Rotation to the next term happens inside the call that trips it (the message is then written
 /// in the new term), so there is no `AdminAction` to retry. Closing consumes the publication, so
 /// there is no `Closed` either.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<shmlog::Publication>(); // one writer: a publication is not shared between threads
+/// ```
 #[derive(Debug)]
 pub struct Publication {
-    appender: Appender<MmapRegion>,
-    flow: FlowControl,
-    readers: ReadersFile,
+    pub(super) writer: Writer<MmapRegion, MmapRegion, Paced>,
     /// Holds the publisher's lock for as long as the publication lives.
     file: File,
     path: PathBuf,
     session_id: i32,
-    max_message: usize,
-    max_position: i64,
-    /// A claim whose guard was leaked with `mem::forget`: aborted by the next operation.
-    pending: Option<ClaimedFrame>,
     keep_files: bool,
-    liveness_interval: Duration,
-    last_sweep: Option<Instant>,
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 impl Publication {
@@ -178,86 +175,36 @@ impl Publication {
         }
     }
 
-    fn new(owned: OwnedLog, readers: ReadersFile, b: PublicationBuilder) -> Result<Self, Error> {
+    fn new(
+        owned: OwnedLog,
+        readers: (SlotFile, Slots<MmapRegion>),
+        b: &PublicationBuilder,
+    ) -> Result<Self, Error> {
         let OwnedLog { file, path, log } = owned;
-        let geometry = log.geometry();
         let session_id = log.session_id();
-        let max_position = log.terms().max_position();
-        let appender = Appender::new(log).map_err(|e| e.at(&path))?;
-        let flow = FlowControl::new(geometry.window, appender.position());
-        Ok(Self {
-            appender,
-            flow,
-            readers,
-            file,
-            path,
-            session_id,
-            max_message: max_message_len(geometry.term_length),
-            max_position,
-            pending: None,
-            keep_files: b.keep_files,
-            liveness_interval: b.liveness_interval,
-            last_sweep: None,
-        })
+        let (slot_file, slots) = readers;
+        let liveness = Paced::new(slot_file, b.liveness_interval);
+        let writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?;
+        Ok(Self { writer, file, path, session_id, keep_files: b.keep_files, _not_sync: PhantomData })
     }
 
     /// Appends `message`. Returns the stream position after it.
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
-        // The common case in one pass: one frame, no leaked claim, below the cached limit.
-        if message.len() <= self.appender.max_payload()
-            && self.pending.is_none()
-            && self.appender.position() < self.flow.limit()
-        {
-            if let Ok(position) = self.appender.append_unfragmented(message) {
-                return Ok(position);
-            }
-            // Tripped: the term is padded to its end; the general path rotates and retries.
-        }
-        self.offer_parts(&[message], message.len())
+        self.writer.offer(message)
     }
 
     /// Appends one message gathered from several slices, in order (e.g. a header and a body).
     pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
-        let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
-        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.max_message })?;
-        self.offer_parts(parts, len)
-    }
-
-    #[inline]
-    fn offer_parts(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, OfferError> {
-        if len > self.max_message {
-            return Err(OfferError::MessageTooLarge { len, max: self.max_message });
-        }
-        self.abort_pending();
-        loop {
-            self.admit(len)?;
-            match self.appender.append(parts, len) {
-                Ok(position) => return Ok(position),
-                Err(Tripped) => self.rotate()?,
-            }
-        }
+        self.writer.offer_vectored(parts)
     }
 
     /// Reserves space for a message of `len` bytes (at most [`Publication::max_payload_len`]) to
     /// be written in place. Commit it with [`Claim::commit`]; dropping or aborting it turns it into
     /// padding that readers skip.
     pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, OfferError> {
-        let max = self.appender.max_payload();
-        if len > max {
-            return Err(OfferError::MessageTooLarge { len, max });
-        }
-        self.abort_pending();
-        loop {
-            self.admit(len)?;
-            match self.appender.claim(len) {
-                Ok(frame) => {
-                    self.pending = Some(frame);
-                    return Ok(Claim { publication: self, frame });
-                }
-                Err(Tripped) => self.rotate()?,
-            }
-        }
+        let position = self.writer.claim(len)?;
+        Ok(Claim::new(self, position))
     }
 
     /// Offers `message`, idling with `idle` while back-pressured or not connected, until
@@ -277,92 +224,39 @@ impl Publication {
         }
     }
 
-    /// Admits an append of `len` bytes at the current position, or says why not.
-    #[inline(always)]
-    fn admit(&mut self, len: usize) -> Result<(), OfferError> {
-        if self.appender.position() < self.flow.limit() {
-            return Ok(());
-        }
-        self.admit_slow(len)
-    }
-
-    #[cold]
-    fn admit_slow(&mut self, len: usize) -> Result<(), OfferError> {
-        let position = self.appender.position();
-        let framed = framed_length(len, self.appender.max_payload()) as i64;
-        if position.saturating_add(framed) >= self.max_position {
-            return Err(OfferError::MaxPositionExceeded);
-        }
-        if position < self.recompute_limit() {
-            return Ok(());
-        }
-        if self.flow.connected() && self.sweep_due() && self.sweep() > 0 && position < self.recompute_limit()
-        {
-            return Ok(());
-        }
-        self.appender.log().bump_counter(meta::BACK_PRESSURE_EVENTS);
-        Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
-    }
-
-    fn recompute_limit(&mut self) -> i64 {
-        let limit = self.flow.recompute(&self.readers.slots, self.session_id);
-        let log = self.appender.log();
-        log.set_counter(meta::PUBLISHER_LIMIT, limit);
-        log.set_counter(meta::CONNECTED_READERS, self.flow.readers().count as i64);
-        log.bump_counter(meta::LIMIT_RECOMPUTES);
-        limit
-    }
-
-    fn sweep_due(&self) -> bool {
-        self.last_sweep.is_none_or(|t| t.elapsed() >= self.liveness_interval)
-    }
-
-    /// Frees the slots of dead readers; returns how many.
-    fn sweep(&mut self) -> usize {
-        self.last_sweep = Some(Instant::now());
-        let evicted = self.readers.evict_dead();
-        if evicted > 0 {
-            let log = self.appender.log();
-            let total = log.counter(meta::READERS_EVICTED) + evicted as i64;
-            log.set_counter(meta::READERS_EVICTED, total);
-        }
-        evicted
-    }
-
-    fn rotate(&mut self) -> Result<(), OfferError> {
-        self.appender.rotate().map_err(|_| OfferError::MaxPositionExceeded)
-    }
-
-    #[inline(always)]
-    fn abort_pending(&mut self) {
-        if let Some(frame) = self.pending.take() {
-            self.appender.abort(frame);
-        }
-    }
-
     /// Position after the last message appended.
     pub fn position(&self) -> i64 {
-        self.appender.position()
+        self.writer.position()
     }
 
     /// The cached limit: offers starting below it are admitted without reading reader positions.
+    /// The publisher's position stays below it plus one message.
     pub fn limit(&self) -> i64 {
-        self.flow.limit()
+        self.writer.limit()
     }
 
     /// `true` if a live reader reads this session. Checks reader liveness (system calls): meant
     /// for setup and monitoring, not for every offer.
     pub fn is_connected(&mut self) -> bool {
-        self.sweep();
-        self.recompute_limit();
-        self.flow.connected()
+        self.connected_readers() > 0
+    }
+
+    /// How many live readers read this session (system calls, as [`Publication::is_connected`]).
+    pub fn connected_readers(&mut self) -> usize {
+        self.writer.check_readers().count
     }
 
     /// Waits until a reader joins this session (e.g. before the first offer), or `timeout` passes.
     pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), Error> {
+        self.wait_for_readers(1, timeout)
+    }
+
+    /// Waits until at least `readers` live readers read this session, or `timeout` passes
+    /// ([`Error::Timeout`]): e.g. before a test or a fan-out starts.
+    pub fn wait_for_readers(&mut self, readers: usize, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         let mut idle = super::idle::Backoff::default();
-        while !self.is_connected() {
+        while self.connected_readers() < readers {
             if Instant::now() >= deadline {
                 return Err(Error::Timeout);
             }
@@ -373,12 +267,12 @@ impl Publication {
 
     /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.
     pub fn max_message_len(&self) -> usize {
-        self.max_message
+        self.writer.max_message_len()
     }
 
     /// Largest unfragmented message and largest claim: `mtu - 32`.
     pub fn max_payload_len(&self) -> usize {
-        self.appender.max_payload()
+        self.writer.max_payload_len()
     }
 
     /// Random id of this publication's session; a new publisher of the stream has a new one.
@@ -388,7 +282,7 @@ impl Publication {
 
     /// Term length of the log.
     pub fn term_length(&self) -> usize {
-        self.appender.log().term_length()
+        self.writer.log().term_length()
     }
 
     /// Path of the log file.
@@ -405,60 +299,12 @@ impl Publication {
 
 impl Drop for Publication {
     fn drop(&mut self) {
-        self.abort_pending();
-        let position = self.appender.position();
-        let log = self.appender.log();
-        log.set_counter(meta::PUBLISHER_LIMIT, position);
-        log.set_eos_position(position);
+        self.writer.close();
         if !self.keep_files {
-            // Slot file first, while we still own the stream (see `ReadersFile::remove_if_unused`).
-            self.readers.remove_if_unused();
+            self.writer.liveness().slot_file.remove_if_abandoned();
             if is_same_file(&self.file, &self.path).unwrap_or(false) {
                 let _ = std::fs::remove_file(&self.path);
             }
         }
-    }
-}
-
-/// A frame reserved by [`Publication::try_claim`], written in place.
-///
-/// Readers stop in front of it until it is committed; [`Claim::abort`] or dropping it turns it into
-/// padding. If the guard is leaked (`mem::forget`), the publication's next operation aborts it, so a
-/// forgotten claim never stalls readers for longer than the writer stays idle.
-#[derive(Debug)]
-pub struct Claim<'a> {
-    publication: &'a mut Publication,
-    frame: ClaimedFrame,
-}
-
-impl Claim<'_> {
-    /// The payload bytes to fill (zeroed when the claim is made).
-    pub fn buffer(&mut self) -> &mut [u8] {
-        self.publication.appender.claim_slice(&self.frame)
-    }
-
-    /// Sets the frame's 8-byte reserved value (e.g. a timestamp), which readers see in the header.
-    pub fn set_reserved_value(&mut self, value: i64) {
-        self.publication.appender.set_claim_reserved_value(&self.frame, value);
-    }
-
-    /// Publishes the frame to readers. Returns the stream position after it.
-    pub fn commit(self) -> i64 {
-        let position = self.frame.position;
-        self.publication.appender.commit(self.frame);
-        self.publication.pending = None;
-        std::mem::forget(self);
-        position
-    }
-
-    /// Turns the frame into padding that readers skip.
-    pub fn abort(self) {
-        drop(self)
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        self.publication.abort_pending();
     }
 }

@@ -1,35 +1,22 @@
-//! A reader of a stream, in any process, reading the log in place.
+//! A reader of a stream, in any process, reading the log in place: the builder, the files, and
+//! the switching between sessions around the protocol's reader (`stream::reader`).
 
+use super::defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS};
 use super::handler::{ControlledFragmentHandler, FragmentHandler};
 use super::idle::{Backoff, IdleStrategy};
 use crate::error::Error;
-use crate::log::reader::{self, Cursor, Scan};
-use crate::log::Log;
-use crate::region::ReadOnlyRegion;
-use crate::stream::files::{self, ReadLog, ReadersFile};
-use crate::stream::join::{self, JoinRefused, JoinRule};
+use crate::region::{MmapRegion, ReadOnlyRegion};
+use crate::stream::files::{self, Found};
+use crate::stream::join::{JoinAt, JoinRefused};
+use crate::stream::liveness::{publisher_alive, SlotFile};
 use crate::stream::name;
-use crate::sys::fs::is_same_file;
-use crate::Action;
+use crate::stream::reader::Reader;
+use crate::stream::slots::{SlotMut, Slots};
 use std::cell::Cell;
 use std::fs::File;
 use std::marker::PhantomData;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Where a subscription starts reading a session.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum JoinAt {
-    /// At the slowest live reader of the session, or at the publisher's position if there is
-    /// none (Aeron's rule): a new reader sees everything not yet passed by every other reader.
-    #[default]
-    Slowest,
-    /// At the publisher's current position: only messages offered from now on.
-    Latest,
-    /// At an exact position returned by this crate (a message boundary) that the log still
-    /// holds (at most one term behind the publisher); applies to the first session joined.
-    Position(i64),
-}
 
 /// Settings for a new subscription. Obtained from [`Subscription::builder`].
 #[derive(Clone, Debug)]
@@ -41,6 +28,7 @@ pub struct SubscriptionBuilder {
     file_mode: u32,
     liveness_interval: Duration,
     wait: Option<Duration>,
+    copy_payloads: bool,
 }
 
 impl SubscriptionBuilder {
@@ -56,7 +44,8 @@ impl SubscriptionBuilder {
         self
     }
 
-    /// Reader slots if this subscription creates the stream's reader-slot file (default 128).
+    /// Reader slots if this subscription creates the stream's reader-slot file (default 128;
+    /// an existing file keeps its own count). Give every participant of a stream the same value.
     pub fn max_readers(mut self, n: usize) -> Self {
         self.max_readers = n;
         self
@@ -81,23 +70,37 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// Copies every payload out of the log into a buffer of the subscription's before the handler
+    /// sees it (default: off, handlers get a slice of the log itself).
+    ///
+    /// Zero-copy delivery is sound while every process that can write the log keeps to the
+    /// protocol. A buggy or hostile process of the same user that writes a frame while a handler
+    /// holds it can make the handler see bytes change under it, which safe Rust assumes never
+    /// happens (for example a length checked once and read again). With copies, a handler only
+    /// ever sees a private buffer: such a peer can corrupt messages, but not this process's
+    /// memory safety. Costs one copy per fragment.
+    pub fn copy_payloads(mut self, copy: bool) -> Self {
+        self.copy_payloads = copy;
+        self
+    }
+
     /// Takes a reader slot and joins the stream's current session, if a live publisher has one.
     ///
     /// Without a publisher the subscription still opens (unless `wait_for_publisher` was set) and
     /// joins the first session that appears; until then it polls nothing and is not connected.
     pub fn open(self) -> Result<Subscription, Error> {
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
-        let (readers, slot) = claim_slot(&dir, &self)?;
+        let (slot_file, slots, slot) = claim_slot(&dir, &self)?;
         let mut sub = Subscription {
             log_path: name::log_path(&dir, &self.name),
-            readers,
-            slot,
-            session: None,
+            slot_file,
+            slots,
+            state: State::Waiting(slot),
             next_join: self.join,
+            copy_payloads: self.copy_payloads,
             idle_polls: 0,
             next_check: Instant::now(),
             liveness_interval: self.liveness_interval,
-            fault: None,
             _not_sync: PhantomData,
         };
         sub.try_join()?;
@@ -108,24 +111,23 @@ impl SubscriptionBuilder {
     }
 }
 
+type Table = Slots<ReadOnlyRegion>;
+type OwnSlot = SlotMut<MmapRegion>;
+
 /// Opens (or creates) the slot file and claims a slot, reopening if the file is being removed.
-fn claim_slot(dir: &std::path::Path, b: &SubscriptionBuilder) -> Result<(ReadersFile, usize), Error> {
+fn claim_slot(dir: &Path, b: &SubscriptionBuilder) -> Result<(SlotFile, Table, OwnSlot), Error> {
     let mut full = 0;
     for _ in 0..64 {
-        let readers = files::open_readers(dir, &b.name, b.max_readers, b.file_mode)?;
-        if let Some(slot) = readers.claim_slot()? {
-            return Ok((readers, slot));
+        let (slot_file, slots) = files::open_readers(dir, &b.name, b.max_readers, b.file_mode, false)?;
+        if let Some(slot) = slot_file.claim(&slots)? {
+            return Ok((slot_file, slots, slot));
         }
-        if is_same_file(&readers.file, &readers.path).unwrap_or(false) {
-            // Every slot was locked: by live readers, or for an instant by a closing publisher or
-            // `inspect::clean`, which lock them all while they remove an unused file. Look again
-            // a few times before calling the table full.
+        if slot_file.is_current().unwrap_or(false) {
+            // Every slot was locked: by live readers, or for an instant by a process removing the
+            // file, which locks it all. Look again a few times before calling the table full.
             full += 1;
             if full == 8 {
-                return Err(Error::TooManyReaders {
-                    path: readers.path.clone(),
-                    slots: readers.slots.count(),
-                });
+                return Err(Error::TooManyReaders { path: slot_file.path.clone(), slots: slots.count() });
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -133,15 +135,25 @@ fn claim_slot(dir: &std::path::Path, b: &SubscriptionBuilder) -> Result<(Readers
     Err(Error::io("claim reader slot", dir, std::io::Error::other("the slot file kept changing")))
 }
 
+/// Where a subscription stands.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // the large variant is the usual one: boxing it would add a load to every poll
+enum State {
+    /// Holds a slot, reads no session (no live publisher yet, or a join was refused).
+    Waiting(OwnSlot),
+    /// Reads a session.
+    Reading(Session),
+    /// Between the two, only inside a method.
+    Switching,
+}
+
 /// The session a subscription reads.
 #[derive(Debug)]
 struct Session {
     /// Holds our reader lock on the log for as long as we map it.
     file: File,
-    log: Log<ReadOnlyRegion>,
-    /// Our position in the log.
-    cursor: Cursor,
-    join_position: i64,
+    reader: Reader<ReadOnlyRegion, MmapRegion>,
+    /// The publisher's liveness at the last check.
     publisher_alive: bool,
 }
 
@@ -151,17 +163,22 @@ struct Session {
 /// the stream's reader-slot file, where the publisher reads it for flow control. When the
 /// publisher closes (end of stream) or dies, the subscription reads what was committed, then
 /// joins the next session a new publisher creates under the same name.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<shmlog::Subscription>(); // polled by one thread at a time
+/// ```
 #[derive(Debug)]
 pub struct Subscription {
     log_path: PathBuf,
-    readers: ReadersFile,
-    slot: usize,
-    session: Option<Session>,
+    slot_file: SlotFile,
+    slots: Table,
+    state: State,
     next_join: JoinAt,
+    copy_payloads: bool,
     idle_polls: u32,
     next_check: Instant,
     liveness_interval: Duration,
-    fault: Option<&'static str>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -172,10 +189,11 @@ impl Subscription {
             name: name.into(),
             dir: None,
             join: JoinAt::Slowest,
-            max_readers: crate::api::publication::DEFAULT_MAX_READERS,
+            max_readers: DEFAULT_MAX_READERS,
             file_mode: 0o600,
-            liveness_interval: crate::api::publication::DEFAULT_LIVENESS_INTERVAL,
+            liveness_interval: DEFAULT_LIVENESS_INTERVAL,
             wait: None,
+            copy_payloads: false,
         }
     }
 
@@ -186,72 +204,50 @@ impl Subscription {
     /// reads the clock, and every liveness interval it checks the publisher.
     #[inline]
     pub fn poll(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> usize {
-        let Some(s) = self.session.as_ref() else {
+        let State::Reading(s) = &mut self.state else {
             self.idle_tick();
             return 0;
         };
-        let scan = reader::read_at(
-            &s.log,
-            &s.cursor,
-            fragment_limit,
-            |payload, header| {
-                handler.on_fragment(payload, header);
-                Action::Continue
-            },
-            |_| {},
-        );
-        self.finish(scan)
+        let n = s.reader.poll(|payload, header| handler.on_fragment(payload, header), fragment_limit);
+        if n == 0 {
+            self.idle_tick();
+        }
+        n
     }
 
-    /// Like [`Subscription::poll`], but the handler steers with an [`Action`]: `Abort` leaves the
-    /// fragment for the next poll, `Break` stops after it, `Commit` publishes the position at once.
+    /// Like [`Subscription::poll`], but the handler steers with an [`crate::Action`]: `Abort`
+    /// leaves the fragment for the next poll, `Break` stops after it, `Commit` publishes the
+    /// position at once.
     pub fn controlled_poll(
         &mut self,
         mut handler: impl ControlledFragmentHandler,
         fragment_limit: usize,
     ) -> usize {
-        let Some(s) = self.session.as_ref() else {
+        let State::Reading(s) = &mut self.state else {
             self.idle_tick();
             return 0;
         };
-        let (slots, slot) = (&self.readers.slots, self.slot);
-        let scan = reader::read_at(
-            &s.log,
-            &s.cursor,
-            fragment_limit,
-            |payload, header| handler.on_fragment(payload, header),
-            |position| slots.set_position(slot, position),
-        );
-        self.finish(scan)
+        let n =
+            s.reader.controlled_poll(|payload, header| handler.on_fragment(payload, header), fragment_limit);
+        if n == 0 {
+            self.idle_tick();
+        }
+        n
     }
 
     /// Hands `handler` one block of raw committed frames (32-byte headers included), at most
     /// `max_bytes` long unless a single frame is longer, with the stream position of its first
     /// byte: for recording or forwarding without per-message work. Returns the bytes consumed.
     pub fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
-        let Some(s) = self.session.as_ref() else {
+        let State::Reading(s) = &mut self.state else {
             self.idle_tick();
             return 0;
         };
-        let scan = reader::read_block(&s.log, s.cursor.position(), max_bytes, handler);
-        let consumed = scan.fragments;
-        self.finish(Scan { fragments: 0, ..scan });
-        consumed
-    }
-
-    #[inline(always)]
-    fn finish(&mut self, scan: Scan) -> usize {
-        let s = self.session.as_mut().expect("finish follows a read of the session");
-        if scan.position != s.cursor.position() {
-            s.cursor.move_to(&s.log, scan.position);
-            self.readers.slots.set_position(self.slot, scan.position);
-        } else if scan.fragments == 0 {
-            if scan.fault.is_some() {
-                self.fault = scan.fault;
-            }
+        let n = s.reader.block_poll(handler, max_bytes);
+        if n == 0 {
             self.idle_tick();
         }
-        scan.fragments
+        n
     }
 
     /// Counts an empty poll; now and then, checks the publisher and looks for a new session.
@@ -272,13 +268,16 @@ impl Subscription {
         }
     }
 
-    /// Updates the publisher's liveness; when our session is over (end of stream, or a dead
-    /// publisher and nothing left to read), joins a newer session if there is one.
+    /// Updates the publisher's liveness and checks the reader's bounds; when the session is over
+    /// (end of stream, or a dead publisher and nothing committed left to read), joins a newer
+    /// session if there is one.
     fn check(&mut self) -> Result<(), Error> {
-        if let Some(s) = self.session.as_mut() {
-            let ended = s.cursor.position() >= s.log.eos_position();
-            s.publisher_alive = !ended && files::publisher_alive(&s.file);
-            if s.publisher_alive || is_same_file(&s.file, &self.log_path).unwrap_or(false) {
+        if let State::Reading(s) = &mut self.state {
+            s.reader.idle_check();
+            s.publisher_alive = !s.reader.at_end_of_stream() && publisher_alive(&s.file);
+            // Never leave committed messages of a dead session behind (an `Abort`, or a poll of
+            // zero fragments, also lands here).
+            if s.publisher_alive || !s.reader.drained() {
                 return Ok(());
             }
         }
@@ -287,53 +286,36 @@ impl Subscription {
 
     /// Joins the stream's current session if a live publisher has one that we do not read yet.
     fn try_join(&mut self) -> Result<(), Error> {
-        let Some(next) = files::open_log(&self.log_path)? else { return Ok(()) };
-        if !files::publisher_alive(&next.file) {
-            return Ok(()); // a dead publisher's leftover: wait for a live one
-        }
-        if let Some(s) = &self.session {
-            if s.log.session_id() == next.log.session_id() {
-                return Ok(());
-            }
-        }
-        let join = std::mem::replace(&mut self.next_join, JoinAt::Slowest);
-        match self.join(next, join) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.next_join = join;
-                Err(e)
-            }
-        }
-    }
-
-    /// Publishes our slot at a join position, then confirms the position is still readable (I5):
-    /// `stream::join::join`, the code the loom models check.
-    fn join(&mut self, next: ReadLog, rule: JoinAt) -> Result<(), Error> {
-        let rule = match rule {
-            JoinAt::Slowest => JoinRule::Slowest,
-            JoinAt::Latest => JoinRule::Latest,
-            JoinAt::Position(p) => JoinRule::Position(p),
+        let current = match &self.state {
+            State::Reading(s) => Some(&s.file),
+            _ => None,
         };
-        match join::join(&next.log, &self.readers.slots, self.slot, rule) {
-            Ok(position) => {
-                self.session = Some(Session {
-                    file: next.file,
-                    cursor: Cursor::new(&next.log, position),
-                    log: next.log,
-                    join_position: position,
-                    publisher_alive: true,
-                });
-                self.fault = None;
+        let Found::Live(next) = files::open_log(&self.log_path, current)? else { return Ok(()) };
+        let slot = match std::mem::replace(&mut self.state, State::Switching) {
+            State::Waiting(slot) => slot,
+            State::Reading(s) => s.reader.leave(),
+            State::Switching => unreachable!("only inside a method"),
+        };
+        let rule = std::mem::replace(&mut self.next_join, JoinAt::Slowest);
+        match Reader::join(next.log, &self.slots, slot, rule, self.copy_payloads) {
+            Ok(reader) => {
+                self.state = State::Reading(Session { file: next.file, reader, publisher_alive: true });
                 Ok(())
             }
-            Err(JoinRefused::NotAvailable { requested, oldest, newest }) => {
-                Err(Error::PositionNotAvailable { requested, oldest, newest })
+            Err((slot, refused)) => {
+                self.state = State::Waiting(slot);
+                self.next_join = rule;
+                Err(match refused {
+                    JoinRefused::NotAvailable { requested, oldest, newest, nearest } => {
+                        Error::PositionNotAvailable { requested, oldest, newest, nearest }
+                    }
+                    JoinRefused::Corrupt(e) => e.at(&self.log_path),
+                    JoinRefused::GaveUp => Error::Corrupt {
+                        path: self.log_path.clone(),
+                        what: "could not find a joinable position",
+                    },
+                })
             }
-            Err(JoinRefused::Corrupt(e)) => Err(e.at(&self.log_path)),
-            Err(JoinRefused::GaveUp) => Err(Error::Corrupt {
-                path: self.log_path.clone(),
-                what: "could not find a joinable position",
-            }),
         }
     }
 
@@ -348,7 +330,7 @@ impl Subscription {
             if Instant::now() >= deadline {
                 return Err(Error::Timeout);
             }
-            self.try_join()?;
+            self.check()?;
             idle.idle(0);
         }
     }
@@ -356,44 +338,76 @@ impl Subscription {
     /// `true` while reading a session whose publisher is alive and has not closed. Checks the
     /// publisher's lock (a system call) each time.
     pub fn is_connected(&mut self) -> bool {
-        match self.session.as_mut() {
-            Some(s) => {
-                s.publisher_alive = s.log.eos_position() == i64::MAX && files::publisher_alive(&s.file);
+        match &mut self.state {
+            State::Reading(s) => {
+                s.publisher_alive = s.reader.log().eos_position() == i64::MAX && publisher_alive(&s.file);
                 s.publisher_alive
             }
-            None => false,
+            _ => false,
         }
     }
 
     /// `true` once every message before the publisher's close has been read.
     pub fn is_end_of_stream(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| s.cursor.position() >= s.log.eos_position())
+        matches!(&self.state, State::Reading(s) if s.reader.at_end_of_stream())
+    }
+
+    /// `true` when the session being read is over and everything it committed was read: its
+    /// publisher closed it (end of stream) or died. The one test for "no more messages are coming"
+    /// in a read loop. Polls learn that a publisher died within the liveness interval; they also
+    /// keep looking for a new publisher, whose session is joined by itself (and this is `false`
+    /// again).
+    pub fn is_closed(&self) -> bool {
+        match &self.state {
+            State::Reading(s) => s.reader.at_end_of_stream() || (!s.publisher_alive && s.reader.drained()),
+            _ => false,
+        }
     }
 
     /// Position after the last fragment consumed (0 before joining a session).
     pub fn position(&self) -> i64 {
-        self.session.as_ref().map_or(0, |s| s.cursor.position())
+        match &self.state {
+            State::Reading(s) => s.reader.position(),
+            _ => 0,
+        }
     }
 
     /// Where this subscription joined its current session.
     pub fn join_position(&self) -> Option<i64> {
-        self.session.as_ref().map(|s| s.join_position)
+        match &self.state {
+            State::Reading(s) => Some(s.reader.join_position()),
+            _ => None,
+        }
     }
 
     /// Session id of the session being read.
     pub fn session_id(&self) -> Option<i32> {
-        self.session.as_ref().map(|s| s.log.session_id())
+        match &self.state {
+            State::Reading(s) => Some(s.reader.log().session_id()),
+            _ => None,
+        }
     }
 
-    /// Why reading stopped, if the log holds a frame that failed validation (corrupt or foreign
-    /// data). The subscription never reads past such a frame.
+    /// Why reading stopped, if it did: a frame that failed validation (corrupt or foreign data),
+    /// or a publisher that broke a bound flow control keeps. The subscription delivers nothing
+    /// more of that session.
     pub fn fault(&self) -> Option<&'static str> {
-        self.fault
+        match &self.state {
+            State::Reading(s) => s.reader.fault(),
+            _ => None,
+        }
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.readers.release_slot(self.slot);
+        let slot = match std::mem::replace(&mut self.state, State::Switching) {
+            State::Waiting(slot) => slot,
+            State::Reading(s) => s.reader.leave(),
+            State::Switching => return,
+        };
+        self.slot_file.release(slot);
+        // The last user of a stream's slot file removes it (no publisher, no other reader).
+        self.slot_file.remove_if_abandoned();
     }
 }

@@ -4,7 +4,7 @@
 //! 512. Hot words written by the publisher sit on their own 128-byte blocks.
 
 use super::align;
-use super::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
+use super::frame::{framed_length, max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
 
 /// Number of term partitions in a log.
 pub(crate) const PARTITION_COUNT: usize = 3;
@@ -21,7 +21,7 @@ pub(crate) const PAGE_MAX: usize = 1 << 30;
 /// `b"SHMLOG\0L"` little-endian: the first thing checked when a file is opened as a log.
 pub(crate) const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
 /// Bumped whenever the layout of the log or reader-slot file changes incompatibly.
-pub const LAYOUT_VERSION: i32 = 1;
+pub const LAYOUT_VERSION: i32 = 2;
 
 // Aeron-compatible fields (offsets inside the metadata section).
 /// Three packed tail counters, `termId << 32 | offset`, one per partition.
@@ -50,7 +50,7 @@ pub(crate) const STREAM_ID: usize = 536;
 pub(crate) const NAME_LEN: usize = 540;
 
 /// Every metadata field accessed as an `i32` (the others are `i64`, or the name's bytes).
-#[cfg_attr(not(any(fuzzing, shmlog_loom)), allow(dead_code))] // the loom region and fuzzing use it
+#[cfg(any(shmlog_fuzz, shmlog_loom))]
 pub(crate) const I32_FIELDS: [usize; 13] = [
     ACTIVE_TERM_COUNT,
     INITIAL_TERM_ID,
@@ -73,6 +73,20 @@ pub(crate) const BACK_PRESSURE_EVENTS: usize = 648;
 pub(crate) const LIMIT_RECOMPUTES: usize = 656;
 pub(crate) const READERS_EVICTED: usize = 664;
 pub(crate) const CONNECTED_READERS: usize = 672;
+/// Reader positions found ahead of the writer (impossible for an honest reader) and ignored by
+/// flow control.
+pub(crate) const IGNORED_POSITIONS: usize = 680;
+
+/// Every counter and gauge field (`i64`s), for the loom region and the fuzz targets.
+#[cfg(any(shmlog_fuzz, shmlog_loom))]
+pub(crate) const COUNTERS: [usize; 6] = [
+    PUBLISHER_LIMIT,
+    BACK_PRESSURE_EVENTS,
+    LIMIT_RECOMPUTES,
+    READERS_EVICTED,
+    CONNECTED_READERS,
+    IGNORED_POSITIONS,
+];
 
 /// The stream's name, `NAME_LEN` bytes, for tools.
 pub(crate) const NAME: usize = 768;
@@ -80,6 +94,17 @@ pub(crate) const NAME: usize = 768;
 pub(crate) const NAME_MAX: usize = 255;
 
 const _: () = assert!(NAME + NAME_MAX <= META_LEN);
+
+/// Bytes of the next partition the writer zeroes at a time: at most 1 KiB, and at most `T / 8`
+/// so that the lapping margin below holds on small terms.
+pub(crate) const fn clean_chunk(term_length: usize) -> usize {
+    let eighth = term_length / 8;
+    if eighth < 1024 {
+        eighth
+    } else {
+        1024
+    }
+}
 
 /// Length of a log file with terms of `term_length` on pages of `page_size`.
 pub(crate) const fn file_length(term_length: usize, page_size: usize) -> usize {
@@ -123,7 +148,30 @@ impl Geometry {
         if self.window < self.mtu || self.window > t / 2 {
             return Err("window must be at least the MTU and at most half the term length");
         }
+        if self.lapping_margin().is_none() {
+            return Err("window, largest message and cleaning chunk together exceed the term length");
+        }
         Ok(())
+    }
+
+    /// What is left of a term once the writer's furthest reach past a reader it has not counted
+    /// yet is taken away, or `None` if that reach is more than a term.
+    ///
+    /// A reader may join up to a term behind the writer just after a limit recompute. The writer
+    /// then runs on to its cached limit (a window past a position at most a term past the
+    /// joiner's), finishes one more message, and zeroes the partition after its own up to one
+    /// cleaning chunk ahead of itself. Once two terms on, that partition is the joiner's, so the
+    /// joiner's frames are never cleaned under it only while
+    /// `window + largest framed message + cleaning run-ahead <= T + 1` (a message starts below
+    /// the limit; the run-ahead is what rounding up to a chunk adds to the 32-byte grid). With the
+    /// limits on each (`T/2`, `T/4` at the smallest MTU, `T/8`) file geometries keep at least
+    /// `T/8`; checking the sum here means a new default or rule cannot silently reopen the hole
+    /// (the `ops_oracle` fuzz target once found one).
+    pub(crate) fn lapping_margin(&self) -> Option<usize> {
+        let t = self.term_length;
+        let largest = framed_length(max_message_len(t), self.mtu.checked_sub(HEADER_LEN)?.max(1));
+        let run_ahead = clean_chunk(t).saturating_sub(FRAME_ALIGNMENT);
+        (t + 1).checked_sub(self.window.checked_add(largest)?.checked_add(run_ahead)?)
     }
 
     /// Bytes of the whole file.
@@ -161,6 +209,21 @@ mod tests {
         assert!(Geometry { mtu: 16 * 1024, ..geo(1 << 16) }.validate().is_err());
         assert!(Geometry { window: (1 << 15) + 32, ..geo(1 << 16) }.validate().is_err());
         assert!(Geometry { window: 64, ..geo(1 << 16) }.validate().is_err());
+    }
+
+    #[test]
+    fn the_lapping_margin_holds_for_every_valid_geometry_and_is_checked() {
+        for bits in 7..=30 {
+            let t = 1usize << bits;
+            for mtu in [64, 1408.min(max_message_len(t)) / 32 * 32, max_message_len(t).max(64)] {
+                let g = Geometry { term_length: t, page_size: 4096, mtu, window: t / 2 };
+                if g.validate_rest().is_ok() {
+                    let margin = g.lapping_margin().expect("validated");
+                    assert!(t < TERM_MIN_LENGTH || margin >= t / 8, "{g:?}: margin {margin}");
+                }
+            }
+        }
+        assert!(clean_chunk(128) == 16 && clean_chunk(1 << 20) == 1024);
     }
 
     #[test]

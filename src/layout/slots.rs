@@ -1,7 +1,9 @@
-//! The reader-slot file of a stream: a 128-byte header, then one 128-byte slot per reader.
+//! The reader-slot file of a stream: a header page, then one page per reader slot.
 //!
 //! Positions live outside the log so readers can map the log read-only. A slot is owned by whoever
-//! holds the kernel lock on its byte range (see `stream::lock`); the words below only describe it.
+//! holds the kernel lock on its byte range (see `sys::lock`); the words below only describe it.
+//! Each slot has a page of its own so that a reader can map its own slot read-write and every
+//! other byte of the file read-only: a stray write in one reader cannot forge another's position.
 
 /// `b"SHMLOG\0R"` little-endian.
 pub(crate) const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0R");
@@ -13,10 +15,10 @@ pub(crate) const SLOT_COUNT: usize = 12;
 pub(crate) const READY: usize = 16;
 /// One past the highest slot index ever claimed (`i64`), so scans stop early.
 pub(crate) const HIGH_WATER: usize = 64;
-/// Bytes before the first slot.
-pub(crate) const HEADER_LEN: usize = 128;
-/// Bytes per slot: two cache lines, so neighbours never share one.
-pub(crate) const SLOT_LEN: usize = 128;
+/// Bytes before the first slot: one page.
+pub(crate) const HEADER_LEN: usize = 4096;
+/// Bytes per slot: one page (of 4 KiB), so each can be mapped on its own.
+pub(crate) const SLOT_LEN: usize = 4096;
 
 /// Slot fields (offsets inside a slot, all `i64`).
 /// `session_id << 32 | state`, written as one word so the pair is always consistent.
@@ -74,9 +76,9 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_128_byte_aligned() {
-        assert_eq!(slot_offset(0) % 128, 0);
-        assert_eq!(slot_offset(7) % 128, 0);
-        assert_eq!(file_length(64), 128 + 64 * 128);
+    fn slots_are_pages_after_a_header_page() {
+        assert_eq!(slot_offset(0), 4096);
+        assert_eq!(slot_offset(7) % 4096, 0);
+        assert_eq!(file_length(64), 65 * 4096);
     }
 }

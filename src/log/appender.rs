@@ -15,20 +15,10 @@ use crate::layout::frame::{
     TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
 };
 use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
-use crate::layout::log_meta::{self as meta, PARTITION_COUNT};
+use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{DirectRegion, RegionMut, Span, Window};
+use crate::sync::protocol::{CLEAN, COMMIT};
 use crate::sync::Ordering;
-
-/// Ordering of the frame-length stores that commit a frame (I1). The mutant cfg exists only so the
-/// loom models can show they catch a broken commit (`.ci/loom.sh`).
-const COMMIT: Ordering =
-    if cfg!(shmlog_mutant_relaxed_commit) { Ordering::Relaxed } else { Ordering::Release };
-
-/// Whether `reserve` zeroes the next partition (I3); off only in the loom models' mutant build.
-const CLEAN: bool = !cfg!(shmlog_mutant_skip_clean);
-
-/// Granularity of cleaning the next partition.
-const CLEAN_CHUNK: usize = 1024;
 
 /// The message does not fit in the rest of the term: the term was padded to its end and the
 /// caller must [`Appender::rotate`] and retry.
@@ -40,7 +30,10 @@ pub(crate) struct Tripped;
 pub(crate) struct MaxPosition;
 
 /// A reserved, uncommitted frame: readers stop at it until it is committed or aborted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Move-only: [`Appender::commit`] and [`Appender::abort`] consume it, so no copy can lend the
+/// payload of a frame after it was committed.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct ClaimedFrame {
     /// Region offset of the frame.
     base: usize,
@@ -65,12 +58,16 @@ struct Gather<'a> {
 
 impl Gather<'_> {
     /// Copies the next `n` bytes of the message into the region at `dst`.
+    ///
+    /// # Safety
+    /// As [`RegionMut::copy_in`] for `dst..dst + n`.
     #[inline(always)]
-    fn copy_next<R: RegionMut>(&mut self, region: &R, mut dst: usize, mut n: usize) {
+    unsafe fn copy_next<R: RegionMut>(&mut self, region: &R, mut dst: usize, mut n: usize) {
         while n > 0 {
             let part = self.parts[self.part];
             let take = n.min(part.len() - self.at);
-            region.copy_in(dst, &part[self.at..self.at + take]);
+            // SAFETY: within `dst..dst + n` (the caller's contract).
+            unsafe { region.copy_in(dst, &part[self.at..self.at + take]) };
             dst += take;
             n -= take;
             self.at += take;
@@ -192,9 +189,15 @@ impl<R: RegionMut> Appender<R> {
         self.publish_tail(end);
         let term = self.active_term();
         // The template already says version 0, UNFRAGMENTED, DATA: only the offset changes.
-        term.copy_in_cell(start, REST_OFFSET, &self.template);
-        term.copy_in_cell(start, REST_OFFSET + rest::TERM_OFFSET, &(start as i32).to_le_bytes());
-        term.copy_in_body(start, message);
+        // SAFETY: (all three copies) `[start, end)` is the frame just reserved past every
+        // committed one in the active partition. Its length word is still zero, so no reader reads
+        // or is lent any of it (I1); cleaning never touches the active partition; and flow control
+        // admitted this position, so no reader still reads this place's previous term (I2).
+        unsafe {
+            term.copy_in_cell(start, REST_OFFSET, &self.template);
+            term.copy_in_cell(start, REST_OFFSET + rest::TERM_OFFSET, &(start as i32).to_le_bytes());
+            term.copy_in_body(start, message);
+        }
         term.store_i32(start, (message.len() + HEADER_LEN) as i32, COMMIT);
         self.term_offset = end;
         // After the commit: the message is out before the chunk of zeroing it may trigger, so
@@ -253,25 +256,28 @@ impl<R: RegionMut> Appender<R> {
         self.reserve(start, end);
         let rest = self.rest_for(start, UNFRAGMENTED, TYPE_DATA);
         let base = self.partition.base() + start;
-        self.log.region().copy_in(base + REST_OFFSET, &rest);
+        // SAFETY: the header of the frame just reserved, uncommitted (as in `append_unfragmented`).
+        unsafe { self.log.region().copy_in(base + REST_OFFSET, &rest) };
         self.term_offset = end;
         Ok(ClaimedFrame { base, frame_length: len + HEADER_LEN, position: self.term_begin + end as i64 })
     }
 
     /// Gives `f` the payload bytes of a claimed frame (the closure form works on every backend,
-    /// loom's included; the publication uses `claim_slice`).
-    #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
+    /// loom's included; `claim_slice` lends them for longer on real memory).
+    #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
     pub(crate) fn with_claim_payload<T>(&self, frame: &ClaimedFrame, f: impl FnOnce(&mut [u8]) -> T) -> T {
-        // SAFETY: the frame was reserved by this single writer and its length word is still zero,
-        // so no reader reads these bytes (readers stop at a zero length, I1), cleaning never
-        // touches the active partition, and `&self` on the only writer excludes other writes.
+        // SAFETY: the frame was reserved by this single writer and its length word is still zero
+        // (a `ClaimedFrame` exists only until `commit` or `abort` consumes it), so no reader reads
+        // these bytes (readers stop at a zero length, I1), cleaning never touches the active
+        // partition, and `&self` on the only writer excludes other writes while `f` runs.
         unsafe { self.log.region().with_bytes_mut(frame.base + HEADER_LEN, frame.payload_len(), f) }
     }
 
     /// Sets the reserved value of a claimed frame.
     pub(crate) fn set_claim_reserved_value(&self, frame: &ClaimedFrame, value: i64) {
         let at = frame.base + REST_OFFSET + rest::RESERVED_VALUE;
-        self.log.region().copy_in(at, &value.to_le_bytes());
+        // SAFETY: the header of an uncommitted frame (as in `with_claim_payload`).
+        unsafe { self.log.region().copy_in(at, &value.to_le_bytes()) };
     }
 
     /// Publishes a claimed frame to readers.
@@ -283,7 +289,8 @@ impl<R: RegionMut> Appender<R> {
     /// Turns a claimed frame into padding that readers skip.
     pub(crate) fn abort(&self, frame: ClaimedFrame) {
         let r = self.log.region();
-        r.copy_in(frame.base + REST_OFFSET + rest::TYPE, &TYPE_PAD.to_le_bytes());
+        // SAFETY: the header of an uncommitted frame (as in `with_claim_payload`).
+        unsafe { r.copy_in(frame.base + REST_OFFSET + rest::TYPE, &TYPE_PAD.to_le_bytes()) };
         r.store_i32(frame.base, frame.frame_length as i32, COMMIT);
     }
 
@@ -320,7 +327,8 @@ impl<R: RegionMut> Appender<R> {
             let rest = self.rest_for(start, UNFRAGMENTED, TYPE_PAD);
             let base = self.partition.base() + start;
             let r = self.log.region();
-            r.copy_in(base + REST_OFFSET, &rest);
+            // SAFETY: the header of the padding frame just reserved (as in `append_unfragmented`).
+            unsafe { r.copy_in(base + REST_OFFSET, &rest) };
             r.store_i32(base, (end - start) as i32, COMMIT);
             self.term_offset = end;
         }
@@ -330,7 +338,7 @@ impl<R: RegionMut> Appender<R> {
     /// partition holds the term two behind this one, which every live reader has finished (the
     /// limit keeps readers within a window, at most T/2, of the writer) and which no joining
     /// reader may pick (joins are at most one term behind the writer). Zeroing in chunks of
-    /// `CLEAN_CHUNK` keeps the cost per message small and free of spikes.
+    /// `clean_chunk(T)` keeps the cost per message small and free of spikes.
     #[inline(always)]
     fn reserve(&mut self, start: usize, end: usize) {
         debug_assert!(start <= end && end <= self.term_length);
@@ -353,16 +361,19 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(never)]
     fn clean_up_to(&mut self, end: usize) {
-        // Chunks of at most T/8. A reader may join up to a term behind the writer just after a
-        // limit recompute; the writer then runs on to its cached limit (a window <= T/2 past an
-        // older position) plus one message (<= T/4 framed), which keeps it T/4 short of that
-        // reader's offset two partitions on: room for a T/8 chunk, but not for a 1 KiB one on
-        // terms below 8 KiB (found by the ops_oracle fuzz target). At T = 128 the chunk (16)
-        // is below the frame alignment, so cleaning never runs ahead there.
-        let to = align(end, CLEAN_CHUNK.min(self.term_length / 8)).min(self.term_length);
+        let chunk = clean_chunk(self.term_length);
+        let to = align(end, chunk).min(self.term_length);
+        // The run-ahead that `Geometry::lapping_margin` accounts for: never more than a chunk
+        // past the grid point the writer reached.
+        debug_assert!(to <= end + chunk.saturating_sub(FRAME_ALIGNMENT));
         let next = (self.index + 1) % PARTITION_COUNT;
         let base = self.log.partition_base(next);
-        self.log.region().zero(base + self.cleaned_to, to - self.cleaned_to);
+        // SAFETY: the next partition last held the term two behind this one. Every reader the
+        // writer counts is within a window of it, so in this term or the one before (I2); a
+        // reader it does not count yet joined at most a term behind the writer, and the writer
+        // stays `Geometry::lapping_margin` short of reaching its bytes here (validated with the
+        // geometry). Nobody reads or is lent `[cleaned_to, to)` of that partition (I3).
+        unsafe { self.log.region().zero(base + self.cleaned_to, to - self.cleaned_to) };
         self.cleaned_to = to;
     }
 
@@ -379,8 +390,12 @@ impl<R: RegionMut> Appender<R> {
     fn write_frame(&self, offset: usize, flags: u8, frame_type: u16, len: usize, src: &mut Gather<'_>) {
         let base = self.partition.base() + offset;
         let r = self.log.region();
-        r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
-        src.copy_next(r, base + HEADER_LEN, len);
+        // SAFETY: a frame of the message just reserved, not committed yet (as in
+        // `append_unfragmented`).
+        unsafe {
+            r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
+            src.copy_next(r, base + HEADER_LEN, len);
+        }
         r.store_i32(base, (len + HEADER_LEN) as i32, COMMIT);
     }
 }

@@ -56,7 +56,7 @@
 use super::appender::{Appender, ClaimedFrame, Tripped};
 use super::header::Header;
 use super::position::Terms;
-use super::reader::{read, read_block, Action};
+use super::reader::{read, read_block, Action, InPlace};
 use super::{Log, LogInit};
 use crate::api::assembler::FragmentAssembler;
 use crate::api::handler::FragmentHandler;
@@ -192,22 +192,26 @@ impl Reader {
         let mut got = Vec::with_capacity(count);
         while got.len() < count {
             let before = got.len();
-            let scan = read(
-                &self.log,
-                self.position,
-                fragment_limit.min(count - before),
-                |payload, header| {
-                    check_place(terms, payload, header);
-                    got.push(Delivered {
-                        payload: payload.to_vec(),
-                        position: header.position(),
-                        flags: header.flags(),
-                        reserved_value: header.reserved_value(),
-                    });
-                    Action::Continue
-                },
-                |_| unreachable!("the handler never commits"),
-            );
+            // SAFETY: the model's flow control: the writer starts a message only below the
+            // position this reader published (after its previous read) plus the window (I2).
+            let scan = unsafe {
+                read(
+                    &self.log,
+                    self.position,
+                    fragment_limit.min(count - before),
+                    |payload, header| {
+                        check_place(terms, payload, header);
+                        got.push(Delivered {
+                            payload: payload.to_vec(),
+                            position: header.position(),
+                            flags: header.flags(),
+                            reserved_value: header.reserved_value(),
+                        });
+                        Action::Continue
+                    },
+                    |_| unreachable!("the handler never commits"),
+                )
+            };
             assert_eq!(scan.fault, None, "reader fault at position {}", self.position);
             assert_eq!(scan.fragments, got.len() - before);
             self.advance(scan.position);
@@ -221,26 +225,29 @@ impl Reader {
         let terms = self.log.terms();
         let mut got = Vec::with_capacity(count);
         while got.len() < count {
-            let scan = read_block(&self.log, self.position, max_bytes, |block, start| {
-                let mut at = 0;
-                while at < block.len() {
-                    let len = i32::from_le_bytes(block[at..at + 4].try_into().unwrap()) as usize;
-                    let rest = HeaderRest::decode(block[at + 4..at + HEADER_LEN].try_into().unwrap());
-                    let end = at + align(len, FRAME_ALIGNMENT);
-                    let frame_start = start + at as i64;
-                    assert!(len >= HEADER_LEN && end <= block.len(), "torn block at {frame_start}");
-                    assert_eq!(rest.frame_type, TYPE_DATA);
-                    assert_eq!(rest.term_id, terms.term_id(frame_start));
-                    assert_eq!(rest.term_offset as usize, terms.term_offset(frame_start));
-                    got.push(Delivered {
-                        payload: block[at + HEADER_LEN..at + len].to_vec(),
-                        position: start + end as i64,
-                        flags: rest.flags,
-                        reserved_value: rest.reserved_value,
-                    });
-                    at = end;
-                }
-            });
+            // SAFETY: as in `poll_until`.
+            let scan = unsafe {
+                read_block(&self.log, self.position, max_bytes, &mut InPlace, |block: &[u8], start| {
+                    let mut at = 0;
+                    while at < block.len() {
+                        let len = i32::from_le_bytes(block[at..at + 4].try_into().unwrap()) as usize;
+                        let rest = HeaderRest::decode(block[at + 4..at + HEADER_LEN].try_into().unwrap());
+                        let end = at + align(len, FRAME_ALIGNMENT);
+                        let frame_start = start + at as i64;
+                        assert!(len >= HEADER_LEN && end <= block.len(), "torn block at {frame_start}");
+                        assert_eq!(rest.frame_type, TYPE_DATA);
+                        assert_eq!(rest.term_id, terms.term_id(frame_start));
+                        assert_eq!(rest.term_offset as usize, terms.term_offset(frame_start));
+                        got.push(Delivered {
+                            payload: block[at + HEADER_LEN..at + len].to_vec(),
+                            position: start + end as i64,
+                            flags: rest.flags,
+                            reserved_value: rest.reserved_value,
+                        });
+                        at = end;
+                    }
+                })
+            };
             assert_eq!(scan.fault, None, "reader fault at position {}", self.position);
             self.advance(scan.position);
         }
@@ -267,6 +274,12 @@ impl Reader {
 /// A fresh log of terms of `term_length` bytes (MTU 64, window `T / 2`): its appender, and the
 /// region for the readers' views (`Log::open_any_term`).
 pub(crate) fn new_log(term_length: usize, initial_term_id: i32) -> (Appender<Shared>, Shared) {
+    let (log, region) = new_plain_log(term_length, initial_term_id);
+    (Appender::new(log).expect("a fresh log"), region)
+}
+
+/// A fresh log of terms of `term_length` bytes (MTU 64, window `T / 2`) and its region.
+pub(crate) fn new_plain_log(term_length: usize, initial_term_id: i32) -> (Log<Shared>, Shared) {
     let geometry = Geometry { term_length, page_size: PAGE, mtu: MTU, window: term_length / 2 };
     let region = Arc::new(LoomRegion::for_log(&geometry));
     let init = LogInit {
@@ -279,7 +292,7 @@ pub(crate) fn new_log(term_length: usize, initial_term_id: i32) -> (Appender<Sha
         name: "loom",
     };
     let log = Log::initialize(Arc::clone(&region), &init);
-    (Appender::new(log).expect("a fresh log"), region)
+    (log, region)
 }
 
 /// Checks that a delivered fragment's header names the place it was read from.
@@ -477,17 +490,20 @@ fn e_fragmented_messages_vs_assembler() {
         let terms = reader.log.terms();
         let (mut fragments, mut split_polls) = (0, 0);
         while whole.borrow().len() < messages.len() {
-            let scan = read(
-                &reader.log,
-                reader.position,
-                2,
-                |payload, header| {
-                    check_place(terms, payload, header);
-                    FragmentHandler::on_fragment(&mut assembler, payload, header);
-                    Action::Continue
-                },
-                |_| unreachable!("the handler never commits"),
-            );
+            // SAFETY: as in `Reader::poll_until`.
+            let scan = unsafe {
+                read(
+                    &reader.log,
+                    reader.position,
+                    2,
+                    |payload, header| {
+                        check_place(terms, payload, header);
+                        FragmentHandler::on_fragment(&mut assembler, payload, header);
+                        Action::Continue
+                    },
+                    |_| unreachable!("the handler never commits"),
+                )
+            };
             assert_eq!(scan.fault, None, "reader fault at position {}", reader.position);
             fragments += scan.fragments;
             // Fragments delivered when each message is complete: 3, 4, 6. Anything else here

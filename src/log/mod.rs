@@ -17,6 +17,48 @@ use crate::region::{Region, RegionMut, Span};
 use crate::sync::Ordering;
 use position::{pack_tail, tail_offset, tail_term_id, Terms};
 
+/// Events the writer counts in the metadata, for tools (`stat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counter {
+    /// Offers refused because the slowest reader was a window behind or nobody read.
+    BackPressureEvents,
+    /// Times the writer re-read the reader slots.
+    LimitRecomputes,
+    /// Dead readers' slots freed.
+    ReadersEvicted,
+    /// Reader positions found ahead of the writer, which flow control ignored.
+    IgnoredPositions,
+}
+
+impl Counter {
+    fn field(self) -> usize {
+        match self {
+            Self::BackPressureEvents => meta::BACK_PRESSURE_EVENTS,
+            Self::LimitRecomputes => meta::LIMIT_RECOMPUTES,
+            Self::ReadersEvicted => meta::READERS_EVICTED,
+            Self::IgnoredPositions => meta::IGNORED_POSITIONS,
+        }
+    }
+}
+
+/// Values the writer keeps up to date in the metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gauge {
+    /// The limit of the last recompute: the writer starts no message at or past it.
+    PublisherLimit,
+    /// Readers counted at the last recompute.
+    ConnectedReaders,
+}
+
+impl Gauge {
+    fn field(self) -> usize {
+        match self {
+            Self::PublisherLimit => meta::PUBLISHER_LIMIT,
+            Self::ConnectedReaders => meta::CONNECTED_READERS,
+        }
+    }
+}
+
 /// What a publisher writes into a fresh log's metadata.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LogInit<'a> {
@@ -71,7 +113,9 @@ impl<R: RegionMut> Log<R> {
         r.store_i32(m + meta::STREAM_ID, init.stream_id, Ordering::Relaxed);
         let name = &init.name.as_bytes()[..init.name.len().min(meta::NAME_MAX)];
         r.store_i32(m + meta::NAME_LEN, name.len() as i32, Ordering::Relaxed);
-        r.copy_in(m + meta::NAME, name);
+        // SAFETY: a fresh log that nobody else has opened yet: readers only open it by name once
+        // it is published, and validate the ready flag stored last (below) before reading.
+        unsafe { r.copy_in(m + meta::NAME, name) };
         // Partition 0 starts the stream; the others hold the term id they had "one cycle
         // earlier", as Aeron does, so a tail always names the term its partition last held.
         let id = init.initial_term_id;
@@ -99,17 +143,17 @@ impl<R: RegionMut> Log<R> {
         self.region.store_i64(self.meta + meta::EOS_POSITION, position, Ordering::Release);
     }
 
-    /// Stores a publisher counter for tools.
-    pub(crate) fn set_counter(&self, field: usize, value: i64) {
-        self.region.store_i64(self.meta + field, value, Ordering::Relaxed);
+    /// Stores a gauge (release: a reader that acquires a later frame sees at least this value).
+    pub(crate) fn set_gauge(&self, gauge: Gauge, value: i64) {
+        self.region.store_i64(self.meta + gauge.field(), value, Ordering::Release);
     }
 
-    /// Adds to a publisher counter.
-    pub(crate) fn bump_counter(&self, field: usize) {
-        let r = &self.region;
+    /// Adds `n` to a counter.
+    pub(crate) fn count(&self, counter: Counter, n: u64) {
+        let (r, at) = (&self.region, self.meta + counter.field());
         // Single writer: a load and a store are enough and cheaper than an atomic add.
-        let v = r.load_i64(self.meta + field, Ordering::Relaxed);
-        r.store_i64(self.meta + field, v.wrapping_add(1), Ordering::Relaxed);
+        let v = r.load_i64(at, Ordering::Relaxed);
+        r.store_i64(at, v.wrapping_add(n as i64), Ordering::Relaxed);
     }
 }
 
@@ -120,7 +164,7 @@ impl<R: Region> Log<R> {
     }
 
     /// Like [`Log::open`], but accepts any power-of-two term length (in-process models).
-    #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
+    #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
     pub(crate) fn open_any_term(region: R) -> Result<Self, Invalid> {
         Self::open_checked(region, false)
     }
@@ -223,9 +267,19 @@ impl<R: Region> Log<R> {
         self.region.load_i64(self.meta + meta::EOS_POSITION, Ordering::Acquire)
     }
 
-    /// A publisher counter (see `layout::log_meta`).
-    pub(crate) fn counter(&self, field: usize) -> i64 {
-        self.region.load_i64(self.meta + field, Ordering::Relaxed)
+    /// A writer's counter.
+    pub(crate) fn counter(&self, counter: Counter) -> i64 {
+        self.region.load_i64(self.meta + counter.field(), Ordering::Relaxed)
+    }
+
+    /// A writer's gauge.
+    pub(crate) fn gauge(&self, gauge: Gauge) -> i64 {
+        self.region.load_i64(self.meta + gauge.field(), Ordering::Acquire)
+    }
+
+    /// Creation time, ns since the Unix epoch.
+    pub(crate) fn created_ns(&self) -> i64 {
+        self.region.load_i64(self.meta + meta::CREATED_NS, Ordering::Relaxed)
     }
 
     /// The publisher's process id as it wrote it.

@@ -24,7 +24,7 @@ impl Terms {
     }
 
     /// Position of `offset` inside term `term_id`.
-    #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
+    #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
     #[inline(always)]
     pub(crate) fn position(&self, term_id: i32, offset: usize) -> i64 {
         (self.term_count(term_id) << self.bits) + offset as i64

@@ -1,15 +1,17 @@
 //! Reading committed frames from a term, for any number of readers, none of which writes the log.
 //!
-//! A reader acquire-loads each frame length and stops at a length of zero or less (invariant I1).
-//! It never trusts the file: every length is checked against the term before it becomes an
-//! offset, and a frame whose header does not name the place it sits in is reported as a fault and
-//! never delivered, so a corrupt or hostile log yields a stop, never an out-of-bounds read.
+//! A reader acquire-loads each frame length and stops at a length of zero (invariant I1); the
+//! writer never stores a negative one, so that is a fault. It never trusts the file: every length
+//! is checked against the term before it becomes an offset, and a frame whose header does not name
+//! the place it sits in is reported as a fault and never delivered, so a corrupt or hostile log
+//! yields a stop, never an out-of-bounds read.
 
 use super::header::Header;
 use super::Log;
 use crate::layout::align;
 use crate::layout::frame::{
-    HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_DATA, TYPE_PAD,
+    HeaderRest, BEGIN_FLAG, CURRENT_VERSION, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET,
+    TYPE_DATA, TYPE_PAD,
 };
 use crate::region::{Region, Span, Window};
 use crate::sync::Ordering;
@@ -36,6 +38,8 @@ pub(crate) struct Scan {
     pub fragments: usize,
     /// Set when a frame failed validation; the position stays in front of it.
     pub fault: Option<&'static str>,
+    /// Bytes handed out as a block (`read_block` only).
+    pub bytes: usize,
 }
 
 /// A frame that passed validation.
@@ -71,12 +75,19 @@ impl Cursor {
         self.term_begin + self.offset as i64
     }
 
-    /// Moves to `position`, working the term out again only if `position` left the term.
+    /// Moves to `position`, working the term out again only if `position` left the term;
+    /// returns `true` if it did.
     #[inline(always)]
-    pub(crate) fn move_to<R: Region>(&mut self, log: &Log<R>, position: i64) {
+    pub(crate) fn move_to<R: Region>(&mut self, log: &Log<R>, position: i64) -> bool {
         match usize::try_from(position - self.term_begin) {
-            Ok(offset) if offset < self.partition.len() => self.offset = offset,
-            _ => *self = Self::new(log, position),
+            Ok(offset) if offset < self.partition.len() => {
+                self.offset = offset;
+                false
+            }
+            _ => {
+                *self = Self::new(log, position);
+                true
+            }
         }
     }
 }
@@ -89,8 +100,11 @@ fn next_frame<R: Region>(
     term_id: i32,
 ) -> Result<Option<Frame>, &'static str> {
     let raw = term.load_i32(offset, Ordering::Acquire);
-    if raw <= 0 {
+    if raw == 0 {
         return Ok(None);
+    }
+    if raw < 0 {
+        return Err("negative frame length");
     }
     let len = raw as usize;
     if len < HEADER_LEN {
@@ -115,6 +129,101 @@ fn next_frame<R: Region>(
     Ok(Some(Frame { len, aligned, rest }))
 }
 
+/// How a frame's payload reaches a handler.
+pub(crate) trait Delivery {
+    /// Calls `f` with the `len` payload bytes of the committed frame at `offset` of `term`.
+    ///
+    /// # Safety
+    /// For delivery in place: as [`read`] (the caller holds flow control before the frame), and
+    /// the frame's positive length was acquire-loaded and checked to fit the term.
+    unsafe fn deliver<R: Region, T>(
+        &mut self,
+        term: &Window<'_, R>,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T;
+
+    /// Calls `f` with the `len` bytes of whole committed frames from `offset` of `term`.
+    ///
+    /// # Safety
+    /// As [`Delivery::deliver`], for every frame in the block.
+    unsafe fn deliver_block<R: Region, T>(
+        &mut self,
+        term: &Window<'_, R>,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T;
+}
+
+/// Lends the handler a slice of the log itself: zero-copy. Sound while every peer keeps to the
+/// protocol (see the crate's trust model).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct InPlace;
+
+impl Delivery for InPlace {
+    #[inline(always)]
+    unsafe fn deliver<R: Region, T>(
+        &mut self,
+        term: &Window<'_, R>,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T {
+        // SAFETY: the frame's bytes are fully written (its positive length was acquire-loaded,
+        // I1), inside the term (checked by the caller and by the window), and the writer cannot
+        // reach or clean them while `f` runs (flow control: the caller's contract, I2, I3). The
+        // slice does not outlive the closure.
+        unsafe { term.with_body(offset, len, f) }
+    }
+
+    #[inline(always)]
+    unsafe fn deliver_block<R: Region, T>(
+        &mut self,
+        term: &Window<'_, R>,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T {
+        // SAFETY: as in `deliver`, for every frame of the block.
+        unsafe { term.with_bytes(offset, len, f) }
+    }
+}
+
+/// Copies the payload into a buffer of the reader's before the handler sees it, so a peer that
+/// breaks the protocol (writes a frame after committing it) can change neither what the handler
+/// holds nor the bounds it checked.
+#[derive(Debug, Default)]
+pub(crate) struct Copied(pub Vec<u8>);
+
+impl Delivery for Copied {
+    #[inline]
+    unsafe fn deliver<R: Region, T>(
+        &mut self,
+        term: &Window<'_, R>,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T {
+        self.0.resize(len, 0);
+        term.copy_out_body(offset, &mut self.0);
+        f(&self.0)
+    }
+
+    unsafe fn deliver_block<R: Region, T>(
+        &mut self,
+        term: &Window<'_, R>,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> T {
+        self.0.resize(len, 0);
+        term.copy_out(offset, &mut self.0);
+        f(&self.0)
+    }
+}
+
 /// The term a cursor stands in, as a bounds-checked window.
 #[inline(always)]
 fn term_window<'a, R: Region>(log: &'a Log<R>, at: &Cursor) -> Window<'a, R> {
@@ -126,26 +235,34 @@ fn term_window<'a, R: Region>(log: &'a Log<R>, at: &Cursor) -> Window<'a, R> {
 /// `handler` decides per fragment (see [`Action`]); `commit` is called with the new position
 /// whenever the handler returns [`Action::Commit`].
 ///
-/// The caller must hold flow control at `position` (its reader slot shows a position at or before
-/// it) for the whole call, so the writer cannot reach the frames handed out.
-#[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))] // tests, models, fuzzing
+/// # Safety
+/// The caller holds flow control at `position` for the whole call (a reader slot the writer
+/// counts shows a position at or before it, or the writer is held back by other means), so the
+/// writer can neither overwrite nor clean the frames handed to `handler` while it runs.
+#[cfg(test)]
 #[inline]
-pub(crate) fn read<R: Region>(
+pub(crate) unsafe fn read<R: Region>(
     log: &Log<R>,
     position: i64,
     fragment_limit: usize,
     handler: impl FnMut(&[u8], &Header) -> Action,
     commit: impl FnMut(i64),
 ) -> Scan {
-    read_at(log, &Cursor::new(log, position), fragment_limit, handler, commit)
+    // SAFETY: the caller's contract is `read_at`'s.
+    unsafe { read_at(log, &Cursor::new(log, position), fragment_limit, &mut InPlace, handler, commit) }
 }
 
-/// [`read`] from a cursor, which spares a reader that polls often the position arithmetic.
+/// [`read`] from a cursor, which spares a reader that polls often the position arithmetic, with
+/// payloads delivered by `delivery`.
+///
+/// # Safety
+/// As [`read`], at `cursor`'s position.
 #[inline]
-pub(crate) fn read_at<R: Region>(
+pub(crate) unsafe fn read_at<R: Region>(
     log: &Log<R>,
     cursor: &Cursor,
     fragment_limit: usize,
+    delivery: &mut impl Delivery,
     mut handler: impl FnMut(&[u8], &Header) -> Action,
     mut commit: impl FnMut(i64),
 ) -> Scan {
@@ -170,12 +287,11 @@ pub(crate) fn read_at<R: Region>(
         }
         let header =
             Header { frame_length: frame.len as i32, rest: frame.rest, position: term_begin + next as i64 };
-        // SAFETY: the frame's positive length was acquire-loaded, so its bytes are fully written
-        // (I1); it lies inside the term (checked in `next_frame`, and by the window); and the
-        // caller holds flow control before it, so the writer cannot reach it (I2) or clean it
-        // (I3) while the handler runs. The slice does not outlive the closure.
-        let action =
-            unsafe { term.with_body(offset, frame.len - HEADER_LEN, |payload| handler(payload, &header)) };
+        // SAFETY: the frame's positive length was acquire-loaded and checked to fit the term (in
+        // `next_frame`), and the caller holds flow control before it (this function's contract).
+        let action = unsafe {
+            delivery.deliver(&term, offset, frame.len - HEADER_LEN, |payload| handler(payload, &header))
+        };
         match action {
             Action::Abort => break,
             Action::Break => {
@@ -194,16 +310,20 @@ pub(crate) fn read_at<R: Region>(
             }
         }
     }
-    Scan { position: term_begin + offset as i64, fragments, fault }
+    Scan { position: term_begin + offset as i64, fragments, fault, bytes: 0 }
 }
 
 /// Hands `handler` one contiguous block of whole committed data frames (headers included) from
 /// `position`, at most `max_bytes` long unless the first frame alone is longer. Padding ends a
-/// block; padding at the start is consumed silently. Returns the bytes consumed in `fragments`.
-pub(crate) fn read_block<R: Region>(
+/// block; padding at the start is consumed silently. Returns the bytes consumed in `bytes`.
+///
+/// # Safety
+/// As [`read`].
+pub(crate) unsafe fn read_block<R: Region>(
     log: &Log<R>,
     position: i64,
     max_bytes: usize,
+    delivery: &mut impl Delivery,
     handler: impl FnOnce(&[u8], i64),
 ) -> Scan {
     let at = Cursor::new(log, position);
@@ -235,10 +355,15 @@ pub(crate) fn read_block<R: Region>(
     }
     if end > start {
         // SAFETY: every frame in [start, end) had a positive length acquire-loaded and was checked
-        // to lie inside the term; the caller holds flow control before `start` (I2, I3).
-        unsafe { term.with_bytes(start, end - start, |block| handler(block, at.term_begin + start as i64)) };
+        // to lie inside the term; the caller holds flow control before `start` (this function's
+        // contract: I2, I3).
+        unsafe {
+            delivery.deliver_block(&term, start, end - start, |block| {
+                handler(block, at.term_begin + start as i64)
+            })
+        };
     }
-    Scan { position: at.term_begin + end as i64, fragments: end - at.offset, fault }
+    Scan { position: at.term_begin + end as i64, fragments: 0, fault, bytes: end - at.offset }
 }
 
 /// `true` if nothing is committed at `position` yet (its length word is zero): below the
@@ -246,11 +371,53 @@ pub(crate) fn read_block<R: Region>(
 /// caught mid-copy), where a reader that caught up stands and waits. `position` must be 32-aligned.
 pub(crate) fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
-    term_window(log, &at).load_i32(at.offset, Ordering::Acquire) <= 0
+    term_window(log, &at).load_i32(at.offset, Ordering::Acquire) == 0
+}
+
+/// `true` if a frame is committed at `position` (its length word is positive; not validated).
+pub(crate) fn frame_committed_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+    let at = Cursor::new(log, position);
+    term_window(log, &at).load_i32(at.offset, Ordering::Acquire) > 0
 }
 
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
 pub(crate) fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     matches!(next_frame(&term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
+}
+
+/// `true` if a committed frame that starts a message (the first fragment, or padding between
+/// messages) starts at `position`: where an explicit join may land.
+pub(crate) fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+    let at = Cursor::new(log, position);
+    match next_frame(&term_window(log, &at), at.offset, at.term_id) {
+        Ok(Some(frame)) => frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0,
+        _ => false,
+    }
+}
+
+/// The first position at or after `from` (and below `newest`, the writer's position) where a
+/// committed message starts, found by walking the frames from the start of `from`'s term; `newest`
+/// if there is none. For refused joins: a position a retry can use. Reads only length words and
+/// headers, never lends bytes.
+pub(crate) fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
+    let terms = log.terms();
+    let mut at = terms.term_begin(from.max(0));
+    // Whether the frame before `at` ended a message (a term always starts with a message).
+    let mut after_end = true;
+    while at < newest {
+        let cursor = Cursor::new(log, at);
+        let term = term_window(log, &cursor);
+        let frame = match next_frame(&term, cursor.offset, cursor.term_id) {
+            Ok(Some(frame)) => frame,
+            _ => return newest, // still being written, or not a valid frame
+        };
+        let starts = frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0;
+        if at >= from && after_end && starts {
+            return at;
+        }
+        after_end = frame.rest.frame_type == TYPE_PAD || frame.rest.flags & END_FLAG != 0;
+        at += frame.aligned as i64;
+    }
+    newest
 }

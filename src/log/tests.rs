@@ -2,7 +2,7 @@
 //! claim and controlled-poll catalogue (digest §15), re-created in our own words.
 
 use super::appender::{Appender, Tripped};
-use super::reader::{self, read, read_block, Action};
+use super::reader::{self, read, read_block, Action, InPlace};
 use super::{Log, LogInit};
 use crate::layout::frame::{HEADER_LEN, TYPE_PAD};
 use crate::layout::log_meta::Geometry;
@@ -46,16 +46,19 @@ fn poll_all(
     limit: usize,
 ) -> (Vec<(Vec<u8>, Header)>, reader::Scan) {
     let mut got = Vec::new();
-    let scan = read(
-        log,
-        position,
-        limit,
-        |p, h| {
-            got.push((p.to_vec(), *h));
-            Action::Continue
-        },
-        |_| {},
-    );
+    // SAFETY: no writer runs while the tests read.
+    let scan = unsafe {
+        read(
+            log,
+            position,
+            limit,
+            |p, h| {
+                got.push((p.to_vec(), *h));
+                Action::Continue
+            },
+            |_| {},
+        )
+    };
     (got, scan)
 }
 
@@ -72,7 +75,7 @@ fn reads_first_message_with_its_header() {
     assert_eq!((h.session_id(), h.stream_id(), h.reserved_value()), (77, 5, 0));
     assert!(h.is_begin() && h.is_end());
     assert_eq!(h.position(), 64);
-    assert_eq!(scan, reader::Scan { position: 64, fragments: 1, fault: None });
+    assert_eq!(scan, reader::Scan { position: 64, fragments: 1, fault: None, bytes: 0 });
 }
 
 #[test]
@@ -228,17 +231,20 @@ fn controlled_poll_actions_follow_aerons_semantics() {
         let mut i = 0;
         let mut seen = Vec::new();
         let mut commits = Vec::new();
-        let scan = read(
-            &log,
-            position,
-            10,
-            |p, _| {
-                seen.push(p[0]);
-                i += 1;
-                actions.get(i - 1).copied().unwrap_or(Action::Continue)
-            },
-            |pos| commits.push(pos),
-        );
+        // SAFETY: no writer runs while the tests read.
+        let scan = unsafe {
+            read(
+                &log,
+                position,
+                10,
+                |p, _| {
+                    seen.push(p[0]);
+                    i += 1;
+                    actions.get(i - 1).copied().unwrap_or(Action::Continue)
+                },
+                |pos| commits.push(pos),
+            )
+        };
         (seen, commits, scan)
     };
     let (seen, _, scan) = run(0, &[Action::Abort]);
@@ -261,18 +267,24 @@ fn block_read_hands_whole_frames_and_stops_at_padding() {
     }
     let log = reader_log(&region);
     let mut block = Vec::new();
-    let scan = read_block(&log, 0, 200, |b, start| {
-        assert_eq!(start, 0);
-        block = b.to_vec();
-    });
+    // SAFETY: no writer runs while the tests read (both reads).
+    let scan = unsafe {
+        read_block(&log, 0, 200, &mut InPlace, |b: &[u8], start| {
+            assert_eq!(start, 0);
+            block = b.to_vec();
+        })
+    };
     assert_eq!(block.len(), 192, "two 96-byte frames fit in 200 bytes, the third does not");
     assert_eq!(scan.position, 192);
     assert_eq!(i32::from_le_bytes(block[96..100].try_into().unwrap()), 72);
     let mut called = false;
-    let scan = read_block(&log, 192, 10, |b, _| {
-        called = true;
-        assert_eq!(b.len(), 96, "a first frame larger than the limit is still handed over");
-    });
+    // SAFETY: as above.
+    let scan = unsafe {
+        read_block(&log, 192, 10, &mut InPlace, |b: &[u8], _| {
+            called = true;
+            assert_eq!(b.len(), 96, "a first frame larger than the limit is still handed over");
+        })
+    };
     assert!(called);
     assert_eq!(scan.position, 288);
 }
@@ -335,7 +347,8 @@ fn corrupt_frames_stop_the_reader_without_delivery() {
     // A frame whose header names another place (stale or foreign data).
     let (region, mut w) = new_log(T, 1408, 0);
     w.append(&[b"ok"], 2).unwrap();
-    region.copy_in(8, &128i32.to_le_bytes());
+    // SAFETY: nobody reads while the test writes.
+    unsafe { region.copy_in(8, &128i32.to_le_bytes()) };
     let (got, scan) = poll_all(&reader_log(&region), 0, 10);
     assert!(got.is_empty() && scan.fault.is_some());
     assert!(!reader::frame_starts_at(&reader_log(&region), 0));
@@ -348,8 +361,8 @@ fn open_rejects_what_is_not_a_ready_log_of_this_version() {
     let (region, _w) = new_log(T, 1408, 0);
     let meta = region.len() - m::META_LEN;
     assert!(Log::open(region.clone()).is_ok());
-    region.store_i32(meta + m::VERSION, 2, Ordering::Relaxed);
-    assert_eq!(Log::open(region.clone()).unwrap_err(), Invalid::VersionMismatch { found: 2 });
+    region.store_i32(meta + m::VERSION, 99, Ordering::Relaxed);
+    assert_eq!(Log::open(region.clone()).unwrap_err(), Invalid::VersionMismatch { found: 99 });
     region.store_i32(meta + m::VERSION, m::LAYOUT_VERSION, Ordering::Relaxed);
     region.store_i32(meta + m::TERM_LENGTH, 3 * 1024 * 64, Ordering::Relaxed);
     assert!(matches!(Log::open(region.clone()), Err(Invalid::Corrupt(_))));

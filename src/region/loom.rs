@@ -51,17 +51,9 @@ use std::ops::Range;
 /// Bytes per modelled cell: the frame alignment, so frames never share a cell.
 const CHUNK: usize = FRAME_ALIGNMENT;
 
-/// Metadata words accessed as `i64` (the tail counters are added by [`LoomRegion::for_log`]).
-const META_I64: [usize; 8] = [
-    meta::EOS_POSITION,
-    meta::CREATED_NS,
-    meta::MAGIC_OFFSET,
-    meta::PUBLISHER_LIMIT,
-    meta::BACK_PRESSURE_EVENTS,
-    meta::LIMIT_RECOMPUTES,
-    meta::READERS_EVICTED,
-    meta::CONNECTED_READERS,
-];
+/// Metadata words accessed as `i64` besides the counters (the tail counters are added by
+/// [`LoomRegion::for_log`]).
+const META_I64: [usize; 3] = [meta::EOS_POSITION, meta::CREATED_NS, meta::MAGIC_OFFSET];
 
 #[derive(Debug)]
 enum Atom {
@@ -194,7 +186,8 @@ impl LoomRegion {
         let i32_words: Vec<usize> =
             (0..terms).step_by(FRAME_ALIGNMENT).chain(meta::I32_FIELDS.iter().map(|f| m + f)).collect();
         let tails = (0..PARTITION_COUNT).map(|i| meta::TAIL_COUNTERS + 8 * i);
-        let i64_words: Vec<usize> = META_I64.iter().copied().chain(tails).map(|f| m + f).collect();
+        let i64_words: Vec<usize> =
+            META_I64.iter().chain(&meta::COUNTERS).copied().chain(tails).map(|f| m + f).collect();
         Self::new(g.file_length(), &bytes, &i32_words, &i64_words)
     }
 
@@ -290,7 +283,9 @@ fn pieces(off: usize, len: usize) -> impl Iterator<Item = (usize, Range<usize>, 
     })
 }
 
-impl Region for LoomRegion {
+// SAFETY: every access is checked against `len` (the `_unchecked` defaults call the checked
+// methods), and the loom objects live as long as `self`.
+unsafe impl Region for LoomRegion {
     fn len(&self) -> usize {
         self.len
     }
@@ -357,19 +352,13 @@ impl RegionMut for LoomRegion {
         w.i64().store(value, order);
     }
 
-    fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64 {
-        let w = self.word(off, 8);
-        self.pre_store(w);
-        w.i64().fetch_add(delta, order)
-    }
-
     fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
         let w = self.word(off, 8);
         self.pre_store(w);
         w.i64().compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
-    fn copy_in(&self, off: usize, src: &[u8]) {
+    unsafe fn copy_in(&self, off: usize, src: &[u8]) {
         check_range(self.len, off, src.len(), 1);
         self.assert_words_clear(&(off..off + src.len()));
         for (i, r, at) in pieces(off, src.len()) {
@@ -383,7 +372,7 @@ impl RegionMut for LoomRegion {
         }
     }
 
-    fn zero(&self, off: usize, len: usize) {
+    unsafe fn zero(&self, off: usize, len: usize) {
         check_range(self.len, off, len, 1);
         for (i, r, _) in pieces(off, len) {
             self.chunk(i).with_mut(|p| {
@@ -455,7 +444,8 @@ mod tests {
     fn words_and_bytes_read_as_one_memory() {
         loom::model(|| {
             let r = region();
-            r.copy_in(36, b"abc");
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.copy_in(36, b"abc") };
             r.store_i32(32, 0x0102_0304, Ordering::Release);
             let mut b = [0u8; 8];
             r.copy_out(32, &mut b);
@@ -465,7 +455,7 @@ mod tests {
             assert_eq!(block, [0, 0, 4, 3, 2, 1, b'a', b'b']);
             r.store_i64(128, -2, Ordering::Relaxed);
             assert_eq!(r.load_i64(128, Ordering::Acquire), -2);
-            assert_eq!(r.fetch_add_i64(128, 3, Ordering::AcqRel), -2);
+            assert_eq!(r.compare_exchange_i64(128, -2, 1), Ok(-2));
             assert_eq!(r.compare_exchange_i64(128, 1, 7), Ok(1));
             assert_eq!(r.compare_exchange_i64(128, 1, 8), Err(7));
         });
@@ -476,10 +466,13 @@ mod tests {
         loom::model(|| {
             let r = region();
             r.store_i32(32, -1, Ordering::Release);
-            r.copy_in(40, &[9; 8]);
-            r.zero(34, 30); // covers half of the word at 32
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.copy_in(40, &[9; 8]) };
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.zero(34, 30) }; // covers half of the word at 32
             assert_eq!(r.load_i32(32, Ordering::Acquire), 0x0000_ffff);
-            r.zero(32, 2);
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.zero(32, 2) };
             assert_eq!(r.load_i32(32, Ordering::Acquire), 0);
             // The word's memory now holds payload, and then a word again.
             // SAFETY: one thread, nobody reads or writes while the closure runs.
@@ -487,7 +480,8 @@ mod tests {
             let mut b = [0u8; 8];
             r.copy_out(32, &mut b);
             assert_eq!(b, [5; 8]);
-            r.zero(32, 8);
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.zero(32, 8) };
             r.store_i32(32, 48, Ordering::Release);
             assert_eq!(r.load_i32(32, Ordering::Acquire), 48);
         });
@@ -499,7 +493,8 @@ mod tests {
         loom::model(|| {
             let r = region();
             r.store_i32(64, 1, Ordering::Release);
-            r.copy_in(62, &[0; 4]);
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.copy_in(62, &[0; 4]) };
         });
     }
 
@@ -508,7 +503,8 @@ mod tests {
     fn storing_a_word_over_copied_bytes_is_a_broken_contract() {
         loom::model(|| {
             let r = region();
-            r.copy_in(64, &[1]);
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.copy_in(64, &[1]) };
             r.store_i32(64, 1, Ordering::Release);
         });
     }
@@ -518,7 +514,8 @@ mod tests {
     fn unmodelled_bytes_are_named() {
         loom::model(|| {
             let r = LoomRegion::new(256, &[0..64], &[], &[]);
-            r.copy_in(64, &[1]);
+            // SAFETY: one thread; the model object checks every use.
+            unsafe { r.copy_in(64, &[1]) };
         });
     }
 
@@ -529,7 +526,8 @@ mod tests {
             let r = Arc::new(region());
             let w = Arc::clone(&r);
             let writer = thread::spawn(move || {
-                w.copy_in(36, b"abc");
+                // SAFETY: deliberately unordered: the model must see loom report it.
+                unsafe { w.copy_in(36, b"abc") };
                 w.store_i32(32, 35, Ordering::Relaxed);
             });
             if r.load_i32(32, Ordering::Acquire) != 0 {
@@ -545,7 +543,8 @@ mod tests {
         loom::model(|| {
             let r = Arc::new(region());
             let w = Arc::clone(&r);
-            let writer = thread::spawn(move || w.zero(0, 64));
+            // SAFETY: deliberately unordered: the model must see loom report it.
+            let writer = thread::spawn(move || unsafe { w.zero(0, 64) });
             r.load_i32(32, Ordering::Acquire);
             writer.join().unwrap();
         });
@@ -553,6 +552,7 @@ mod tests {
 
     #[test]
     fn the_log_region_models_every_metadata_field_the_log_touches() {
+        use crate::log::{Counter, Gauge};
         loom::model(|| {
             let g = Geometry { term_length: 128, page_size: 4096, mtu: 64, window: 64 };
             let r = LoomRegion::for_log(&g);
@@ -568,17 +568,19 @@ mod tests {
             };
             let log = crate::log::Log::initialize(&r, &init);
             log.set_eos_position(64);
-            let counters = [
-                meta::PUBLISHER_LIMIT,
-                meta::BACK_PRESSURE_EVENTS,
-                meta::LIMIT_RECOMPUTES,
-                meta::READERS_EVICTED,
-                meta::CONNECTED_READERS,
-            ];
-            for field in counters {
-                log.set_counter(field, 1);
-                log.bump_counter(field);
-                assert_eq!(log.counter(field), 2);
+            for counter in [
+                Counter::BackPressureEvents,
+                Counter::LimitRecomputes,
+                Counter::ReadersEvicted,
+                Counter::IgnoredPositions,
+            ] {
+                log.count(counter, 1);
+                log.count(counter, 2);
+                assert_eq!(log.counter(counter), 3);
+            }
+            for gauge in [Gauge::PublisherLimit, Gauge::ConnectedReaders] {
+                log.set_gauge(gauge, 5);
+                assert_eq!(log.gauge(gauge), 5);
             }
             let opened = crate::log::Log::open_any_term(&r).expect("a valid log");
             assert_eq!(opened.name(), "loom");

@@ -1,9 +1,12 @@
 //! The only layer that touches raw memory.
 //!
 //! A region is a bounds-checked view of bytes that other threads or processes may access at the
-//! same time. It never hands out a reference into that memory except through the two `unsafe`
-//! scoped accessors, whose callers prove (by the log protocol) that nobody writes the bytes while
-//! the reference lives. Everything else is an atomic load/store of a control word or a copy.
+//! same time. Control words are accessed atomically and payload is copied in and out. The
+//! operations whose soundness rests on the log protocol are `unsafe fn`s, so the protocol's proof
+//! sits in a `// SAFETY:` comment at each call: lending a slice of the region
+//! ([`Region::with_bytes`], [`RegionMut::with_bytes_mut`], [`DirectRegion::slice_mut`]) and
+//! writing bytes non-atomically ([`RegionMut::copy_in`], [`RegionMut::zero`]), which would race
+//! with a slice lent elsewhere.
 //!
 //! Contract shared by all backends, relied on (and checked) by the loom model backend:
 //! - an offset used for atomic `i32` access is never used for atomic `i64` access;
@@ -20,8 +23,7 @@
 
 use crate::sync::Ordering;
 
-#[cfg(not(shmlog_loom))]
-#[cfg_attr(not(any(test, fuzzing)), allow(dead_code))] // the in-process backend of tests and fuzzing
+#[cfg(all(any(test, shmlog_fuzz), not(shmlog_loom)))]
 mod heap;
 #[cfg(shmlog_loom)]
 mod loom;
@@ -31,39 +33,26 @@ mod mmap;
 mod raw;
 mod window;
 
-#[cfg(not(shmlog_loom))]
-#[cfg_attr(not(any(test, fuzzing)), allow(unused_imports))]
+#[cfg(all(any(test, shmlog_fuzz), not(shmlog_loom)))]
 pub(crate) use heap::HeapRegion;
 #[cfg(shmlog_loom)]
-#[cfg_attr(not(test), allow(unused_imports))] // used by the loom models only
 pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 pub(crate) use mmap::{MmapRegion, ReadOnlyRegion};
 pub(crate) use window::{Span, Window};
 
-#[cfg(not(shmlog_loom))]
-impl DirectRegion for MmapRegion {
-    unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        // SAFETY: contract forwarded to the caller.
-        unsafe { self.slice_mut(off, len) }
-    }
-}
-
-#[cfg(not(shmlog_loom))]
-impl DirectRegion for HeapRegion {
-    unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        // SAFETY: contract forwarded to the caller.
-        unsafe { self.slice_mut(off, len) }
-    }
-}
-
 /// Read access to a region of possibly shared memory.
-pub(crate) trait Region {
+///
+/// # Safety
+/// `len()` bytes from offset 0 stay valid for the accesses below for as long as `&self` lives,
+/// and `len()` returns the same value every time: [`Window`] checks a span against it once and
+/// then accesses the region without checks.
+pub(crate) unsafe trait Region {
     /// Length in bytes.
     fn len(&self) -> usize;
 
-    /// Atomic load of the `i32` at `off`. `Acquire` loads stay valid on read-only mappings (they
-    /// are done as a relaxed load followed by an acquire fence).
+    /// Atomic load of the `i32` at `off`. Loads stay valid on read-only mappings (they are done
+    /// there as a relaxed load followed by a fence of the order asked for).
     fn load_i32(&self, off: usize, order: Ordering) -> i32;
 
     /// Atomic load of the `i64` at `off`.
@@ -110,6 +99,8 @@ pub(crate) trait Region {
 }
 
 /// Write access to a region. Only the single writer of a log, or a reader on its own slot, has it.
+/// Atomic stores are safe; non-atomic writes are `unsafe fn`s, because a reader in this process
+/// or another may hold a slice over the bytes they write unless the protocol rules that out.
 pub(crate) trait RegionMut: Region {
     /// Atomic store of the `i32` at `off`.
     fn store_i32(&self, off: usize, value: i32, order: Ordering);
@@ -117,26 +108,31 @@ pub(crate) trait RegionMut: Region {
     /// Atomic store of the `i64` at `off`.
     fn store_i64(&self, off: usize, value: i64, order: Ordering);
 
-    /// Atomic add to the `i64` at `off`; returns the previous value.
-    #[allow(dead_code)] // part of the backend contract; kept for counters shared by processes
-    fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64;
-
     /// Atomic compare-and-exchange of the `i64` at `off` (AcqRel on success, Acquire on failure).
     fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64>;
 
     /// Copies `src` into the region at `off`.
-    fn copy_in(&self, off: usize, src: &[u8]);
+    ///
+    /// # Safety
+    /// Nobody (thread or process) reads or writes those bytes meanwhile other than by copying
+    /// them out, and no slice of them is lent out: the caller is the single writer of a frame not
+    /// yet committed (I1), or of a range no reader may reach (flow control, I2).
+    unsafe fn copy_in(&self, off: usize, src: &[u8]);
 
     /// Writes `len` zero bytes at `off`.
-    fn zero(&self, off: usize, len: usize);
-
-    /// Calls `f` with an exclusive slice of `len` bytes at `off`.
     ///
-    /// Used through `Appender::with_claim_payload` (models and tests).
+    /// # Safety
+    /// As [`RegionMut::copy_in`]: the bytes are the writer's alone (cleaning a partition every
+    /// live reader has left, I3).
+    unsafe fn zero(&self, off: usize, len: usize);
+
+    /// Calls `f` with an exclusive slice of `len` bytes at `off` (the closure form of
+    /// [`DirectRegion::slice_mut`], which the loom backend can model).
+    ///
     /// # Safety
     /// Nobody else may read or write those bytes while `f` runs: the caller is the single writer
     /// and the bytes belong to a frame whose length word is not yet committed.
-    #[cfg_attr(not(any(test, fuzzing, shmlog_loom)), allow(dead_code))]
+    #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
     unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T;
 
     /// [`RegionMut::store_i32`] without the bounds check, for [`Window`].
@@ -151,10 +147,11 @@ pub(crate) trait RegionMut: Region {
     /// [`RegionMut::copy_in`] without the bounds check, for [`Window`].
     ///
     /// # Safety
-    /// `off..off + src.len()` lies inside the region.
+    /// As [`RegionMut::copy_in`], and `off..off + src.len()` lies inside the region.
     #[inline(always)]
     unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
-        self.copy_in(off, src)
+        // SAFETY: the caller's contract includes `copy_in`'s.
+        unsafe { self.copy_in(off, src) }
     }
 }
 
@@ -187,7 +184,8 @@ fn range_violation(len: usize, off: usize, size: usize) -> ! {
 
 macro_rules! forward_region {
     ($($wrapper:ty),*) => {$(
-        impl<T: Region> Region for $wrapper {
+        // SAFETY: forwards to `T`, whose contract covers every access made through it.
+        unsafe impl<T: Region> Region for $wrapper {
             #[inline(always)]
             fn len(&self) -> usize {
                 (**self).len()
@@ -239,19 +237,19 @@ macro_rules! forward_region {
             fn store_i64(&self, off: usize, value: i64, order: Ordering) {
                 (**self).store_i64(off, value, order)
             }
-            fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64 {
-                (**self).fetch_add_i64(off, delta, order)
-            }
             fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
                 (**self).compare_exchange_i64(off, current, new)
             }
             #[inline(always)]
-            fn copy_in(&self, off: usize, src: &[u8]) {
-                (**self).copy_in(off, src)
+            unsafe fn copy_in(&self, off: usize, src: &[u8]) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).copy_in(off, src) }
             }
-            fn zero(&self, off: usize, len: usize) {
-                (**self).zero(off, len)
+            unsafe fn zero(&self, off: usize, len: usize) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).zero(off, len) }
             }
+            #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
             #[inline(always)]
             unsafe fn with_bytes_mut<U>(
                 &self,
@@ -271,6 +269,13 @@ macro_rules! forward_region {
             unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).copy_in_unchecked(off, src) }
+            }
+        }
+        impl<T: DirectRegion> DirectRegion for $wrapper {
+            #[allow(clippy::mut_from_ref)]
+            unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
+                // SAFETY: contract forwarded to the caller; the slice borrows `self`.
+                unsafe { (**self).slice_mut(off, len) }
             }
         }
     )*};

@@ -1,29 +1,63 @@
-//! Region operations over a raw pointer and a length, shared by the heap and mmap backends.
+//! One region type over raw memory, shared by the heap and mmap backends: an owner that keeps the
+//! memory alive (a [`Backing`]) and the pointer and length it lends.
+//!
+//! It overlays std's atomics on that memory (`sync::raw`): loom cannot place its atomics on memory
+//! it does not own, so the loom build models the same words with its own (`region::loom`).
 
-use super::check_range;
+#![allow(clippy::disallowed_types)]
+
+use super::{check_range, DirectRegion, Region, RegionMut};
 use crate::sync::raw::{AtomicI32, AtomicI64};
 use crate::sync::{fence, Ordering};
+use std::fmt;
 use std::ptr;
 
-/// A pointer and a length. Holds no ownership: the backend that owns the memory keeps it alive
-/// and only constructs a view over memory that is valid for `len` bytes and 8-byte aligned.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct RawView {
-    base: *mut u8,
-    len: usize,
+/// Memory a [`RawRegion`] views.
+///
+/// # Safety
+/// `base()` is 8-aligned and valid for reads of `len()` bytes (and for writes if `WRITABLE`) for
+/// as long as the value lives, wherever it is moved to; both return the same values every time.
+pub(crate) unsafe trait Backing {
+    /// Whether the memory may be written: [`RegionMut`] exists only for writable backings, and
+    /// loads from the others take the form std allows on read-only memory.
+    const WRITABLE: bool;
+    fn base(&self) -> *mut u8;
+    fn len(&self) -> usize;
 }
 
-impl RawView {
-    /// # Safety
-    /// `base` must be valid for reads of `len` bytes (and for writes if any write method is used)
-    /// for as long as the view is used, and aligned to 8 bytes.
-    pub(super) unsafe fn new(base: *mut u8, len: usize) -> Self {
-        debug_assert!(base as usize % 8 == 0);
-        Self { base, len }
-    }
+/// Backing memory that may be written: [`RegionMut`] and [`DirectRegion`] exist only for these.
+///
+/// # Safety
+/// `Backing::WRITABLE` is `true` (checked at compile time), and `base()` is valid
+/// for writes of `len()` bytes for as long as the value lives.
+pub(crate) unsafe trait WritableBacking: Backing {}
 
-    pub(super) fn len(&self) -> usize {
-        self.len
+/// A region over backing memory `B`.
+pub(crate) struct RawRegion<B> {
+    base: *mut u8,
+    len: usize,
+    backing: B,
+}
+
+impl<B: fmt::Debug> fmt::Debug for RawRegion<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawRegion").field("len", &self.len).field("backing", &self.backing).finish()
+    }
+}
+
+// SAFETY: the pointer is into memory the backing owns (its contract); moving the region moves
+// the owner along, and the owner is `Send` itself (the bound).
+unsafe impl<B: Backing + Send> Send for RawRegion<B> {}
+// SAFETY: every safe method through `&self` is an atomic access or a copy out of the region; the
+// methods that write bytes non-atomically or lend slices are `unsafe fn`s whose contracts exclude
+// any other access to those bytes meanwhile, from this process or another.
+unsafe impl<B: Backing + Sync> Sync for RawRegion<B> {}
+
+impl<B: Backing> RawRegion<B> {
+    pub(super) fn over(backing: B) -> Self {
+        let (base, len) = (backing.base(), backing.len());
+        assert!(base as usize % 8 == 0, "region memory must be 8-aligned");
+        Self { base, len, backing }
     }
 
     #[inline(always)]
@@ -34,13 +68,15 @@ impl RawView {
     }
 
     /// # Safety
-    /// `off..off + 4` lies inside the view and `off` is 4-aligned.
+    /// `off..off + 4` lies inside the region and `off` is 4-aligned.
     #[inline(always)]
     unsafe fn atomic_i32_unchecked(&self, off: usize) -> &AtomicI32 {
         debug_assert!(off <= self.len.saturating_sub(4) && off % 4 == 0);
         // SAFETY: in bounds and 4-aligned (the caller's contract; base is 8-aligned); the memory
-        // is valid for the view's lifetime (constructor contract) and only accessed atomically at
-        // this offset (region contract), so an `AtomicI32` may overlay it.
+        // is valid while `self` lives (the backing's contract) and only accessed atomically at
+        // this offset (region contract), so an `AtomicI32` may overlay it. On read-only memory
+        // only relaxed loads are made through it (`load`), which std's section "Atomic accesses
+        // to read-only memory" allows.
         unsafe { AtomicI32::from_ptr(self.base.add(off).cast()) }
     }
 
@@ -50,70 +86,67 @@ impl RawView {
         // SAFETY: as in `atomic_i32_unchecked`, with 8-byte alignment checked.
         unsafe { AtomicI64::from_ptr(self.base.add(off).cast()) }
     }
+}
 
-    #[inline(always)]
-    pub(super) fn load_i32(&self, off: usize, order: Ordering) -> i32 {
-        load_i32_from(self.atomic_i32(off), order)
-    }
-
-    /// # Safety
-    /// See [`super::Region::load_i32_unchecked`].
-    #[inline(always)]
-    pub(super) unsafe fn load_i32_unchecked(&self, off: usize, order: Ordering) -> i32 {
-        // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
-        load_i32_from(unsafe { self.atomic_i32_unchecked(off) }, order)
-    }
-
-    #[inline(always)]
-    pub(super) fn load_i64(&self, off: usize, order: Ordering) -> i64 {
-        // As `load_i32_from`.
-        if order == Ordering::Acquire && !cfg!(shmlog_tsan) {
-            let v = self.atomic_i64(off).load(Ordering::Relaxed);
-            fence(Ordering::Acquire);
-            v
+/// A load with `order`. On read-only memory it is always a relaxed load followed by a fence of
+/// the order asked for (the form std documents as sound there). On writable memory `Acquire` takes
+/// the same form, except under ThreadSanitizer (`--cfg shmlog_tsan`, `.ci/sanitizers.sh`), which
+/// does not model standalone fences. On x86-64 every form is the same plain load.
+macro_rules! load {
+    ($word:expr, $order:expr, $writable:expr) => {{
+        let (word, order) = ($word, $order);
+        let direct =
+            order == Ordering::Relaxed || ($writable && (order == Ordering::SeqCst || cfg!(shmlog_tsan)));
+        if direct {
+            word.load(order)
         } else {
-            self.atomic_i64(off).load(order)
+            let v = word.load(Ordering::Relaxed);
+            fence(order);
+            v
         }
+    }};
+}
+
+// SAFETY: every access checks its range against `len` (the `_unchecked` ones have callers that
+// did), and `base..base + len` is valid memory for as long as `self` lives (backing contract).
+unsafe impl<B: Backing> Region for RawRegion<B> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
     }
 
     #[inline(always)]
-    pub(super) fn store_i32(&self, off: usize, value: i32, order: Ordering) {
-        self.atomic_i32(off).store(value, order);
-    }
-
-    /// # Safety
-    /// See [`super::RegionMut::store_i32_unchecked`].
-    #[inline(always)]
-    pub(super) unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: Ordering) {
-        // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
-        unsafe { self.atomic_i32_unchecked(off) }.store(value, order);
+    fn load_i32(&self, off: usize, order: Ordering) -> i32 {
+        load!(self.atomic_i32(off), order, B::WRITABLE)
     }
 
     #[inline(always)]
-    pub(super) fn store_i64(&self, off: usize, value: i64, order: Ordering) {
-        self.atomic_i64(off).store(value, order);
-    }
-
-    #[allow(dead_code)] // see RegionMut::fetch_add_i64
-    pub(super) fn fetch_add_i64(&self, off: usize, delta: i64, order: Ordering) -> i64 {
-        self.atomic_i64(off).fetch_add(delta, order)
-    }
-
-    pub(super) fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
-        self.atomic_i64(off).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    fn load_i64(&self, off: usize, order: Ordering) -> i64 {
+        load!(self.atomic_i64(off), order, B::WRITABLE)
     }
 
     #[inline(always)]
-    pub(super) fn copy_out(&self, off: usize, dst: &mut [u8]) {
+    fn copy_out(&self, off: usize, dst: &mut [u8]) {
         check_range(self.len, off, dst.len(), 1);
         // SAFETY: in bounds, checked above.
         unsafe { self.copy_out_unchecked(off, dst) }
     }
 
-    /// # Safety
-    /// See [`super::Region::copy_out_unchecked`].
     #[inline(always)]
-    pub(super) unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
+    unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
+        check_range(self.len, off, len, 1);
+        // SAFETY: in bounds (checked); the rest is the caller's contract.
+        unsafe { self.with_bytes_unchecked(off, len, f) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_i32_unchecked(&self, off: usize, order: Ordering) -> i32 {
+        // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
+        load!(unsafe { self.atomic_i32_unchecked(off) }, order, B::WRITABLE)
+    }
+
+    #[inline(always)]
+    unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
         debug_assert!(dst.len() <= self.len && off <= self.len - dst.len());
         // SAFETY: the source range is in bounds (the caller's contract) and valid for reads;
         // `dst` is a distinct local buffer, so the ranges cannot overlap.
@@ -121,186 +154,75 @@ impl RawView {
     }
 
     #[inline(always)]
-    pub(super) fn copy_in(&self, off: usize, src: &[u8]) {
-        check_range(self.len, off, src.len(), 1);
-        // SAFETY: in bounds, checked above.
-        unsafe { self.copy_in_unchecked(off, src) }
-    }
-
-    /// # Safety
-    /// See [`super::RegionMut::copy_in_unchecked`].
-    #[inline(always)]
-    pub(super) unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
-        debug_assert!(src.len() <= self.len && off <= self.len - src.len());
-        // SAFETY: the destination range is in bounds (the caller's contract) and writable (only
-        // writable backends call this); `src` is caller memory outside the region.
-        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) }
-    }
-
-    pub(super) fn zero(&self, off: usize, len: usize) {
-        check_range(self.len, off, len, 1);
-        // SAFETY: in bounds (checked) and writable (only writable backends call this).
-        unsafe { ptr::write_bytes(self.base.add(off), 0, len) }
-    }
-
-    /// # Safety
-    /// See [`super::Region::with_bytes`].
-    #[inline(always)]
-    pub(super) unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
-        check_range(self.len, off, len, 1);
-        // SAFETY: in bounds (checked); the rest is the caller's contract.
-        unsafe { self.with_bytes_unchecked(off, len, f) }
-    }
-
-    /// # Safety
-    /// See [`super::Region::with_bytes_unchecked`].
-    #[inline(always)]
-    pub(super) unsafe fn with_bytes_unchecked<T>(
-        &self,
-        off: usize,
-        len: usize,
-        f: impl FnOnce(&[u8]) -> T,
-    ) -> T {
+    unsafe fn with_bytes_unchecked<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         debug_assert!(len <= self.len && off <= self.len - len);
         // SAFETY: in bounds (the caller's contract); the caller guarantees no concurrent writes
         // while `f` runs, and the slice does not escape `f`.
         let bytes = unsafe { std::slice::from_raw_parts(self.base.add(off), len) };
         f(bytes)
     }
+}
 
-    /// # Safety
-    /// See [`super::RegionMut::with_bytes_mut`].
+impl<B: WritableBacking> RegionMut for RawRegion<B> {
     #[inline(always)]
-    #[cfg_attr(not(any(test, fuzzing)), allow(dead_code))]
-    pub(super) unsafe fn with_bytes_mut<T>(
-        &self,
-        off: usize,
-        len: usize,
-        f: impl FnOnce(&mut [u8]) -> T,
-    ) -> T {
+    fn store_i32(&self, off: usize, value: i32, order: Ordering) {
+        self.atomic_i32(off).store(value, order);
+    }
+
+    #[inline(always)]
+    fn store_i64(&self, off: usize, value: i64, order: Ordering) {
+        // The marker trait and the flag must agree; checked once, where every writer passes.
+        const { assert!(B::WRITABLE) };
+        self.atomic_i64(off).store(value, order);
+    }
+
+    fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
+        self.atomic_i64(off).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    unsafe fn copy_in(&self, off: usize, src: &[u8]) {
+        check_range(self.len, off, src.len(), 1);
+        // SAFETY: in bounds (checked); the rest is the caller's contract.
+        unsafe { self.copy_in_unchecked(off, src) }
+    }
+
+    unsafe fn zero(&self, off: usize, len: usize) {
         check_range(self.len, off, len, 1);
-        // SAFETY: in bounds (checked), writable, and the caller guarantees exclusive access while
-        // `f` runs; the slice does not escape `f`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) };
-        f(bytes)
+        // SAFETY: in bounds (checked) and writable (the backing's contract); nobody else accesses the bytes
+        // meanwhile (the caller's contract).
+        unsafe { ptr::write_bytes(self.base.add(off), 0, len) }
+    }
+
+    #[cfg(any(test, shmlog_fuzz))]
+    unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        check_range(self.len, off, len, 1);
+        // SAFETY: in bounds (checked); exclusivity is the caller's contract; the slice does not
+        // escape `f`.
+        f(unsafe { self.slice_mut(off, len) })
+    }
+
+    #[inline(always)]
+    unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: Ordering) {
+        // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
+        unsafe { self.atomic_i32_unchecked(off) }.store(value, order);
+    }
+
+    #[inline(always)]
+    unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
+        debug_assert!(src.len() <= self.len && off <= self.len - src.len());
+        // SAFETY: the destination range is in bounds (the caller's contract) and writable
+        // (asserted); `src` is caller memory outside the region, so they cannot overlap.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) }
     }
 }
 
-impl RawView {
-    /// # Safety
-    /// See [`super::DirectRegion::slice_mut`]; the caller also bounds the lifetime `'a` by the
-    /// backend that owns the memory.
-    pub(super) unsafe fn slice_mut<'a>(&self, off: usize, len: usize) -> &'a mut [u8] {
+impl<B: WritableBacking> DirectRegion for RawRegion<B> {
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice_mut(&self, off: usize, len: usize) -> &mut [u8] {
         check_range(self.len, off, len, 1);
-        // SAFETY: in bounds (checked) and writable; exclusivity and lifetime are the caller's
-        // contract.
+        // SAFETY: in bounds (checked) and writable (the backing's contract); the memory lives as long as
+        // `self`, which bounds the slice's lifetime; exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
     }
 }
-
-/// An `i32` load with `order`; `Acquire` is a relaxed load and a fence, the form documented as
-/// sound on read-only mappings.
-#[inline(always)]
-fn load_i32_from(word: &AtomicI32, order: Ordering) -> i32 {
-    // Under ThreadSanitizer (`--cfg shmlog_tsan`, `.ci/sanitizers.sh`) a real acquire load:
-    // TSan does not model a standalone fence and would report every frame as a race. On
-    // x86-64 both forms are the same plain load.
-    if order == Ordering::Acquire && !cfg!(shmlog_tsan) {
-        let v = word.load(Ordering::Relaxed);
-        fence(Ordering::Acquire);
-        v
-    } else {
-        word.load(order)
-    }
-}
-
-/// Implements `Region` (and optionally `RegionMut`) for a backend with a `view()` method.
-macro_rules! delegate_region {
-    ($ty:ty) => {
-        impl $crate::region::Region for $ty {
-            #[inline(always)]
-            fn len(&self) -> usize {
-                self.view().len()
-            }
-            #[inline(always)]
-            fn load_i32(&self, off: usize, order: $crate::sync::Ordering) -> i32 {
-                self.view().load_i32(off, order)
-            }
-            #[inline(always)]
-            fn load_i64(&self, off: usize, order: $crate::sync::Ordering) -> i64 {
-                self.view().load_i64(off, order)
-            }
-            #[inline(always)]
-            fn copy_out(&self, off: usize, dst: &mut [u8]) {
-                self.view().copy_out(off, dst)
-            }
-            #[inline(always)]
-            unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().with_bytes(off, len, f) }
-            }
-            #[inline(always)]
-            unsafe fn load_i32_unchecked(&self, off: usize, order: $crate::sync::Ordering) -> i32 {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().load_i32_unchecked(off, order) }
-            }
-            #[inline(always)]
-            unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().copy_out_unchecked(off, dst) }
-            }
-            #[inline(always)]
-            unsafe fn with_bytes_unchecked<T>(
-                &self,
-                off: usize,
-                len: usize,
-                f: impl FnOnce(&[u8]) -> T,
-            ) -> T {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().with_bytes_unchecked(off, len, f) }
-            }
-        }
-    };
-    ($ty:ty, mut) => {
-        $crate::region::raw::delegate_region!($ty);
-        impl $crate::region::RegionMut for $ty {
-            #[inline(always)]
-            fn store_i32(&self, off: usize, value: i32, order: $crate::sync::Ordering) {
-                self.view().store_i32(off, value, order)
-            }
-            #[inline(always)]
-            fn store_i64(&self, off: usize, value: i64, order: $crate::sync::Ordering) {
-                self.view().store_i64(off, value, order)
-            }
-            fn fetch_add_i64(&self, off: usize, delta: i64, order: $crate::sync::Ordering) -> i64 {
-                self.view().fetch_add_i64(off, delta, order)
-            }
-            fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
-                self.view().compare_exchange_i64(off, current, new)
-            }
-            #[inline(always)]
-            fn copy_in(&self, off: usize, src: &[u8]) {
-                self.view().copy_in(off, src)
-            }
-            fn zero(&self, off: usize, len: usize) {
-                self.view().zero(off, len)
-            }
-            #[inline(always)]
-            unsafe fn with_bytes_mut<T>(&self, off: usize, len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().with_bytes_mut(off, len, f) }
-            }
-            #[inline(always)]
-            unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: $crate::sync::Ordering) {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().store_i32_unchecked(off, value, order) }
-            }
-            #[inline(always)]
-            unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
-                // SAFETY: contract forwarded to the caller.
-                unsafe { self.view().copy_in_unchecked(off, src) }
-            }
-        }
-    };
-}
-pub(super) use delegate_region;

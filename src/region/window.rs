@@ -124,6 +124,23 @@ impl<'r, R: Region> Window<'r, R> {
         unsafe { self.region.copy_out_unchecked(self.point(at) + rel, dst) }
     }
 
+    /// Copies the `dst.len()` bytes after the cell at grid point `at` (a frame's body), checked
+    /// to end inside the window.
+    #[inline(always)]
+    pub(crate) fn copy_out_body(&self, at: usize, dst: &mut [u8]) {
+        let start = self.body(at, dst.len());
+        // SAFETY: in bounds (checked in `body`).
+        unsafe { self.region.copy_out_unchecked(start, dst) }
+    }
+
+    /// Copies `dst.len()` bytes from grid point `at`, checked to end inside the window.
+    #[inline(always)]
+    pub(crate) fn copy_out(&self, at: usize, dst: &mut [u8]) {
+        let start = self.run_of(self.point(at), dst.len());
+        // SAFETY: in bounds (checked in `run_of`).
+        unsafe { self.region.copy_out_unchecked(start, dst) }
+    }
+
     /// Calls `f` with `len` bytes from grid point `at`, checked to end inside the window.
     ///
     /// # Safety
@@ -156,18 +173,24 @@ impl<R: RegionMut> Window<'_, R> {
     }
 
     /// Copies `src` to `rel` bytes past grid point `at`, inside its cell.
+    ///
+    /// # Safety
+    /// As [`RegionMut::copy_in`].
     #[inline(always)]
-    pub(crate) fn copy_in_cell(&self, at: usize, rel: usize, src: &[u8]) {
+    pub(crate) unsafe fn copy_in_cell(&self, at: usize, rel: usize, src: &[u8]) {
         self.check_cell(rel, src.len());
-        // SAFETY: as in `copy_out_cell`.
+        // SAFETY: in bounds as in `copy_out_cell`; the rest is the caller's contract.
         unsafe { self.region.copy_in_unchecked(self.point(at) + rel, src) }
     }
 
     /// Copies `src` to the bytes after the cell at grid point `at` (a frame's body).
+    ///
+    /// # Safety
+    /// As [`RegionMut::copy_in`].
     #[inline(always)]
-    pub(crate) fn copy_in_body(&self, at: usize, src: &[u8]) {
+    pub(crate) unsafe fn copy_in_body(&self, at: usize, src: &[u8]) {
         let start = self.body(at, src.len());
-        // SAFETY: in bounds (checked in `body`).
+        // SAFETY: in bounds (checked in `body`); the rest is the caller's contract.
         unsafe { self.region.copy_in_unchecked(start, src) }
     }
 }
@@ -182,8 +205,11 @@ mod tests {
         let r = HeapRegion::new(4 * 256);
         let w = Window::new(&r, span(512, 256));
         w.store_i32(224, 7, Ordering::Release);
-        w.copy_in_cell(224, 8, &[1, 2, 3]);
-        w.copy_in_body(32, &[9; 96]);
+        // SAFETY: nothing else accesses the region.
+        unsafe {
+            w.copy_in_cell(224, 8, &[1, 2, 3]);
+            w.copy_in_body(32, &[9; 96]);
+        }
         assert_eq!(r.load_i32(512 + 224, Ordering::Acquire), 7);
         let mut head = [0u8; 3];
         w.copy_out_cell(224, 8, &mut head);
@@ -220,14 +246,16 @@ mod tests {
     #[should_panic(expected = "out of bounds")]
     fn a_body_past_the_window_is_refused() {
         let r = HeapRegion::new(1024);
-        Window::new(&r, span(0, 256)).copy_in_body(192, &[0; 64]);
+        // SAFETY: nothing else accesses the region (and the copy is refused anyway).
+        unsafe { Window::new(&r, span(0, 256)).copy_in_body(192, &[0; 64]) };
     }
 
     #[test]
     #[should_panic(expected = "out of bounds")]
     fn a_cell_access_past_its_cell_is_refused() {
         let r = HeapRegion::new(1024);
-        Window::new(&r, span(0, 256)).copy_in_cell(0, 24, &[0; 9]);
+        // SAFETY: as above.
+        unsafe { Window::new(&r, span(0, 256)).copy_in_cell(0, 24, &[0; 9]) };
     }
 
     /// Release builds mask a stray offset into the window instead of checking it.

@@ -26,8 +26,9 @@ pub fn default_dir() -> PathBuf {
 
 /// Makes sure `dir` exists as a real directory (never a symlink), creating it 0700.
 ///
-/// The per-user default directory must also belong to us: someone else's directory with our name
-/// in a world-writable `/dev/shm` is a trap, not a home.
+/// The per-user default directory must also belong to us and let nobody else write it: someone
+/// else's directory with our name in a world-writable `/dev/shm` is a trap, not a home. A
+/// directory named by the caller is the caller's choice (e.g. a group's shared directory).
 pub(crate) fn ensure(dir: &Path, must_own: bool) -> Result<(), Error> {
     match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
         Ok(()) => {}
@@ -45,6 +46,13 @@ pub(crate) fn ensure(dir: &Path, must_own: bool) -> Result<(), Error> {
         return Err(Error::PermissionDenied {
             path: dir.into(),
             reason: "the default directory belongs to another user",
+        });
+    }
+    // Anyone who may write the directory may unlink and replace a stream's files.
+    if must_own && meta.mode() & 0o022 != 0 {
+        return Err(Error::PermissionDenied {
+            path: dir.into(),
+            reason: "the default directory is writable by other users (chmod 700 it)",
         });
     }
     Ok(())

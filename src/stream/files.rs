@@ -5,13 +5,14 @@
 //! stale file whose owner provably died (we hold its lock while replacing it). So nobody ever
 //! opens a half-initialised file by name, and a live publisher's file is never replaced (I7).
 
+use super::liveness::{publisher_alive, SlotFile, PUBLISHER_LOCK, READER_LOCK, USER_LOCK};
 use super::name;
 use crate::error::Error;
 use crate::layout::log_meta::{self as meta, Geometry, META_LEN};
 use crate::layout::slots as s;
 use crate::log::{Log, LogInit};
-use crate::region::{MmapRegion, ReadOnlyRegion};
-use crate::stream::slots::{SlotLocks, Slots};
+use crate::region::{MmapRegion, ReadOnlyRegion, Region};
+use crate::stream::slots::Slots;
 use crate::sys::fs::{available_space, euid, is_same_file, reserve};
 use crate::sys::lock::{self, Kind};
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -19,17 +20,29 @@ use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Byte the publisher write-locks in its log while it lives.
-pub(crate) const PUBLISHER_LOCK: u64 = 0;
-/// Byte every reader of a log read-locks while it maps it.
-pub(crate) const READER_LOCK: u64 = 1;
-/// Byte of the reader-slot file that every process holding the file open read-locks (it lies in
-/// the header, outside every slot), so `inspect::clean`, which write-locks the whole file before
-/// removing it, never removes a slot file that a live publisher or reader uses.
-pub(crate) const USER_LOCK: u64 = 0;
+/// Checks the settings every stream participant shares and prepares the directory; returns it.
+///
+/// `dir: None` means the per-user default directory, which must also belong to us.
+pub(crate) fn prepare(
+    stream: &str,
+    dir: Option<&PathBuf>,
+    file_mode: u32,
+    max_readers: usize,
+) -> Result<PathBuf, Error> {
+    name::validate(stream)?;
+    if file_mode & 0o022 != 0 || file_mode & !0o777 != 0 {
+        return Err(Error::InvalidConfig("file mode must be permission bits that let nobody else write"));
+    }
+    if max_readers == 0 || max_readers > s::MAX_SLOTS {
+        return Err(Error::InvalidConfig("max readers must be from 1 to 4096"));
+    }
+    let path = dir.cloned().unwrap_or_else(super::dir::default_dir);
+    super::dir::ensure(&path, dir.is_none())?;
+    Ok(path)
+}
 
 /// Largest file we agree to map as a log (1 GiB terms with 1 GiB pages).
-const MAX_LOG_FILE: u64 = 4 << 30;
+pub(crate) const MAX_LOG_FILE: u64 = 4 << 30;
 
 /// A random 64-bit value from std's per-process hashing keys, the clock and the pid.
 pub(crate) fn random_u64() -> u64 {
@@ -59,15 +72,17 @@ fn open_new(path: &Path, mode: u32) -> io::Result<File> {
     Ok(f)
 }
 
-fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+pub(crate) fn open_existing(path: &Path, write: bool) -> io::Result<File> {
     // O_NONBLOCK: a FIFO planted under a stream's name must not block the open; it is then
     // refused as "not a regular file". On regular files the flag changes nothing.
     let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     OpenOptions::new().read(true).write(write).custom_flags(flags).open(path)
 }
 
-/// Refuses files that are not plain files of ours, or that anyone may write.
-fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
+/// Refuses files that are not plain files of ours, or that anyone but us may write (a writer of
+/// the log writes every reader's messages, a writer of the slot file moves flow control).
+/// Returns the length.
+pub(crate) fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
     let m = file.metadata().map_err(|e| Error::io("inspect file", path, e))?;
     if !m.is_file() {
         return Err(Error::Corrupt { path: path.into(), what: "not a regular file" });
@@ -77,6 +92,9 @@ fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
     }
     if m.mode() & 0o002 != 0 {
         return Err(Error::PermissionDenied { path: path.into(), reason: "file is writable by any user" });
+    }
+    if m.mode() & 0o020 != 0 {
+        return Err(Error::PermissionDenied { path: path.into(), reason: "file is writable by its group" });
     }
     Ok(m.len())
 }
@@ -161,7 +179,7 @@ pub(crate) fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
     if !lock::try_lock(&file, Kind::Exclusive, PUBLISHER_LOCK, 1).map_err(|e| Error::io("lock", &tmp, e))? {
         return Err(Error::io("lock", &tmp, io::Error::other("fresh file already locked")));
     }
-    let region = MmapRegion::map(&file, len as usize).map_err(|e| Error::io("map", &tmp, e))?;
+    let region = MmapRegion::map(&file, 0, len as usize).map_err(|e| Error::io("map", &tmp, e))?;
     let log = Log::initialize(
         region,
         &LogInit {
@@ -236,13 +254,33 @@ pub(crate) struct ReadLog {
     pub log: Log<ReadOnlyRegion>,
 }
 
-/// Opens the stream's current log read-only; `Ok(None)` when there is none.
-pub(crate) fn open_log(path: &Path) -> Result<Option<ReadLog>, Error> {
+/// What is under the stream's log name for a reader.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// No log: no publisher has created one, or the last one closed.
+    Nothing,
+    /// A log whose publisher is dead (not mapped: a crashed publisher's leftover may be GiBs).
+    Dead,
+    /// The log a reader reads already (same file).
+    Same,
+    /// A live publisher's log, mapped read-only and pre-faulted, reader lock held.
+    Live(ReadLog),
+}
+
+/// Opens the stream's log for reading if its publisher is alive and `current` (the log being
+/// read) is not that same file; only then maps it. A log being removed (its reader lock refused:
+/// `clean` holds the file) reads as `Nothing` for now.
+pub(crate) fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
     let file = match open_existing(path, false) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Nothing),
         Err(e) => return Err(Error::io("open log", path, e)),
     };
+    if let Some(current) = current {
+        if same_inode(&file, current) {
+            return Ok(Found::Same);
+        }
+    }
     let len = check_owner(&file, path)?;
     if len < (META_LEN * 2) as u64 {
         return Err(Error::Corrupt { path: path.into(), what: "file is truncated (shorter than a log)" });
@@ -250,28 +288,53 @@ pub(crate) fn open_log(path: &Path) -> Result<Option<ReadLog>, Error> {
     if len > MAX_LOG_FILE {
         return Err(Error::Corrupt { path: path.into(), what: "file is larger than any log" });
     }
-    let region = ReadOnlyRegion::map(&file, len as usize).map_err(|e| Error::io("map", path, e))?;
+    if !publisher_alive(&file) {
+        return Ok(Found::Dead);
+    }
+    if !lock::try_lock(&file, Kind::Shared, READER_LOCK, 1).map_err(|e| Error::io("lock", path, e))? {
+        return Ok(Found::Nothing);
+    }
+    let region = ReadOnlyRegion::map(&file, len as usize, true).map_err(|e| Error::io("map", path, e))?;
     let log = Log::open(region).map_err(|e| e.at(path))?;
-    lock::try_lock(&file, Kind::Shared, READER_LOCK, 1).map_err(|e| Error::io("lock", path, e))?;
-    Ok(Some(ReadLog { file, log }))
+    Ok(Found::Live(ReadLog { file, log }))
 }
 
-/// `true` while the log's publisher process holds its lock.
-pub(crate) fn publisher_alive(file: &File) -> bool {
-    // An error (which would be a bug) reads as "alive": never declare a live publisher dead.
-    lock::is_held(file, Kind::Shared, PUBLISHER_LOCK, 1).unwrap_or(true)
+fn same_inode(a: &File, b: &File) -> bool {
+    match (a.metadata(), b.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
-/// The reader-slot file of a stream, mapped read-write.
-#[derive(Debug)]
-pub(crate) struct ReadersFile {
-    pub file: File,
-    pub path: PathBuf,
-    pub slots: Slots<MmapRegion>,
+/// How a process maps a stream's reader-slot file.
+pub(crate) trait SlotsMapping: Region + Sized {
+    fn map_slots(file: &File, len: usize) -> io::Result<Self>;
 }
 
-/// Opens the stream's reader-slot file, creating it with `count` slots if it does not exist.
-pub(crate) fn open_readers(dir: &Path, stream: &str, count: usize, mode: u32) -> Result<ReadersFile, Error> {
+/// The publisher maps it all read-write: it frees dead readers' slots.
+impl SlotsMapping for MmapRegion {
+    fn map_slots(file: &File, len: usize) -> io::Result<Self> {
+        MmapRegion::map(file, 0, len)
+    }
+}
+
+/// A reader maps it read-only, and its own slot read-write on its own (`SlotFile::claim`).
+impl SlotsMapping for ReadOnlyRegion {
+    fn map_slots(file: &File, len: usize) -> io::Result<Self> {
+        ReadOnlyRegion::map(file, len, false)
+    }
+}
+
+/// Opens the stream's reader-slot file, creating it with `count` slots if it does not exist, and
+/// maps it as `R`. A file with fewer slots than `count` is refused unless `count` only applies to
+/// a file this call creates (`at_least: false`).
+pub(crate) fn open_readers<R: SlotsMapping>(
+    dir: &Path,
+    stream: &str,
+    count: usize,
+    mode: u32,
+    at_least: bool,
+) -> Result<(SlotFile, Slots<R>), Error> {
     let path = name::readers_path(dir, stream);
     for _ in 0..64 {
         match open_existing(&path, true) {
@@ -280,17 +343,20 @@ pub(crate) fn open_readers(dir: &Path, stream: &str, count: usize, mode: u32) ->
                 if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
                     return Err(Error::Corrupt { path, what: "reader-slot file has an impossible size" });
                 }
-                let region = MmapRegion::map(&file, len as usize).map_err(|e| Error::io("map", &path, e))?;
+                let region = R::map_slots(&file, len as usize).map_err(|e| Error::io("map", &path, e))?;
                 let slots = Slots::open(region).map_err(|e| e.at(&path))?;
-                // Announce that we use the file, then check that the name still leads to it:
-                // `inspect::clean` may have removed it between our open and our lock.
+                // Announce that we use the file, then check that the name still leads to it: its
+                // last user, or `clean`, may have removed it between our open and our lock.
                 let announced = lock::try_lock(&file, Kind::Shared, USER_LOCK, 1)
                     .map_err(|e| Error::io("lock", &path, e))?;
                 if !announced || !is_same_file(&file, &path).map_err(|e| Error::io("inspect", &path, e))? {
                     std::thread::yield_now();
                     continue;
                 }
-                return Ok(ReadersFile { file, path, slots });
+                if at_least && slots.count() < count {
+                    return Err(Error::ReaderSlots { path, slots: slots.count(), wanted: count });
+                }
+                return Ok((SlotFile { file, path }, slots));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open reader slots", &path, e)),
@@ -299,93 +365,16 @@ pub(crate) fn open_readers(dir: &Path, stream: &str, count: usize, mode: u32) ->
         let tmp = name::temp_path(dir, stream, "readers", random_u64());
         let file = create_reserved(dir, &tmp, len as u64, mode)?;
         let _guard = TempGuard(Some(&tmp));
-        let region = MmapRegion::map(&file, len).map_err(|e| Error::io("map", &tmp, e))?;
-        let slots = Slots::initialize(region, count);
+        let init = MmapRegion::map(&file, 0, len).map_err(|e| Error::io("map", &tmp, e))?;
+        Slots::initialize(init, count);
+        let region = R::map_slots(&file, len).map_err(|e| Error::io("map", &tmp, e))?;
+        let slots = Slots::open(region).map_err(|e| e.at(&tmp))?;
         lock::try_lock(&file, Kind::Shared, USER_LOCK, 1).map_err(|e| Error::io("lock", &tmp, e))?;
         match fs::hard_link(&tmp, &path) {
-            Ok(()) => return Ok(ReadersFile { file, path, slots }),
+            Ok(()) => return Ok((SlotFile { file, path }, slots)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Error::io("publish reader slots", &path, e)),
         }
     }
     Err(Error::io("open reader slots", &path, io::Error::other("the file kept changing")))
-}
-
-impl ReadersFile {
-    fn slot_range(index: usize) -> (u64, u64) {
-        (s::slot_offset(index) as u64, s::SLOT_LEN as u64)
-    }
-
-    /// Claims a free slot by taking its lock. `Ok(None)` if every slot is held, or if the file
-    /// was removed meanwhile (the caller reopens).
-    pub(crate) fn claim_slot(&self) -> Result<Option<usize>, Error> {
-        let Some(i) = self.slots.claim_free(self, std::process::id() as i64, now_ns())? else {
-            return Ok(None);
-        };
-        // Holding a slot lock keeps `remove_if_unused` (which locks every slot) from removing
-        // the file from now on; if it was removed before, the slot is in a file nobody else
-        // will open: leave it and reopen.
-        match is_same_file(&self.file, &self.path) {
-            Ok(true) => Ok(Some(i)),
-            Ok(false) => {
-                self.release_slot(i);
-                Ok(None)
-            }
-            Err(e) => {
-                self.release_slot(i);
-                Err(self.io("inspect", e))
-            }
-        }
-    }
-
-    /// Frees our slot and drops its lock.
-    pub(crate) fn release_slot(&self, index: usize) {
-        self.slots.free(index);
-        let (start, len) = Self::slot_range(index);
-        let _ = lock::unlock(&self.file, start, len);
-    }
-
-    /// `true` while some process holds slot `index`'s lock.
-    #[allow(dead_code)] // for tools: the publisher itself frees dead slots with `evict_dead`
-    pub(crate) fn slot_owner_alive(&self, index: usize) -> bool {
-        let (start, len) = Self::slot_range(index);
-        lock::is_held(&self.file, Kind::Exclusive, start, len).unwrap_or(true)
-    }
-
-    /// Frees every slot whose owner is provably gone (we could take its lock); returns how many.
-    pub(crate) fn evict_dead(&self) -> usize {
-        self.slots.evict_dead(self)
-    }
-
-    /// Removes the file if no reader holds any slot, keeping readers that attach concurrently
-    /// safe: they re-check the path after taking their slot lock.
-    pub(crate) fn remove_if_unused(&self) {
-        let start = s::HEADER_LEN as u64;
-        let len = (self.slots.count() * s::SLOT_LEN) as u64;
-        if let Ok(true) = lock::try_lock(&self.file, Kind::Exclusive, start, len) {
-            if let Ok(true) = is_same_file(&self.file, &self.path) {
-                let _ = fs::remove_file(&self.path);
-            }
-            let _ = lock::unlock(&self.file, start, len);
-        }
-    }
-
-    fn io(&self, op: &'static str, e: io::Error) -> Error {
-        Error::io(op, &self.path, e)
-    }
-}
-
-/// A slot's lock is an exclusive OFD lock on its byte range of the slot file.
-impl SlotLocks for ReadersFile {
-    type Error = Error;
-
-    fn try_lock(&self, index: usize) -> Result<bool, Error> {
-        let (start, len) = Self::slot_range(index);
-        lock::try_lock(&self.file, Kind::Exclusive, start, len).map_err(|e| self.io("lock", e))
-    }
-
-    fn unlock(&self, index: usize) {
-        let (start, len) = Self::slot_range(index);
-        let _ = lock::unlock(&self.file, start, len);
-    }
 }

@@ -10,9 +10,14 @@
 //! the producer position (`stream::join`); a recompute issues a SeqCst fence, then reads the
 //! slots. Either the recompute sees the reader, or the reader sees a producer position at least
 //! as new as the one the recompute used, and refuses join positions more than a term behind it.
+//!
+//! Nothing read from a slot is trusted: a position past the writer's own (a stray or forged word)
+//! is ignored and counted, so it can neither move the limit past a live reader nor stick in the
+//! consumer position below.
 
 use super::slots::{SessionReaders, Slots};
 use crate::region::Region;
+use crate::sync::protocol::RECOMPUTE_FENCE;
 use crate::sync::{fence, Ordering};
 
 /// Flow-control state private to the publication.
@@ -53,14 +58,14 @@ impl FlowControl {
         self.readers.count > 0
     }
 
-    /// Re-reads the slots of `session` and sets the limit from the slowest reader.
-    pub(crate) fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32) -> i64 {
-        // Pairs with the fence of a joining reader (`stream::join`); the mutant cfg exists only so
-        // the loom models can show they catch its absence (`.ci/loom.sh`).
-        if !cfg!(shmlog_mutant_no_recompute_fence) {
+    /// Re-reads the slots of `session` and sets the limit from the slowest reader that is not
+    /// ahead of `producer`, the writer's position.
+    pub(crate) fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32, producer: i64) -> i64 {
+        // Pairs with the fence of a joining reader (`stream::join`).
+        if RECOMPUTE_FENCE {
             fence(Ordering::SeqCst);
         }
-        self.readers = slots.scan(session, None);
+        self.readers = slots.scan(session, None, producer);
         match (self.readers.min, self.readers.max) {
             (Some(min), Some(max)) => {
                 self.consumer_max = self.consumer_max.max(max);
@@ -75,27 +80,60 @@ impl FlowControl {
 #[cfg(all(test, not(shmlog_loom)))]
 mod tests {
     use super::*;
-    use crate::layout::slots::file_length;
+    use crate::layout::slots::{file_length, slot_offset};
     use crate::region::HeapRegion;
+    use crate::stream::slots::SlotMut;
+    use std::sync::Arc;
 
     #[test]
     fn limit_follows_the_slowest_reader_and_falls_back_when_none() {
-        let slots = Slots::initialize(HeapRegion::new(file_length(4)), 4);
+        let region = Arc::new(HeapRegion::new(file_length(4)));
+        let slots = Slots::initialize(Arc::clone(&region), 4);
+        let slot = |i| {
+            let mine = SlotMut::new(Arc::clone(&region), slot_offset(i), i);
+            mine.claim(&region, 1, 0);
+            mine
+        };
         let mut fc = FlowControl::new(1024, 0);
         assert_eq!(fc.limit(), 0, "no reader ever: limit stays at the start");
-        assert_eq!(fc.recompute(&slots, 9), 0);
+        assert_eq!(fc.recompute(&slots, 9, 0), 0);
         assert!(!fc.connected());
-        slots.claim(0, 1, 0);
-        slots.activate(0, 9, 0);
-        assert_eq!(fc.recompute(&slots, 9), 1024);
-        slots.claim(1, 1, 0);
-        slots.activate(1, 9, 512);
-        slots.set_position(0, 4096);
-        assert_eq!(fc.recompute(&slots, 9), 512 + 1024, "slowest wins");
+        let a = slot(0);
+        a.activate(9, 0);
+        assert_eq!(fc.recompute(&slots, 9, 0), 1024);
+        let b = slot(1);
+        b.activate(9, 512);
+        a.set_position(4096);
+        assert_eq!(fc.recompute(&slots, 9, 4096), 512 + 1024, "slowest wins");
         assert_eq!(fc.readers().count, 2);
-        slots.free(0);
-        slots.free(1);
-        assert_eq!(fc.recompute(&slots, 9), 4096, "back to the furthest position ever read");
+        a.free();
+        b.free();
+        assert_eq!(fc.recompute(&slots, 9, 4096), 4096, "back to the furthest position ever read");
+        assert!(!fc.connected());
+    }
+
+    #[test]
+    fn a_forged_position_cannot_move_the_limit_past_a_live_reader() {
+        let region = Arc::new(HeapRegion::new(file_length(2)));
+        let slots = Slots::initialize(Arc::clone(&region), 2);
+        let (live, forged) = (
+            SlotMut::new(Arc::clone(&region), slot_offset(0), 0),
+            SlotMut::new(Arc::clone(&region), slot_offset(1), 1),
+        );
+        live.claim(&region, 1, 0);
+        forged.claim(&region, 2, 0);
+        live.activate(9, 256);
+        forged.activate(9, 0);
+        forged.set_position(i64::MAX - 4);
+        let mut fc = FlowControl::new(1024, 0);
+        assert_eq!(fc.recompute(&slots, 9, 512), 256 + 1024, "the live reader still bounds the writer");
+        assert_eq!(fc.readers().ignored, 1);
+        live.free();
+        assert_eq!(
+            fc.recompute(&slots, 9, 512),
+            256,
+            "the forged word does not become the consumer position"
+        );
         assert!(!fc.connected());
     }
 }

@@ -9,97 +9,111 @@
 //! - ours comes second: we see at least the writer position of that recompute, so our check
 //!   below (at most a term behind what we saw) bounds how far past us the writer can run on the
 //!   limit it cached: a window plus one message past a position no further than what we saw.
-//!   That keeps it out of our partition until it recomputes again, and that recompute sees us.
+//!   That keeps it out of our partition until it recomputes again, and that recompute sees us
+//!   (`Geometry::lapping_margin` checks the arithmetic).
 
-use super::slots::Slots;
+use super::slots::{SlotMut, Slots};
 use crate::error::Invalid;
 use crate::layout::frame::FRAME_ALIGNMENT;
 use crate::log::{reader, Log};
 use crate::region::{Region, RegionMut};
+use crate::sync::protocol::JOIN_FENCE;
 use crate::sync::{fence, Ordering};
 
 /// Joins that find no readable position in this many attempts give up (a writer that keeps
 /// cleaning ahead of every candidate; in practice a corrupt log).
 const ATTEMPTS: usize = 1000;
 
-/// Where a reader starts reading a session: the crate-internal form of the public `JoinAt`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum JoinRule {
-    /// The slowest other reader of the session, or the writer's position if there is none.
+/// Where a subscription starts reading a session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JoinAt {
+    /// At the slowest live reader of the session, or at the publisher's position if there is
+    /// none (Aeron's rule): a new reader sees everything not yet passed by every other reader.
+    /// If that reader stands inside a fragmented message, delivery starts with the next message.
+    #[default]
     Slowest,
-    /// The writer's position.
+    /// At the publisher's current position: only messages offered from now on.
     Latest,
-    /// An exact position, which must be a message boundary the log still holds.
+    /// At an exact position where a message starts (a position returned by this crate) that the
+    /// log still holds (at most one term behind the publisher); applies to the first session
+    /// joined. Anything else is refused with `Error::PositionNotAvailable`, which names the
+    /// nearest usable position.
     Position(i64),
 }
 
 /// Why [`join`] did not join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JoinRefused {
-    /// The explicit position is not readable: not within `[oldest, newest]`, not 32-aligned, or
-    /// not where a frame starts.
-    NotAvailable { requested: i64, oldest: i64, newest: i64 },
+    /// The explicit position is not readable: not within `[oldest, newest]`, or not where a
+    /// message starts. `oldest` is the oldest message start the log holds, `newest` the writer's
+    /// position and `nearest` the first message start at or after the request (clamped to them).
+    NotAvailable { requested: i64, oldest: i64, newest: i64, nearest: i64 },
     /// The log's tail counters are inconsistent.
     Corrupt(Invalid),
     /// No readable position was found in [`ATTEMPTS`] attempts.
     GaveUp,
 }
 
-/// Activates slot `slot` (claimed by the caller) as a reader of `log`'s session at a position
-/// chosen by `rule` that the writer can no longer overwrite or clean; returns that position.
+/// Activates `slot` (claimed by the caller) as a reader of `log`'s session at a position chosen
+/// by `rule` that the writer can no longer overwrite or clean; returns that position. `slots` is
+/// the stream's table (read for the slowest reader).
 ///
-/// On refusal the slot is left claimed but not reading (`Slots::deactivate`).
-pub(crate) fn join<L: Region, S: RegionMut>(
+/// A position chosen by `Slowest` may stand inside a fragmented message; the reader then skips to
+/// the next message start (`stream::Reader`). On refusal the slot is left claimed but not reading.
+pub(crate) fn join<L: Region, R: Region, S: RegionMut>(
     log: &Log<L>,
-    slots: &Slots<S>,
-    slot: usize,
-    rule: JoinRule,
+    slots: &Slots<R>,
+    slot: &SlotMut<S>,
+    rule: JoinAt,
 ) -> Result<i64, JoinRefused> {
     let session = log.session_id();
-    let explicit = matches!(rule, JoinRule::Position(_));
+    let term = log.term_length() as i64;
     for _ in 0..ATTEMPTS {
         let producer = log.producer_position().map_err(JoinRefused::Corrupt)?;
         let position = match rule {
             // A slowest reader no longer inside the log (dead and not yet evicted, or a forged
             // slot) cannot be joined: start at the writer instead of retrying in vain.
-            JoinRule::Slowest => match slots.scan(session, Some(slot)).min {
-                Some(min) if (producer - log.term_length() as i64..=producer).contains(&min) => min,
+            JoinAt::Slowest => match slots.scan(session, Some(slot.index()), producer).min {
+                Some(min) if min >= producer - term && min % FRAME_ALIGNMENT as i64 == 0 => min,
                 _ => producer,
             },
-            JoinRule::Latest => producer,
-            JoinRule::Position(p) => p,
+            JoinAt::Latest => producer,
+            JoinAt::Position(p) => p,
         };
-        slots.activate(slot, session, position);
-        // Pairs with the fence of `FlowControl::recompute` (see the module docs). The mutant cfg
-        // exists only so the loom models can show they catch its absence (`.ci/loom.sh`).
-        if !cfg!(shmlog_mutant_no_join_fence) {
+        slot.activate(session, position);
+        // Pairs with the fence of `FlowControl::recompute` (see the module docs).
+        if JOIN_FENCE {
             fence(Ordering::SeqCst);
         }
         let newest = match log.producer_position() {
             Ok(newest) => newest,
             Err(e) => {
-                slots.deactivate(slot);
+                slot.deactivate();
                 return Err(JoinRefused::Corrupt(e));
             }
         };
-        let oldest = (newest - log.term_length() as i64).max(0);
-        let available = position >= oldest
-            && position <= newest
-            && position % FRAME_ALIGNMENT as i64 == 0
-            && (position == newest
-                || reader::frame_starts_at(log, position)
-                // The frame being written where the slowest reader caught up (an open claim,
-                // or an offer caught mid-copy): readable once committed, never cleaned (it is
-                // in the active term), so as good a join position as a committed one. Only for
-                // positions a reader or the writer reached: an explicit position over zero
-                // payload bytes would look pending forever.
-                || (!explicit && reader::frame_pending_at(log, position)));
+        let oldest = (newest - term).max(0);
+        let in_log = position >= oldest && position <= newest && position % FRAME_ALIGNMENT as i64 == 0;
+        let available = in_log
+            && match rule {
+                JoinAt::Position(_) => position == newest || reader::message_starts_at(log, position),
+                // The frame being written where the slowest reader caught up (an open claim, or an
+                // offer caught mid-copy) is readable once committed and never cleaned (it is in the
+                // active term), so as good a join position as a committed one.
+                _ => {
+                    position == newest
+                        || reader::frame_starts_at(log, position)
+                        || reader::frame_pending_at(log, position)
+                }
+            };
         if available {
             return Ok(position);
         }
-        slots.deactivate(slot);
-        if let JoinRule::Position(requested) = rule {
-            return Err(JoinRefused::NotAvailable { requested, oldest, newest });
+        slot.deactivate();
+        if let JoinAt::Position(requested) = rule {
+            let oldest = reader::message_start_at_or_after(log, oldest, newest);
+            let nearest = reader::message_start_at_or_after(log, requested.clamp(oldest, newest), newest);
+            return Err(JoinRefused::NotAvailable { requested, oldest, newest, nearest });
         }
     }
     Err(JoinRefused::GaveUp)
@@ -109,7 +123,7 @@ pub(crate) fn join<L: Region, S: RegionMut>(
 mod tests {
     use super::*;
     use crate::layout::log_meta::Geometry;
-    use crate::layout::slots::{file_length, STATE_ACTIVE, STATE_WAITING};
+    use crate::layout::slots::{file_length, slot_offset, STATE_ACTIVE, STATE_WAITING};
     use crate::log::appender::{Appender, Tripped};
     use crate::log::LogInit;
     use crate::region::HeapRegion;
@@ -119,8 +133,8 @@ mod tests {
 
     type Shared = Arc<HeapRegion>;
 
-    /// A writer, a reader's view of the same log, and a slot table of 4.
-    fn setup() -> (Appender<Shared>, Log<Shared>, Slots<HeapRegion>) {
+    /// A writer with an MTU of 1 KiB, a reader's view of the same log, and a slot table of 4.
+    fn setup() -> (Appender<Shared>, Log<Shared>, Table) {
         let geometry = Geometry { term_length: T, page_size: 4096, mtu: 1024, window: T / 2 };
         let region = Arc::new(HeapRegion::new(geometry.file_length()));
         let init = LogInit {
@@ -134,8 +148,28 @@ mod tests {
         };
         let log = Log::initialize(Arc::clone(&region), &init);
         let reader_log = Log::open(region).unwrap();
-        let slots = Slots::initialize(HeapRegion::new(file_length(4)), 4);
-        (Appender::new(log).unwrap(), reader_log, slots)
+        let slot_file = Arc::new(HeapRegion::new(file_length(4)));
+        let slots = Slots::initialize(Arc::clone(&slot_file), 4);
+        (Appender::new(log).unwrap(), reader_log, Table { slots, file: slot_file })
+    }
+
+    /// A slot table and the memory it lives in, as a reader sees both.
+    struct Table {
+        slots: Slots<Shared>,
+        file: Shared,
+    }
+
+    impl std::ops::Deref for Table {
+        type Target = Slots<Shared>;
+        fn deref(&self) -> &Slots<Shared> {
+            &self.slots
+        }
+    }
+
+    fn slot(table: &Table, index: usize) -> SlotMut<Shared> {
+        let mine = SlotMut::new(Arc::clone(&table.file), slot_offset(index), index);
+        mine.claim(&table.file, 1, 0);
+        mine
     }
 
     fn offer(app: &mut Appender<Shared>, len: usize) -> i64 {
@@ -155,16 +189,14 @@ mod tests {
             offer(&mut app, 100);
         }
         let newest = app.position();
-        for i in 0..3 {
-            slots.claim(i, 1, 0);
-        }
-        assert_eq!(join(&log, &slots, 0, JoinRule::Slowest), Ok(newest), "no other reader");
+        let (a, b, c) = (slot(&slots, 0), slot(&slots, 1), slot(&slots, 2));
+        assert_eq!(join(&log, &slots, &a, JoinAt::Slowest), Ok(newest), "no other reader");
         assert_eq!(slots.state(0), (5, STATE_ACTIVE));
         // Messages of 100 bytes take frames of 160.
-        slots.set_position(0, 160);
-        assert_eq!(join(&log, &slots, 1, JoinRule::Slowest), Ok(160));
-        assert_eq!(join(&log, &slots, 2, JoinRule::Latest), Ok(newest));
-        assert_eq!(join(&log, &slots, 2, JoinRule::Position(320)), Ok(320));
+        a.set_position(160);
+        assert_eq!(join(&log, &slots, &b, JoinAt::Slowest), Ok(160));
+        assert_eq!(join(&log, &slots, &c, JoinAt::Latest), Ok(newest));
+        assert_eq!(join(&log, &slots, &c, JoinAt::Position(320)), Ok(320));
         assert_eq!(slots.view(2).join_position, 320);
     }
 
@@ -174,32 +206,55 @@ mod tests {
         while app.position() < 3 * T as i64 {
             offer(&mut app, 1000);
         }
-        slots.claim(0, 1, 0);
-        slots.activate(0, 5, 0); // dead, or forged: three terms behind
-        slots.claim(1, 1, 0);
-        assert_eq!(join(&log, &slots, 1, JoinRule::Slowest), Ok(app.position()));
-        slots.set_position(0, i64::MAX); // ahead of the writer: impossible, ignored too
-        assert_eq!(join(&log, &slots, 1, JoinRule::Slowest), Ok(app.position()));
+        let (dead, joiner) = (slot(&slots, 0), slot(&slots, 1));
+        dead.activate(5, 0); // dead, or forged: three terms behind
+        assert_eq!(join(&log, &slots, &joiner, JoinAt::Slowest), Ok(app.position()));
+        dead.set_position(i64::MAX); // ahead of the writer: impossible, ignored too
+        assert_eq!(join(&log, &slots, &joiner, JoinAt::Slowest), Ok(app.position()));
     }
 
     #[test]
-    fn explicit_positions_outside_the_log_or_between_frames_are_refused() {
+    fn explicit_positions_outside_the_log_or_inside_messages_are_refused_with_a_usable_one() {
         let (mut app, log, slots) = setup();
+        // Messages of 2000 bytes: two fragments of 992 and one of 16 (frames 1024, 1024, 64).
         while app.position() < 2 * T as i64 {
-            offer(&mut app, 1000);
+            offer(&mut app, 2000);
         }
         let newest = app.position();
-        let oldest = newest - T as i64;
-        slots.claim(0, 1, 0);
-        // Below the oldest position, past the newest, unaligned, and between frame starts.
-        for requested in [0, oldest - 32, newest + 32, newest - 1, newest - 32] {
+        let s = slot(&slots, 0);
+        let refused = |requested| match join(&log, &slots, &s, JoinAt::Position(requested)) {
+            Err(JoinRefused::NotAvailable { requested: r, oldest, newest: n, nearest }) => {
+                assert_eq!((r, n), (requested, newest));
+                assert_eq!(slots.state(0), (0, STATE_WAITING), "deactivated after a refusal");
+                (oldest, nearest)
+            }
+            other => panic!("position {requested}: {other:?}"),
+        };
+        // Below the oldest position, past the newest, unaligned, between frames, and at the
+        // second fragment of a message.
+        let (oldest, _) = refused(0);
+        assert!(oldest >= newest - T as i64 && reader::message_starts_at(&log, oldest), "{oldest}");
+        let message = 2112; // 1024 + 1024 + 64
+        let start = oldest + message * 3;
+        for requested in [oldest - 32, newest + 32, start + 1, start + 32, start + 1024] {
+            let (again, nearest) = refused(requested);
+            assert_eq!(again, oldest);
+            let want = if requested > newest {
+                newest
+            } else if requested < oldest {
+                oldest
+            } else {
+                start + message
+            };
+            assert_eq!(nearest, want, "nearest to {requested}");
             assert_eq!(
-                join(&log, &slots, 0, JoinRule::Position(requested)),
-                Err(JoinRefused::NotAvailable { requested, oldest, newest }),
-                "position {requested}"
+                join(&log, &slots, &s, JoinAt::Position(nearest)),
+                Ok(nearest),
+                "a retry at the nearest"
             );
-            assert_eq!(slots.state(0), (0, STATE_WAITING), "deactivated after a refusal");
+            s.deactivate();
         }
-        assert_eq!(join(&log, &slots, 0, JoinRule::Position(newest)), Ok(newest));
+        assert_eq!(join(&log, &slots, &s, JoinAt::Position(newest)), Ok(newest));
+        assert_eq!(join(&log, &slots, &s, JoinAt::Position(start)), Ok(start));
     }
 }

@@ -1,41 +1,26 @@
-//! The files of one stream: names, the directory, creating and opening logs, reader slots,
-//! liveness and flow control.
+//! One stream: its files and names, the reader slots, flow control and joining, and the two
+//! protocol objects, [`writer::Writer`] and [`reader::Reader`], which hold everything the protocol
+//! decides. They are generic over the region backend, so the loom models, the fuzz targets, the
+//! ThreadSanitizer test and the mmapped files all run the same code; `api` owns the files and the
+//! lifecycle around them.
+
+pub(crate) mod flow;
+pub(crate) mod join;
+pub(crate) mod reader;
+pub(crate) mod slots;
+pub(crate) mod writer;
 
 #[cfg(not(shmlog_loom))]
 pub(crate) mod dir;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod files;
-pub(crate) mod flow;
-pub(crate) mod join;
-#[cfg(all(test, shmlog_loom))]
-mod loom_models;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod liveness;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod name;
-pub(crate) mod slots;
+
+#[cfg(all(test, shmlog_loom))]
+mod loom_models;
 
 #[cfg(not(shmlog_loom))]
-use crate::error::Error;
-#[cfg(not(shmlog_loom))]
-use std::path::PathBuf;
-
-#[cfg(not(shmlog_loom))]
-/// Checks the settings every stream participant shares and prepares the directory; returns it.
-///
-/// `dir: None` means the per-user default directory, which must also belong to us.
-pub(crate) fn prepare(
-    stream: &str,
-    dir: Option<&PathBuf>,
-    file_mode: u32,
-    max_readers: usize,
-) -> Result<PathBuf, Error> {
-    name::validate(stream)?;
-    if file_mode & 0o002 != 0 || file_mode & !0o777 != 0 {
-        return Err(Error::InvalidConfig("file mode must be permission bits without world write"));
-    }
-    if max_readers == 0 || max_readers > crate::layout::slots::MAX_SLOTS {
-        return Err(Error::InvalidConfig("max readers must be from 1 to 4096"));
-    }
-    let path = dir.cloned().unwrap_or_else(dir::default_dir);
-    dir::ensure(&path, dir.is_none())?;
-    Ok(path)
-}
+pub(crate) use self::files::prepare;

@@ -3,25 +3,23 @@
 //!
 //! Protocol (invariants I4–I6):
 //! - a slot belongs to whoever holds the kernel lock on its byte range (see `sys::lock`);
-//! - its owner publishes position (release) before the state word names a session, and only
+//! - its owner writes it through a [`SlotMut`] (in a process, a read-write mapping of that slot's
+//!   page alone), publishes position (release) before the state word names a session, and only
 //!   moves the position forward within a session;
-//! - the publisher counts a slot for flow control while its state word says ACTIVE in the
-//!   publisher's session; only a publisher that took the dead owner's lock frees it.
+//! - the writer counts a slot for flow control while its state word says ACTIVE in the writer's
+//!   session and its position is not past the writer's; only a writer that took the dead owner's
+//!   lock frees it.
 //!
 //! The kernel locks themselves are behind [`SlotLocks`] (OFD locks on the slot file in
-//! `stream::files`, a model of them in the loom models), so the claim and eviction logic here
-//! is the code both run.
+//! `stream::files`, a model of them in the loom models and the fuzz targets), so the claim and
+//! eviction logic here is the code all of them run.
 
 use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
 use crate::layout::slots::{self as s, pack_state, slot_offset, unpack_state};
 use crate::region::{Region, RegionMut};
+use crate::sync::protocol::{DISTRUST_SLOTS, EVICT_UNDER_LOCK, POSITION};
 use crate::sync::Ordering;
-
-/// Ordering of the store that publishes a reader's position. The mutant cfg exists only so the
-/// loom models can show they catch a position published without release (`.ci/loom.sh`).
-const POSITION_ORDER: Ordering =
-    if cfg!(shmlog_mutant_relaxed_position) { Ordering::Relaxed } else { Ordering::Release };
 
 /// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
 /// it is owning the slot; taking it proves that no live process owns the slot.
@@ -30,14 +28,14 @@ pub(crate) trait SlotLocks {
     type Error;
 
     /// Takes slot `index`'s lock without waiting: `Ok(true)` if taken, `Ok(false)` if another
-    /// holder (a live reader, or a publisher sweeping) has it.
+    /// holder (a live reader, or a writer sweeping) has it.
     fn try_lock(&self, index: usize) -> Result<bool, Self::Error>;
 
     /// Drops slot `index`'s lock taken with [`SlotLocks::try_lock`].
     fn unlock(&self, index: usize);
 }
 
-/// The slot table of one stream.
+/// The slot table of one stream, as the writer and joining readers read it.
 #[derive(Debug)]
 pub(crate) struct Slots<R> {
     region: R,
@@ -53,6 +51,8 @@ pub(crate) struct SessionReaders {
     pub min: Option<i64>,
     /// Fastest position among them.
     pub max: Option<i64>,
+    /// Active slots of the session whose position was past the ceiling: not counted.
+    pub ignored: usize,
 }
 
 /// A snapshot of one slot, for tools.
@@ -67,6 +67,10 @@ pub(crate) struct SlotView {
     pub claimed_ns: i64,
 }
 
+fn store_state<R: RegionMut>(region: &R, base: usize, session: i32, state: i64, order: Ordering) {
+    region.store_i64(base + s::STATE, pack_state(session, state), order);
+}
+
 impl<R: RegionMut> Slots<R> {
     /// Writes the header of a fresh, zeroed slot file and marks it ready (release, last).
     pub(crate) fn initialize(region: R, count: usize) -> Self {
@@ -78,63 +82,12 @@ impl<R: RegionMut> Slots<R> {
         Self { region, count }
     }
 
-    /// Marks slot `index` as claimed by `pid` and not yet reading (call with its lock held).
-    pub(crate) fn claim(&self, index: usize, pid: i64, now_ns: i64) {
-        let base = slot_offset(index);
-        let r = &self.region;
-        r.store_i64(base + s::STATE, pack_state(0, s::STATE_WAITING), Ordering::Release);
-        r.store_i64(base + s::PID, pid, Ordering::Relaxed);
-        r.store_i64(base + s::CLAIMED_NS, now_ns, Ordering::Relaxed);
-        self.raise_high_water(index + 1);
+    /// Frees slot `index` of an owner proven dead (the caller holds its lock).
+    fn free(&self, index: usize) {
+        store_state(&self.region, slot_offset(index), 0, s::STATE_FREE, Ordering::Release);
     }
 
-    /// Publishes that slot `index` reads `session` from `position` (position first, then state).
-    pub(crate) fn activate(&self, index: usize, session: i32, position: i64) {
-        let base = slot_offset(index);
-        let r = &self.region;
-        r.store_i64(base + s::POSITION, position, Ordering::Release);
-        r.store_i64(base + s::JOIN_POSITION, position, Ordering::Relaxed);
-        r.store_i64(base + s::STATE, pack_state(session, s::STATE_ACTIVE), Ordering::SeqCst);
-    }
-
-    /// Back to claimed-but-not-reading (e.g. a join that must be retried, or a finished session).
-    pub(crate) fn deactivate(&self, index: usize) {
-        let base = slot_offset(index);
-        self.region.store_i64(base + s::STATE, pack_state(0, s::STATE_WAITING), Ordering::Release);
-    }
-
-    /// Frees slot `index` (its owner leaves, or was proven dead by taking its lock).
-    pub(crate) fn free(&self, index: usize) {
-        let base = slot_offset(index);
-        self.region.store_i64(base + s::STATE, pack_state(0, s::STATE_FREE), Ordering::Release);
-    }
-
-    /// Publishes the reader's new position (only the owner calls this, only forward). Release:
-    /// the writer that acquires it may reuse what the reader read before it (I2, I3).
-    #[inline(always)]
-    pub(crate) fn set_position(&self, index: usize, position: i64) {
-        self.region.store_i64(slot_offset(index) + s::POSITION, position, POSITION_ORDER);
-    }
-
-    /// Claims the first slot whose lock is free: takes the lock and marks the slot claimed by
-    /// `pid` ([`Slots::claim`]). A slot left non-free by a dead owner is taken over as it is: the
-    /// lock, not the state word, says who owns it. `Ok(None)` if every lock is held.
-    pub(crate) fn claim_free<L: SlotLocks>(
-        &self,
-        locks: &L,
-        pid: i64,
-        now_ns: i64,
-    ) -> Result<Option<usize>, L::Error> {
-        for i in 0..self.count {
-            if locks.try_lock(i)? {
-                self.claim(i, pid, now_ns);
-                return Ok(Some(i));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Frees every used slot whose owner is provably gone: the publisher's sweep (I6). For each
+    /// Frees every used slot whose owner is provably gone: the writer's sweep (I6). For each
     /// non-free slot below the high-water mark it tries the slot's lock; taking it proves the
     /// owner dead, and the slot is freed under the lock (after re-reading its state: an owner
     /// may have claimed it and left meanwhile), so a reader claiming it concurrently, which
@@ -147,31 +100,19 @@ impl<R: RegionMut> Slots<R> {
             }
             // An error reads as "held": never free a slot whose owner may be alive.
             if let Ok(true) = locks.try_lock(i) {
-                if cfg!(shmlog_mutant_evict_unlocked) {
-                    // Mutant for the loom models: the lock only tests that the owner is dead; the
-                    // slot is re-checked and freed after dropping it (a check-then-act race).
-                    locks.unlock(i);
+                if !EVICT_UNDER_LOCK {
+                    locks.unlock(i); // the loom models' mutant: a check-then-act race
                 }
                 if self.state(i).1 != s::STATE_FREE {
                     self.free(i);
                     evicted += 1;
                 }
-                if !cfg!(shmlog_mutant_evict_unlocked) {
+                if EVICT_UNDER_LOCK {
                     locks.unlock(i);
                 }
             }
         }
         evicted
-    }
-
-    fn raise_high_water(&self, to: usize) {
-        let mut seen = self.region.load_i64(s::HIGH_WATER, Ordering::Acquire);
-        while seen < to as i64 {
-            match self.region.compare_exchange_i64(s::HIGH_WATER, seen, to as i64) {
-                Ok(_) => break,
-                Err(now) => seen = now,
-            }
-        }
     }
 }
 
@@ -214,6 +155,18 @@ impl<R: Region> Slots<R> {
         usize::try_from(hw).unwrap_or(0).min(self.count)
     }
 
+    /// Locks the first slot whose lock is free and returns its index; `Ok(None)` if every lock
+    /// is held. A slot left non-free by a dead owner is taken over as it is: the lock, not the
+    /// state word, says who owns it. The caller then marks it with [`SlotMut::claim`].
+    pub(crate) fn lock_free<L: SlotLocks>(&self, locks: &L) -> Result<Option<usize>, L::Error> {
+        for i in 0..self.count {
+            if locks.try_lock(i)? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
     /// `(session, state)` of slot `index`.
     #[inline]
     pub(crate) fn state(&self, index: usize) -> (i32, i64) {
@@ -226,11 +179,13 @@ impl<R: Region> Slots<R> {
         self.region.load_i64(slot_offset(index) + s::POSITION, Ordering::Acquire)
     }
 
-    /// Readers of `session`: how many, the slowest and the fastest, skipping `exclude`.
+    /// Readers of `session`: how many, the slowest and the fastest, skipping `exclude`. A
+    /// position past `ceiling` (the writer's own position: no honest reader is ahead of the
+    /// writer) is a stray or forged word; it is counted in `ignored` and nowhere else.
     ///
     /// Liveness is not checked here (that costs system calls); a dead reader counts until a sweep
     /// frees its slot.
-    pub(crate) fn scan(&self, session: i32, exclude: Option<usize>) -> SessionReaders {
+    pub(crate) fn scan(&self, session: i32, exclude: Option<usize>, ceiling: i64) -> SessionReaders {
         let mut found = SessionReaders::default();
         for i in 0..self.high_water() {
             if Some(i) == exclude {
@@ -241,6 +196,10 @@ impl<R: Region> Slots<R> {
                 continue;
             }
             let p = self.position(i);
+            if DISTRUST_SLOTS && p > ceiling {
+                found.ignored += 1;
+                continue;
+            }
             found.count += 1;
             found.min = Some(found.min.map_or(p, |m| m.min(p)));
             found.max = Some(found.max.map_or(p, |m| m.max(p)));
@@ -265,34 +224,123 @@ impl<R: Region> Slots<R> {
     }
 }
 
+/// Raises the file's high-water mark of claimed slots to at least `to`, through `header`: a
+/// writable view of the file's header (a claimer maps it only for this).
+pub(crate) fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
+    let mut seen = header.load_i64(s::HIGH_WATER, Ordering::Acquire);
+    while seen < to as i64 {
+        match header.compare_exchange_i64(s::HIGH_WATER, seen, to as i64) {
+            Ok(_) => break,
+            Err(now) => seen = now,
+        }
+    }
+}
+
+/// One reader's own slot, written by its owner only: in a process, a read-write mapping of that
+/// slot's page alone, while the rest of the file is mapped read-only, so no stray write of one
+/// reader reaches another's slot or the header.
+#[derive(Debug)]
+pub(crate) struct SlotMut<S> {
+    region: S,
+    /// Offset of the slot in `region` (0 for a mapping of the slot alone).
+    base: usize,
+    index: usize,
+}
+
+impl<S: RegionMut> SlotMut<S> {
+    /// Slot `index` of a file, at offset `base` of `region`. The caller holds the slot's lock.
+    pub(crate) fn new(region: S, base: usize, index: usize) -> Self {
+        assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN, "a whole slot");
+        Self { region, base, index }
+    }
+
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Marks the slot claimed by `pid` and not yet reading, then raises the high-water mark
+    /// through `header` so the writer's scans reach it.
+    pub(crate) fn claim<H: RegionMut>(&self, header: &H, pid: i64, now_ns: i64) {
+        let r = &self.region;
+        store_state(r, self.base, 0, s::STATE_WAITING, Ordering::Release);
+        r.store_i64(self.base + s::PID, pid, Ordering::Relaxed);
+        r.store_i64(self.base + s::CLAIMED_NS, now_ns, Ordering::Relaxed);
+        raise_high_water(header, self.index + 1);
+    }
+
+    /// Publishes that this slot reads `session` from `position` (position first, then state).
+    pub(crate) fn activate(&self, session: i32, position: i64) {
+        let r = &self.region;
+        r.store_i64(self.base + s::POSITION, position, Ordering::Release);
+        r.store_i64(self.base + s::JOIN_POSITION, position, Ordering::Relaxed);
+        store_state(r, self.base, session, s::STATE_ACTIVE, Ordering::SeqCst);
+    }
+
+    /// Back to claimed-but-not-reading (a join that must be retried, or a finished session).
+    pub(crate) fn deactivate(&self) {
+        store_state(&self.region, self.base, 0, s::STATE_WAITING, Ordering::Release);
+    }
+
+    /// Frees the slot: its owner leaves (and then drops its lock).
+    pub(crate) fn free(&self) {
+        store_state(&self.region, self.base, 0, s::STATE_FREE, Ordering::Release);
+    }
+
+    /// Publishes the reader's new position (only forward). Release: the writer that acquires it
+    /// may reuse what the reader read before it (I2, I3).
+    #[inline(always)]
+    pub(crate) fn set_position(&self, position: i64) {
+        self.region.store_i64(self.base + s::POSITION, position, POSITION);
+    }
+}
+
 #[cfg(all(test, not(shmlog_loom)))]
 mod tests {
     use super::*;
     use crate::region::HeapRegion;
+    use std::sync::Arc;
 
-    fn slots(n: usize) -> Slots<HeapRegion> {
-        Slots::initialize(HeapRegion::new(s::file_length(n)), n)
+    type Table = Slots<Arc<HeapRegion>>;
+
+    fn slots(n: usize) -> Table {
+        Slots::initialize(Arc::new(HeapRegion::new(s::file_length(n))), n)
+    }
+
+    fn slot(t: &Table, index: usize) -> SlotMut<Arc<HeapRegion>> {
+        SlotMut::new(Arc::clone(&t.region), slot_offset(index), index)
+    }
+
+    fn claimed(t: &Table, index: usize, pid: i64) -> SlotMut<Arc<HeapRegion>> {
+        let mine = slot(t, index);
+        mine.claim(&t.region, pid, 0);
+        mine
     }
 
     #[test]
-    fn scan_counts_only_active_readers_of_the_session() {
+    fn scan_counts_only_active_readers_of_the_session_not_ahead_of_the_writer() {
         let t = slots(8);
-        t.claim(0, 1, 0);
-        t.claim(1, 2, 0);
-        t.claim(2, 3, 0);
-        t.claim(5, 4, 0);
-        t.activate(0, 7, 4096);
-        t.activate(1, 7, 1024);
-        t.activate(2, 8, 0); // another session
-                             // slot 5 waits, slot 3 never claimed
-        let r = t.scan(7, None);
-        assert_eq!(r, SessionReaders { count: 2, min: Some(1024), max: Some(4096) });
-        assert_eq!(t.scan(7, Some(1)).min, Some(4096));
+        let a = claimed(&t, 0, 1);
+        let b = claimed(&t, 1, 2);
+        let c = claimed(&t, 2, 3);
+        let _waiting = claimed(&t, 5, 4);
+        a.activate(7, 4096);
+        b.activate(7, 1024);
+        c.activate(8, 0); // another session
+                          // slot 5 waits, slot 3 never claimed
+        let r = t.scan(7, None, 4096);
+        assert_eq!(r, SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0 });
+        assert_eq!(t.scan(7, Some(1), 4096).min, Some(4096));
         assert_eq!(t.high_water(), 6);
-        t.free(1);
-        assert_eq!(t.scan(7, None).count, 1);
-        t.deactivate(0);
-        assert_eq!(t.scan(7, None), SessionReaders::default());
+        // A position past the writer's is impossible for an honest reader: ignored, and counted.
+        assert_eq!(
+            t.scan(7, None, 4000),
+            SessionReaders { count: 1, min: Some(1024), max: Some(1024), ignored: 1 }
+        );
+        b.free();
+        assert_eq!(t.scan(7, None, 4096).count, 1);
+        a.deactivate();
+        assert_eq!(t.scan(7, None, 4096), SessionReaders::default());
+        assert_eq!(t.view(1).pid, 2);
     }
 
     /// Kernel locks as a table of flags: `true` = held by someone else, or by us.
@@ -313,15 +361,18 @@ mod tests {
     }
 
     #[test]
-    fn claim_takes_the_first_free_lock_and_eviction_frees_only_unlocked_used_slots() {
+    fn locking_takes_the_first_free_lock_and_eviction_frees_only_unlocked_used_slots() {
         let t = slots(5);
         let locks = Flags(std::cell::RefCell::new(vec![false; 5]));
-        assert_eq!(t.claim_free(&locks, 10, 0), Ok(Some(0)));
-        assert_eq!(t.claim_free(&locks, 11, 0), Ok(Some(1)));
-        assert_eq!(t.claim_free(&locks, 12, 0), Ok(Some(2)));
-        assert_eq!(t.claim_free(&locks, 13, 0), Err("lock call failed"), "errors propagate");
-        t.activate(0, 7, 64);
-        t.activate(1, 7, 32);
+        assert_eq!(t.lock_free(&locks), Ok(Some(0)));
+        let a = claimed(&t, 0, 10);
+        assert_eq!(t.lock_free(&locks), Ok(Some(1)));
+        let b = claimed(&t, 1, 11);
+        assert_eq!(t.lock_free(&locks), Ok(Some(2)));
+        let _c = claimed(&t, 2, 12);
+        assert_eq!(t.lock_free(&locks), Err("lock call failed"), "errors propagate");
+        a.activate(7, 64);
+        b.activate(7, 32);
         // The owner of slot 1 dies: the kernel drops its lock, its state stays ACTIVE.
         locks.unlock(1);
         assert_eq!(t.evict_dead(&locks), 1);
@@ -332,8 +383,9 @@ mod tests {
         assert_eq!(t.evict_dead(&locks), 0, "free slots are skipped");
         // A dead owner's slot is taken over by the next claim even before a sweep frees it.
         locks.unlock(2);
-        assert_eq!(t.claim_free(&locks, 14, 0), Ok(Some(1)));
-        assert_eq!(t.claim_free(&locks, 15, 0), Ok(Some(2)));
+        assert_eq!(t.lock_free(&locks), Ok(Some(1)));
+        assert_eq!(t.lock_free(&locks), Ok(Some(2)));
+        claimed(&t, 2, 15);
         assert_eq!(t.view(2).pid, 15);
         assert_eq!(t.evict_dead(&locks), 0, "every used slot is locked");
     }

@@ -82,10 +82,11 @@ pub(crate) fn is_held(file: &File, kind: Kind, start: u64, len: u64) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::TempDir;
     use std::fs::OpenOptions;
 
-    fn temp_file() -> (tempdir::Dir, File, std::path::PathBuf) {
-        let dir = tempdir::Dir::new();
+    fn temp_file() -> (TempDir, File, std::path::PathBuf) {
+        let dir = TempDir::new("lock");
         let path = dir.path().join("f");
         let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
         f.set_len(128).unwrap();
@@ -115,31 +116,5 @@ mod tests {
         assert!(!try_lock(&c, Kind::Exclusive, 1, 1).unwrap());
         unlock(&a, 1, 1).unwrap();
         assert!(is_held(&c, Kind::Exclusive, 1, 1).unwrap(), "the read-only reader still holds");
-    }
-
-    /// A tiny self-cleaning temporary directory for unit tests.
-    pub(crate) mod tempdir {
-        pub(crate) struct Dir(std::path::PathBuf);
-        impl Dir {
-            pub(crate) fn new() -> Self {
-                use std::sync::atomic::{AtomicU32, Ordering};
-                static N: AtomicU32 = AtomicU32::new(0);
-                let p = std::env::temp_dir().join(format!(
-                    "shmlog-unit-{}-{}",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
-                std::fs::create_dir_all(&p).unwrap();
-                Self(p)
-            }
-            pub(crate) fn path(&self) -> &std::path::Path {
-                &self.0
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
     }
 }

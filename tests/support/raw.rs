@@ -34,8 +34,8 @@ pub mod slots {
     pub const SLOT_COUNT: u64 = 12;
     pub const READY: u64 = 16;
     pub const HIGH_WATER: u64 = 64;
-    pub const HEADER_LEN: u64 = 128;
-    pub const SLOT_LEN: u64 = 128;
+    pub const HEADER_LEN: u64 = 4096;
+    pub const SLOT_LEN: u64 = 4096;
     pub const STATE: u64 = 0;
     pub const POSITION: u64 = 8;
     pub const PID: u64 = 24;

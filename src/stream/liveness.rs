@@ -1,0 +1,166 @@
+//! Who is alive, as the kernel knows it: open-file-description locks that the kernel drops when
+//! their holder dies, however it dies (see `sys::lock`).
+//!
+//! | lock | held by | means |
+//! |---|---|---|
+//! | write lock on byte 0 of the log | the publisher | publisher alive |
+//! | read lock on byte 1 of the log | every reader mapping it | log in use |
+//! | read lock on byte 0 of the slot file | every process with it open | slot file in use |
+//! | write lock on a slot's page of the slot file | the slot's reader | reader alive, slot owned |
+//! | write lock on the whole slot file | whoever removes it, briefly | nobody else has it open |
+//!
+//! Locks belong to an open file description, which `fork()` shares: a child forked without
+//! `exec` keeps its parent's tokens alive (see `docs/reliability.md`).
+
+use super::slots::{SlotLocks, SlotMut, Slots};
+use super::writer::Liveness;
+use crate::error::Error;
+use crate::layout::slots::{self as s, slot_offset};
+use crate::region::{MmapRegion, Region};
+use crate::sys::fs::is_same_file;
+use crate::sys::lock::{self, Kind};
+use std::fs::File;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Byte the publisher write-locks in its log while it lives.
+pub(crate) const PUBLISHER_LOCK: u64 = 0;
+/// Byte every reader of a log read-locks while it maps it.
+pub(crate) const READER_LOCK: u64 = 1;
+/// Byte of the slot file that every process holding it open read-locks (in the header, outside
+/// every slot), so whoever removes the file, which write-locks all of it first, never removes a
+/// file a live publisher or reader uses.
+pub(crate) const USER_LOCK: u64 = 0;
+
+/// `true` while the log's publisher process holds its lock.
+pub(crate) fn publisher_alive(log: &File) -> bool {
+    // An error (which would be a bug) reads as "alive": never declare a live publisher dead.
+    lock::is_held(log, Kind::Shared, PUBLISHER_LOCK, 1).unwrap_or(true)
+}
+
+/// The byte range of slot `index`: its page.
+pub(crate) fn slot_range(index: usize) -> (u64, u64) {
+    (slot_offset(index) as u64, s::SLOT_LEN as u64)
+}
+
+/// A stream's reader-slot file, open read-write: the slots' kernel tokens are its byte-range
+/// locks. Holding it open holds the file's user lock.
+#[derive(Debug)]
+pub(crate) struct SlotFile {
+    pub(crate) file: File,
+    pub(crate) path: PathBuf,
+}
+
+impl SlotFile {
+    /// `true` if the stream's name still leads to this file.
+    pub(crate) fn is_current(&self) -> Result<bool, Error> {
+        is_same_file(&self.file, &self.path).map_err(|e| Error::io("inspect", &self.path, e))
+    }
+
+    /// Claims a free slot of `slots` for this process: takes its lock, maps its page alone
+    /// read-write and marks it claimed (raising the high-water mark through a short-lived
+    /// mapping of the header). `Ok(None)` if every slot is held, or if the file was removed
+    /// meanwhile (the caller reopens).
+    pub(crate) fn claim<R: Region>(&self, slots: &Slots<R>) -> Result<Option<SlotMut<MmapRegion>>, Error> {
+        let Some(index) = slots.lock_free(self)? else { return Ok(None) };
+        let mapped = MmapRegion::map(&self.file, slot_offset(index) as u64, s::SLOT_LEN)
+            .and_then(|slot| Ok((slot, MmapRegion::map(&self.file, 0, s::HEADER_LEN)?)));
+        let (page, header) = match mapped {
+            Ok(maps) => maps,
+            Err(e) => {
+                self.unlock(index);
+                return Err(Error::io("map reader slot", &self.path, e));
+            }
+        };
+        let slot = SlotMut::new(page, 0, index);
+        slot.claim(&header, std::process::id() as i64, super::files::now_ns());
+        drop(header);
+        // Holding a slot lock keeps `remove_if_abandoned` from removing the file from now on; if
+        // it was removed before, the slot is in a file nobody else will open: leave it, reopen.
+        match self.is_current() {
+            Ok(true) => Ok(Some(slot)),
+            Ok(false) => {
+                self.release(slot);
+                Ok(None)
+            }
+            Err(e) => {
+                self.release(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Frees our slot and drops its lock.
+    pub(crate) fn release(&self, slot: SlotMut<MmapRegion>) {
+        slot.free();
+        self.unlock(slot.index());
+    }
+
+    /// Removes the file if no other process has it open (no publisher, no reader, not even one
+    /// about to claim a slot): the last user to leave removes it. Returns whether it did. Call
+    /// it holding no slot.
+    pub(crate) fn remove_if_abandoned(&self) -> bool {
+        // Replaces our own user lock; conflicts with everyone else's.
+        if !matches!(lock::try_lock(&self.file, Kind::Exclusive, 0, 0), Ok(true)) {
+            return false;
+        }
+        let removed =
+            is_same_file(&self.file, &self.path).unwrap_or(false) && std::fs::remove_file(&self.path).is_ok();
+        // Back to a plain user: a lock on the whole file would keep everyone else out.
+        let _ = lock::try_lock(&self.file, Kind::Shared, USER_LOCK, 1);
+        let _ = lock::unlock(&self.file, USER_LOCK + 1, 0);
+        removed
+    }
+}
+
+/// A slot's lock is an exclusive OFD lock on its page of the slot file.
+impl SlotLocks for SlotFile {
+    type Error = Error;
+
+    fn try_lock(&self, index: usize) -> Result<bool, Error> {
+        let (start, len) = slot_range(index);
+        lock::try_lock(&self.file, Kind::Exclusive, start, len).map_err(|e| Error::io("lock", &self.path, e))
+    }
+
+    fn unlock(&self, index: usize) {
+        let (start, len) = slot_range(index);
+        let _ = lock::unlock(&self.file, start, len);
+    }
+}
+
+/// The publisher's liveness: the slot file's locks, asked at most once per interval.
+#[derive(Debug)]
+pub(crate) struct Paced {
+    pub(crate) slot_file: SlotFile,
+    interval: Duration,
+    last_sweep: Option<Instant>,
+}
+
+impl Paced {
+    pub(crate) fn new(slot_file: SlotFile, interval: Duration) -> Self {
+        Self { slot_file, interval, last_sweep: None }
+    }
+}
+
+impl SlotLocks for Paced {
+    type Error = Error;
+
+    fn try_lock(&self, index: usize) -> Result<bool, Error> {
+        self.slot_file.try_lock(index)
+    }
+
+    fn unlock(&self, index: usize) {
+        self.slot_file.unlock(index)
+    }
+}
+
+impl Liveness for Paced {
+    fn sweep_due(&mut self) -> bool {
+        let now = Instant::now();
+        let due = self.last_sweep.is_none_or(|t| now.duration_since(t) >= self.interval);
+        if due {
+            self.last_sweep = Some(now);
+        }
+        due
+    }
+}

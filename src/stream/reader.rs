@@ -1,0 +1,265 @@
+//! The reader of one session: everything the protocol decides on the reading side, over any
+//! region, so the loom models, the fuzz targets and the ThreadSanitizer test run this very code.
+//!
+//! A reader joins at a position the writer can no longer overwrite (`stream::join`), reads frames
+//! in place or copied (`log::reader`), and publishes its position in its own slot after the
+//! handler returned (I4), which is what keeps the writer away from the frames it lends (I2, I3).
+//! It also decides when a session is over (end of stream, or nothing committed left) and reports
+//! what flow control should have made impossible as a fault instead of delivering it.
+
+use super::join::{self, JoinAt, JoinRefused};
+use super::slots::{SlotMut, Slots};
+use crate::layout::frame::{framed_length, max_message_len, HEADER_LEN};
+use crate::log::header::Header;
+use crate::log::reader::{self, Action, Copied, Cursor, InPlace, Scan};
+use crate::log::Log;
+use crate::region::{Region, RegionMut};
+
+/// Why a reader stopped delivering: a frame failed validation, or the writer broke a bound that
+/// flow control keeps. Never cleared within a session.
+pub(crate) type Fault = &'static str;
+
+/// Fault: the writer is further ahead than flow control allows any reader to trail it.
+pub(crate) const OVERRUN: Fault =
+    "overrun: the publisher ran further ahead of this reader than flow control allows (a forged \
+     reader slot or a misbehaving publisher); frames delivered since the last check may be damaged";
+
+/// Fault: a frame stays uncommitted although the writer has reserved space after it since.
+pub(crate) const NEVER_COMMITTED: Fault =
+    "a frame was never committed although the publisher has moved past it since";
+
+/// Fault: the tail counters do not describe a position.
+pub(crate) const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
+
+/// A reader of one session of a log, through its own slot.
+#[derive(Debug)]
+pub(crate) struct Reader<L, S> {
+    log: Log<L>,
+    cursor: Cursor,
+    slot: SlotMut<S>,
+    join_position: i64,
+    /// Delivery takes the cold path: a fault stops it, or it skips to the next message start.
+    detour: bool,
+    /// Consumes fragments without delivering them until a message starts (after a join that may
+    /// have landed inside a fragmented message).
+    skipping: bool,
+    fault: Option<Fault>,
+    /// Payloads are copied out of the log before handlers see them.
+    copy: Option<Copied>,
+    /// The furthest the writer may be ahead of this reader: a term (a joiner the writer has not
+    /// counted yet), a window, and a message.
+    overrun_bound: i64,
+    /// A frame found uncommitted at our position, and the writer's position then.
+    stall: Option<(i64, i64)>,
+}
+
+impl<L: Region, S: RegionMut> Reader<L, S> {
+    /// Joins `log`'s session through `slot` by `rule` (see [`join::join`]); on refusal the slot
+    /// comes back, claimed but not reading. `copy` makes every delivery a copy (see
+    /// [`Reader::poll`]).
+    pub(crate) fn join<R: Region>(
+        log: Log<L>,
+        slots: &Slots<R>,
+        slot: SlotMut<S>,
+        rule: JoinAt,
+        copy: bool,
+    ) -> Result<Self, (SlotMut<S>, JoinRefused)> {
+        let position = match join::join(&log, slots, &slot, rule) {
+            Ok(position) => position,
+            Err(refused) => return Err((slot, refused)),
+        };
+        let g = log.geometry();
+        let largest = framed_length(max_message_len(g.term_length), g.mtu - HEADER_LEN) as i64;
+        Ok(Self {
+            cursor: Cursor::new(&log, position),
+            overrun_bound: (g.term_length + g.window) as i64 + largest,
+            log,
+            slot,
+            join_position: position,
+            detour: true,
+            skipping: true,
+            fault: None,
+            copy: copy.then(Copied::default),
+            stall: None,
+        })
+    }
+
+    /// Leaves the session: the slot stops counting for its writer and comes back for the next.
+    pub(crate) fn leave(self) -> SlotMut<S> {
+        self.slot.deactivate();
+        self.slot
+    }
+
+    /// Delivers up to `fragment_limit` fragments to `handler`; returns how many.
+    #[inline]
+    pub(crate) fn poll(&mut self, mut handler: impl FnMut(&[u8], &Header), fragment_limit: usize) -> usize {
+        self.controlled_poll(
+            |payload: &[u8], header: &Header| {
+                handler(payload, header);
+                Action::Continue
+            },
+            fragment_limit,
+        )
+    }
+
+    /// Like [`Reader::poll`], the handler steering with an [`Action`]; `Commit` publishes the
+    /// position at once.
+    #[inline]
+    pub(crate) fn controlled_poll(
+        &mut self,
+        handler: impl FnMut(&[u8], &Header) -> Action,
+        fragment_limit: usize,
+    ) -> usize {
+        if self.detour && !self.take_detour() {
+            return 0;
+        }
+        let (log, cursor, slot) = (&self.log, &self.cursor, &self.slot);
+        let commit = |position| slot.set_position(position);
+        // SAFETY: our slot shows the cursor's position (published at the join and after every
+        // move, only once the handler that saw the frames before it returned), so the writer,
+        // which counts our slot or is bounded by the join proof until it does, can neither
+        // overwrite nor clean anything from the cursor on while this call runs (I2, I3, I5);
+        // `Commit` publishes only past frames whose handler returned.
+        let scan = unsafe {
+            match &mut self.copy {
+                None => reader::read_at(log, cursor, fragment_limit, &mut InPlace, handler, commit),
+                Some(copied) => reader::read_at(log, cursor, fragment_limit, copied, handler, commit),
+            }
+        };
+        self.finish(scan)
+    }
+
+    /// Hands `handler` one block of raw committed frames (headers included) and the position of
+    /// its first byte; returns the bytes consumed.
+    pub(crate) fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
+        if self.detour && !self.take_detour() {
+            return 0;
+        }
+        let (log, position) = (&self.log, self.cursor.position());
+        // SAFETY: as in `controlled_poll`.
+        let scan = unsafe {
+            match &mut self.copy {
+                None => reader::read_block(log, position, max_bytes, &mut InPlace, handler),
+                Some(copied) => reader::read_block(log, position, max_bytes, copied, handler),
+            }
+        };
+        self.finish(scan);
+        scan.bytes
+    }
+
+    #[inline(always)]
+    fn finish(&mut self, scan: Scan) -> usize {
+        if scan.position != self.cursor.position() {
+            let new_term = self.cursor.move_to(&self.log, scan.position);
+            self.slot.set_position(scan.position);
+            if new_term {
+                self.check_bounds();
+            }
+        } else if let Some(fault) = scan.fault {
+            self.stop(fault);
+        }
+        scan.fragments
+    }
+
+    /// The cold path in front of delivery: `false` if nothing may be delivered now.
+    #[cold]
+    fn take_detour(&mut self) -> bool {
+        if self.fault.is_some() {
+            return false;
+        }
+        while self.skipping {
+            let mut found = false;
+            let handler = |_: &[u8], header: &Header| {
+                found = header.is_begin();
+                if found {
+                    Action::Abort
+                } else {
+                    Action::Continue
+                }
+            };
+            let before = self.cursor.position();
+            // SAFETY: as in `controlled_poll` (the handler does not even look at the bytes).
+            let scan = unsafe {
+                reader::read_at(&self.log, &self.cursor, usize::MAX, &mut InPlace, handler, |_| {})
+            };
+            self.finish(Scan { fragments: 0, ..scan });
+            if self.fault.is_some() {
+                return false;
+            }
+            if found {
+                self.skipping = false;
+            } else if scan.position == before {
+                return false; // nothing more committed yet
+            }
+        }
+        self.detour = false;
+        true
+    }
+
+    fn stop(&mut self, fault: Fault) {
+        self.fault = Some(fault);
+        self.detour = true;
+    }
+
+    /// Checks, once per term and when idle, that the writer kept the bounds flow control puts on
+    /// it; past them, the frames lent since may have changed under their handlers.
+    #[cold]
+    fn check_bounds(&mut self) {
+        match self.log.producer_position() {
+            Ok(producer) if producer - self.cursor.position() > self.overrun_bound => self.stop(OVERRUN),
+            Ok(_) => {}
+            Err(_) => self.stop(BAD_TAIL),
+        }
+    }
+
+    /// The reader's cold check after polls that found nothing: the bounds, and a frame that
+    /// stays uncommitted although the writer has reserved space after it since (its commit
+    /// happened before that reservation was published, so it is not coming: a fault).
+    pub(crate) fn idle_check(&mut self) {
+        self.check_bounds();
+        let position = self.cursor.position();
+        let producer = match self.log.producer_position() {
+            Ok(producer) => producer,
+            Err(_) => return,
+        };
+        if producer <= position || !reader::frame_pending_at(&self.log, position) {
+            self.stall = None;
+            return;
+        }
+        match self.stall {
+            Some((at, seen)) if at == position && producer > seen => self.stop(NEVER_COMMITTED),
+            Some((at, _)) if at == position => {}
+            _ => self.stall = Some((position, producer)),
+        }
+    }
+
+    /// `true` once everything before the writer's end of stream has been read.
+    pub(crate) fn at_end_of_stream(&self) -> bool {
+        self.cursor.position() >= self.log.eos_position()
+    }
+
+    /// `true` if nothing committed is left to read at our position (or reading has stopped at a
+    /// fault): with a dead writer, the session is over. Frames are committed in order, so an
+    /// uncommitted one here means none after it is either.
+    pub(crate) fn drained(&self) -> bool {
+        self.fault.is_some()
+            || self.at_end_of_stream()
+            || !reader::frame_committed_at(&self.log, self.cursor.position())
+    }
+
+    pub(crate) fn position(&self) -> i64 {
+        self.cursor.position()
+    }
+
+    pub(crate) fn join_position(&self) -> i64 {
+        self.join_position
+    }
+
+    pub(crate) fn fault(&self) -> Option<Fault> {
+        self.fault
+    }
+
+    pub(crate) fn log(&self) -> &Log<L> {
+        &self.log
+    }
+}

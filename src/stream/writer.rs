@@ -1,0 +1,268 @@
+//! The writer of one session: everything the protocol decides on the writing side, over any
+//! region, so the loom models, the fuzz targets and the ThreadSanitizer test run this very code.
+//!
+//! Admission below the flow-control limit (recomputed lazily from the reader slots, and at every
+//! rotation), the sweep of dead readers when held back, the pad-rotate-retry of a message that
+//! does not fit the term, and the one pending claim live here; the publication around it owns the
+//! files.
+
+use super::flow::FlowControl;
+use super::slots::{SessionReaders, SlotLocks, Slots};
+use crate::error::{Invalid, OfferError};
+use crate::layout::frame::{framed_length, max_message_len};
+use crate::log::appender::{Appender, ClaimedFrame, Tripped};
+use crate::log::{Counter, Gauge, Log};
+use crate::region::{DirectRegion, RegionMut};
+use crate::sync::protocol::DISTRUST_SLOTS;
+
+/// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
+pub(crate) trait Liveness: SlotLocks {
+    /// Whether a held-back writer may sweep dead readers now: a sweep costs system calls, so
+    /// it runs at most once per liveness interval.
+    fn sweep_due(&mut self) -> bool;
+}
+
+/// The writer of a log's session, with its flow control over the stream's reader slots.
+#[derive(Debug)]
+pub(crate) struct Writer<L, S, K> {
+    appender: Appender<L>,
+    flow: FlowControl,
+    slots: Slots<S>,
+    liveness: K,
+    session_id: i32,
+    max_message: usize,
+    max_position: i64,
+    /// The claim not yet committed or aborted: aborted by the next operation if its guard was
+    /// leaked, so a forgotten claim never stalls readers for longer than the writer stays idle.
+    pending: Option<ClaimedFrame>,
+}
+
+impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
+    /// Takes over `log` (fresh, or where its tail counters say its writer stopped).
+    pub(crate) fn new(log: Log<L>, slots: Slots<S>, liveness: K) -> Result<Self, Invalid> {
+        let geometry = log.geometry();
+        let session_id = log.session_id();
+        let max_position = log.terms().max_position();
+        let appender = Appender::new(log)?;
+        let flow = FlowControl::new(geometry.window, appender.position());
+        Ok(Self {
+            appender,
+            flow,
+            slots,
+            liveness,
+            session_id,
+            max_message: max_message_len(geometry.term_length),
+            max_position,
+            pending: None,
+        })
+    }
+
+    /// Appends `message`; returns the position after it.
+    #[inline]
+    pub(crate) fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+        // The common case in one pass: one frame, no leaked claim, below the cached limit.
+        if message.len() <= self.appender.max_payload()
+            && self.pending.is_none()
+            && self.appender.position() < self.flow.limit()
+        {
+            match self.appender.append_unfragmented(message) {
+                Ok(position) => return Ok(position),
+                // The term is padded to its end: rotate, then admit and append in the new term.
+                Err(Tripped) => self.rotate()?,
+            }
+        }
+        self.offer_parts(&[message], message.len())
+    }
+
+    /// Appends one message gathered from `parts`, in order.
+    pub(crate) fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
+        let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
+        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.max_message })?;
+        self.offer_parts(parts, len)
+    }
+
+    #[inline]
+    fn offer_parts(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, OfferError> {
+        if len > self.max_message {
+            return Err(OfferError::MessageTooLarge { len, max: self.max_message });
+        }
+        self.abort_claim();
+        loop {
+            self.admit(len)?;
+            match self.appender.append(parts, len) {
+                Ok(position) => return Ok(position),
+                Err(Tripped) => self.rotate()?,
+            }
+        }
+    }
+
+    /// Reserves a frame of `len` payload bytes (at most the max payload) to be written in place
+    /// and committed or aborted later; returns the position after it.
+    pub(crate) fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
+        let max = self.appender.max_payload();
+        if len > max {
+            return Err(OfferError::MessageTooLarge { len, max });
+        }
+        self.abort_claim();
+        loop {
+            self.admit(len)?;
+            match self.appender.claim(len) {
+                Ok(frame) => {
+                    let position = frame.position;
+                    self.pending = Some(frame);
+                    return Ok(position);
+                }
+                Err(Tripped) => self.rotate()?,
+            }
+        }
+    }
+
+    /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
+    /// `claim_buffer`, for backends that cannot lend a slice (loom's).
+    #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
+    pub(crate) fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        match &self.pending {
+            Some(frame) => self.appender.with_claim_payload(frame, f),
+            None => f(&mut []),
+        }
+    }
+
+    /// Sets the reserved value of the pending claim.
+    pub(crate) fn set_claim_reserved_value(&mut self, value: i64) {
+        if let Some(frame) = &self.pending {
+            self.appender.set_claim_reserved_value(frame, value);
+        }
+    }
+
+    /// Commits the pending claim; returns the position after it.
+    pub(crate) fn commit_claim(&mut self) -> Option<i64> {
+        let frame = self.pending.take()?;
+        let position = frame.position;
+        self.appender.commit(frame);
+        Some(position)
+    }
+
+    /// Turns the pending claim, if any, into padding that readers skip.
+    #[inline(always)]
+    pub(crate) fn abort_claim(&mut self) {
+        if let Some(frame) = self.pending.take() {
+            self.appender.abort(frame);
+        }
+    }
+
+    /// Admits an append of `len` bytes at the current position, or says why not.
+    #[inline(always)]
+    fn admit(&mut self, len: usize) -> Result<(), OfferError> {
+        if self.appender.position() < self.flow.limit() {
+            return Ok(());
+        }
+        self.admit_slow(len)
+    }
+
+    #[cold]
+    fn admit_slow(&mut self, len: usize) -> Result<(), OfferError> {
+        let position = self.appender.position();
+        let framed = framed_length(len, self.appender.max_payload()) as i64;
+        if position.saturating_add(framed) >= self.max_position {
+            return Err(OfferError::MaxPositionExceeded);
+        }
+        if position < self.recompute_limit() {
+            return Ok(());
+        }
+        if self.flow.connected()
+            && self.liveness.sweep_due()
+            && self.sweep() > 0
+            && position < self.recompute_limit()
+        {
+            return Ok(());
+        }
+        self.appender.log().count(Counter::BackPressureEvents, 1);
+        Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
+    }
+
+    /// Re-reads the slots: the limit from the slowest reader not ahead of the writer.
+    fn recompute_limit(&mut self) -> i64 {
+        let limit = self.flow.recompute(&self.slots, self.session_id, self.appender.position());
+        let (log, readers) = (self.appender.log(), self.flow.readers());
+        log.set_gauge(Gauge::PublisherLimit, limit);
+        log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
+        log.count(Counter::LimitRecomputes, 1);
+        if readers.ignored > 0 {
+            log.count(Counter::IgnoredPositions, readers.ignored as u64);
+        }
+        limit
+    }
+
+    /// Frees the slots of dead readers; returns how many.
+    fn sweep(&mut self) -> usize {
+        let evicted = self.slots.evict_dead(&self.liveness);
+        if evicted > 0 {
+            self.appender.log().count(Counter::ReadersEvicted, evicted as u64);
+        }
+        evicted
+    }
+
+    /// Moves to the next term after a trip, and recomputes the limit: a cold path that runs
+    /// once a term whatever the cached limit, so a limit computed from a bad slot word heals.
+    fn rotate(&mut self) -> Result<(), OfferError> {
+        self.appender.rotate().map_err(|_| OfferError::MaxPositionExceeded)?;
+        if DISTRUST_SLOTS {
+            self.recompute_limit();
+        }
+        Ok(())
+    }
+
+    /// Sweeps dead readers and recomputes the limit; returns the readers counted. System calls:
+    /// for setup and monitoring, not for every offer.
+    pub(crate) fn check_readers(&mut self) -> SessionReaders {
+        self.sweep();
+        self.recompute_limit();
+        self.flow.readers()
+    }
+
+    /// Marks end of stream at the current position (after aborting a pending claim): readers
+    /// drain to it and stop.
+    pub(crate) fn close(&mut self) {
+        self.abort_claim();
+        let position = self.appender.position();
+        let log = self.appender.log();
+        log.set_gauge(Gauge::PublisherLimit, position);
+        log.set_eos_position(position);
+    }
+
+    /// Position after the last message appended (or claimed).
+    pub(crate) fn position(&self) -> i64 {
+        self.appender.position()
+    }
+
+    /// The cached limit: appends starting below it are admitted without reading the slots.
+    pub(crate) fn limit(&self) -> i64 {
+        self.flow.limit()
+    }
+
+    pub(crate) fn max_message_len(&self) -> usize {
+        self.max_message
+    }
+
+    pub(crate) fn max_payload_len(&self) -> usize {
+        self.appender.max_payload()
+    }
+
+    pub(crate) fn log(&self) -> &Log<L> {
+        self.appender.log()
+    }
+
+    pub(crate) fn liveness(&self) -> &K {
+        &self.liveness
+    }
+}
+
+impl<L: DirectRegion, S: RegionMut, K: Liveness> Writer<L, S, K> {
+    /// Lends the payload of the pending claim (none: an empty slice).
+    pub(crate) fn claim_buffer(&mut self) -> &mut [u8] {
+        match &self.pending {
+            Some(frame) => self.appender.claim_slice(frame),
+            None => &mut [],
+        }
+    }
+}
