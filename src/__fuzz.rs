@@ -1,2 +1,39 @@
-//! The crate's internals for the cargo-fuzz targets in `fuzz/`, which hold the scenarios.
-//! Compiled only with `--cfg shmlog_fuzz`; not API.
+//! The crate's internals for the cargo-fuzz targets in `fuzz/`, which hold the scenarios. Built
+//! only with `--cfg shmlog_fuzz` (`.ci/fuzz.sh` sets it); not API, no stability promised.
+
+pub use crate::api::assembler::FragmentAssembler;
+pub use crate::api::handler::{ControlledFragmentHandler, FragmentHandler};
+pub use crate::error::{Error, Invalid, OfferError};
+pub use crate::layout::align;
+/// Frame header layout and message sizes.
+pub mod frame {
+    pub use crate::layout::frame::*;
+}
+/// Log metadata layout and geometry.
+pub mod meta {
+    pub use crate::layout::log_meta::*;
+}
+/// Reader-slot file layout.
+pub mod slot_layout {
+    pub use crate::layout::slots::*;
+}
+/// The term reader.
+pub mod reader {
+    pub use crate::log::reader::*;
+}
+/// Creating and opening a stream's files.
+pub mod files {
+    pub use crate::stream::files::*;
+}
+pub use crate::log::appender::{Appender, ClaimedFrame, MaxPosition, Tripped};
+pub use crate::log::header::Header;
+pub use crate::log::position::{pack_tail, Terms};
+pub use crate::log::{Counter, Gauge, Log, LogInit};
+pub use crate::region::{HeapRegion, Region, RegionMut};
+pub use crate::stream::flow::FlowControl;
+pub use crate::stream::join::{join, JoinAt, JoinRefused};
+pub use crate::stream::reader::Reader;
+pub use crate::stream::slots::{SessionReaders, SlotLocks, SlotMut, SlotView, Slots};
+pub use crate::stream::writer::{Liveness, Writer};
+pub use crate::testing::{claimed_slot, heap_log, heap_slots, AllAlive, Shared};
+pub use std::sync::atomic::Ordering;

@@ -208,14 +208,14 @@ impl std::error::Error for Error {
 
 /// Why a file failed validation, before we know which path to blame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Invalid {
+pub enum Invalid {
     VersionMismatch { found: i32 },
     Corrupt(&'static str),
 }
 
 impl Invalid {
     /// Attaches the file the problem was found in.
-    pub(crate) fn at(self, path: impl Into<PathBuf>) -> Error {
+    pub fn at(self, path: impl Into<PathBuf>) -> Error {
         let path = path.into();
         match self {
             Self::VersionMismatch { found } => {

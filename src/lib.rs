@@ -75,6 +75,8 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
+// The fuzz build re-exports internals (`__fuzz`), which are documented for this crate, not users.
+#![cfg_attr(shmlog_fuzz, allow(missing_docs))]
 // Atomics are named through `crate::sync`, so the loom build swaps every one (clippy.toml);
 // unit tests may use std's for their own plumbing.
 #![cfg_attr(not(test), warn(clippy::disallowed_types))]

@@ -10,11 +10,11 @@ use crate::stream::writer::Liveness;
 use std::sync::Arc;
 
 /// Heap memory shared by a writer and its readers, as a mapped file is.
-pub(crate) type Shared = Arc<HeapRegion>;
+pub type Shared = Arc<HeapRegion>;
 
 /// A fresh log of `geometry` over heap memory; readers open views of the same memory with
 /// `Log::open_any_term(Arc::clone(&region))`.
-pub(crate) fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (Shared, Log<Shared>) {
+pub fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (Shared, Log<Shared>) {
     let region = Arc::new(HeapRegion::new(geometry.file_length()));
     let init = LogInit {
         geometry,
@@ -30,14 +30,14 @@ pub(crate) fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32
 }
 
 /// A fresh slot table of `count` slots over heap memory.
-pub(crate) fn heap_slots(count: usize) -> (Shared, Slots<Shared>) {
+pub fn heap_slots(count: usize) -> (Shared, Slots<Shared>) {
     let region = Arc::new(HeapRegion::new(file_length(count)));
     let slots = Slots::initialize(Arc::clone(&region), count);
     (region, slots)
 }
 
 /// Slot `index` of the table in `region`, claimed for `pid` (its lock is the caller's model).
-pub(crate) fn claimed_slot(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> {
+pub fn claimed_slot(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> {
     let slot = SlotMut::new(Arc::clone(region), slot_offset(index), index);
     slot.claim(region, pid, 0);
     slot
@@ -45,7 +45,7 @@ pub(crate) fn claimed_slot(region: &Shared, index: usize, pid: i64) -> SlotMut<S
 
 /// Every reader is alive: no slot lock can be taken, and the writer never sweeps.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct AllAlive;
+pub struct AllAlive;
 
 impl SlotLocks for AllAlive {
     type Error = std::convert::Infallible;
@@ -64,11 +64,13 @@ impl Liveness for AllAlive {
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
+#[cfg(test)]
 #[derive(Debug)]
-pub(crate) struct TempDir(std::path::PathBuf);
+pub struct TempDir(std::path::PathBuf);
 
+#[cfg(test)]
 impl TempDir {
-    pub(crate) fn new(tag: &str) -> Self {
+    pub fn new(tag: &str) -> Self {
         #[allow(clippy::disallowed_types)] // a process-wide counter, not protocol state
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -78,11 +80,12 @@ impl TempDir {
         Self(p)
     }
 
-    pub(crate) fn path(&self) -> &std::path::Path {
+    pub fn path(&self) -> &std::path::Path {
         &self.0
     }
 }
 
+#[cfg(test)]
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);

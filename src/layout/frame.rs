@@ -15,13 +15,13 @@
 use super::align;
 
 /// Length of a frame header, and offset of the payload in a frame.
-pub(crate) const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = 32;
 /// Every frame starts at a multiple of this.
-pub(crate) const FRAME_ALIGNMENT: usize = 32;
+pub const FRAME_ALIGNMENT: usize = 32;
 /// Bytes after the length word that make up the rest of the header.
-pub(crate) const REST_OFFSET: usize = 4;
+pub const REST_OFFSET: usize = 4;
 /// Length of the rest of the header, copied in and out as bytes.
-pub(crate) const REST_LEN: usize = HEADER_LEN - REST_OFFSET;
+pub const REST_LEN: usize = HEADER_LEN - REST_OFFSET;
 
 /// First fragment of a message.
 pub const BEGIN_FLAG: u8 = 0x80;
@@ -31,17 +31,17 @@ pub const END_FLAG: u8 = 0x40;
 pub const UNFRAGMENTED: u8 = BEGIN_FLAG | END_FLAG;
 
 /// Frame type of padding, which readers skip.
-pub(crate) const TYPE_PAD: u16 = 0;
+pub const TYPE_PAD: u16 = 0;
 /// Frame type of application data.
-pub(crate) const TYPE_DATA: u16 = 1;
+pub const TYPE_DATA: u16 = 1;
 /// Frame header version written and accepted.
-pub(crate) const CURRENT_VERSION: u8 = 0;
+pub const CURRENT_VERSION: u8 = 0;
 
 /// Aeron caps a message at 16 MiB whatever the term length.
-pub(crate) const MAX_MESSAGE_CAP: usize = 16 * 1024 * 1024;
+pub const MAX_MESSAGE_CAP: usize = 16 * 1024 * 1024;
 
 /// Largest message for a term length: `min(T / 8, 16 MiB)`.
-pub(crate) const fn max_message_len(term_length: usize) -> usize {
+pub const fn max_message_len(term_length: usize) -> usize {
     let eighth = term_length / 8;
     if eighth < MAX_MESSAGE_CAP {
         eighth
@@ -51,7 +51,7 @@ pub(crate) const fn max_message_len(term_length: usize) -> usize {
 }
 
 /// Log space taken by a message of `len` bytes cut into fragments of at most `max_payload` bytes.
-pub(crate) const fn fragmented_length(len: usize, max_payload: usize) -> usize {
+pub const fn fragmented_length(len: usize, max_payload: usize) -> usize {
     let full = len / max_payload;
     let rest = len % max_payload;
     let tail = if rest > 0 { align(rest + HEADER_LEN, FRAME_ALIGNMENT) } else { 0 };
@@ -59,7 +59,7 @@ pub(crate) const fn fragmented_length(len: usize, max_payload: usize) -> usize {
 }
 
 /// Log space a message takes: one aligned frame up to `max_payload`, fragments above.
-pub(crate) const fn framed_length(len: usize, max_payload: usize) -> usize {
+pub const fn framed_length(len: usize, max_payload: usize) -> usize {
     if len <= max_payload {
         align(len + HEADER_LEN, FRAME_ALIGNMENT)
     } else {
@@ -69,7 +69,7 @@ pub(crate) const fn framed_length(len: usize, max_payload: usize) -> usize {
 
 /// The header fields after the length word, decoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct HeaderRest {
+pub struct HeaderRest {
     pub version: u8,
     pub flags: u8,
     pub frame_type: u16,
@@ -83,7 +83,7 @@ pub(crate) struct HeaderRest {
 impl HeaderRest {
     /// Encodes into the 28 bytes that follow the length word.
     #[inline]
-    pub(crate) fn encode(&self) -> [u8; REST_LEN] {
+    pub fn encode(&self) -> [u8; REST_LEN] {
         let mut b = [0u8; REST_LEN];
         b[0] = self.version;
         b[1] = self.flags;
@@ -98,7 +98,7 @@ impl HeaderRest {
 
     /// Decodes the 28 bytes that follow the length word.
     #[inline(always)]
-    pub(crate) fn decode(b: &[u8; REST_LEN]) -> Self {
+    pub fn decode(b: &[u8; REST_LEN]) -> Self {
         let i32_at = |o: usize| i32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let mut reserved = [0u8; 8];
         reserved.copy_from_slice(&b[20..28]);
@@ -117,11 +117,11 @@ impl HeaderRest {
 
 /// Offsets inside the encoded rest (relative to `REST_OFFSET`), for patching a template.
 pub(crate) mod rest {
-    pub(crate) const FLAGS: usize = 1;
-    pub(crate) const TYPE: usize = 2;
-    pub(crate) const TERM_OFFSET: usize = 4;
-    pub(crate) const TERM_ID: usize = 16;
-    pub(crate) const RESERVED_VALUE: usize = 20;
+    pub const FLAGS: usize = 1;
+    pub const TYPE: usize = 2;
+    pub const TERM_OFFSET: usize = 4;
+    pub const TERM_ID: usize = 16;
+    pub const RESERVED_VALUE: usize = 20;
 }
 
 #[cfg(test)]

@@ -7,51 +7,51 @@ use super::align;
 use super::frame::{framed_length, max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
 
 /// Number of term partitions in a log.
-pub(crate) const PARTITION_COUNT: usize = 3;
+pub const PARTITION_COUNT: usize = 3;
 /// Size of the metadata section at the end of the file.
-pub(crate) const META_LEN: usize = 4096;
+pub const META_LEN: usize = 4096;
 /// Smallest term length accepted in files (64 KiB).
 pub const TERM_MIN_LENGTH: usize = 64 * 1024;
 /// Largest term length (1 GiB).
 pub const TERM_MAX_LENGTH: usize = 1 << 30;
 /// Smallest and largest file page size.
-pub(crate) const PAGE_MIN: usize = 4096;
-pub(crate) const PAGE_MAX: usize = 1 << 30;
+pub const PAGE_MIN: usize = 4096;
+pub const PAGE_MAX: usize = 1 << 30;
 
 /// `b"SHMLOG\0L"` little-endian: the first thing checked when a file is opened as a log.
-pub(crate) const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
+pub const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
 /// Bumped whenever the layout of the log or reader-slot file changes incompatibly.
 pub const LAYOUT_VERSION: i32 = 2;
 
 // Aeron-compatible fields (offsets inside the metadata section).
 /// Three packed tail counters, `termId << 32 | offset`, one per partition.
-pub(crate) const TAIL_COUNTERS: usize = 0;
+pub const TAIL_COUNTERS: usize = 0;
 /// Terms since the initial one (`i32`).
-pub(crate) const ACTIVE_TERM_COUNT: usize = 24;
+pub const ACTIVE_TERM_COUNT: usize = 24;
 /// End-of-stream position, `i64::MAX` while open.
-pub(crate) const EOS_POSITION: usize = 128;
+pub const EOS_POSITION: usize = 128;
 /// Creation time, ns since the Unix epoch (Aeron's correlation id slot).
-pub(crate) const CREATED_NS: usize = 256;
-pub(crate) const INITIAL_TERM_ID: usize = 264;
-pub(crate) const HEADER_LENGTH: usize = 268;
-pub(crate) const MTU: usize = 272;
-pub(crate) const TERM_LENGTH: usize = 276;
-pub(crate) const PAGE_SIZE: usize = 280;
-pub(crate) const WINDOW: usize = 284;
+pub const CREATED_NS: usize = 256;
+pub const INITIAL_TERM_ID: usize = 264;
+pub const HEADER_LENGTH: usize = 268;
+pub const MTU: usize = 272;
+pub const TERM_LENGTH: usize = 276;
+pub const PAGE_SIZE: usize = 280;
+pub const WINDOW: usize = 284;
 
 // shmlog fields.
-pub(crate) const MAGIC_OFFSET: usize = 512;
-pub(crate) const VERSION: usize = 520;
+pub const MAGIC_OFFSET: usize = 512;
+pub const VERSION: usize = 520;
 /// Written last, with release: 1 once every other field is valid.
-pub(crate) const READY: usize = 524;
-pub(crate) const PUBLISHER_PID: usize = 528;
-pub(crate) const SESSION_ID: usize = 532;
-pub(crate) const STREAM_ID: usize = 536;
-pub(crate) const NAME_LEN: usize = 540;
+pub const READY: usize = 524;
+pub const PUBLISHER_PID: usize = 528;
+pub const SESSION_ID: usize = 532;
+pub const STREAM_ID: usize = 536;
+pub const NAME_LEN: usize = 540;
 
 /// Every metadata field accessed as an `i32` (the others are `i64`, or the name's bytes).
 #[cfg(any(shmlog_fuzz, shmlog_loom))]
-pub(crate) const I32_FIELDS: [usize; 13] = [
+pub const I32_FIELDS: [usize; 13] = [
     ACTIVE_TERM_COUNT,
     INITIAL_TERM_ID,
     HEADER_LENGTH,
@@ -68,18 +68,18 @@ pub(crate) const I32_FIELDS: [usize; 13] = [
 ];
 
 // Counters the publisher keeps for `stat`, on their own block (i64 each).
-pub(crate) const PUBLISHER_LIMIT: usize = 640;
-pub(crate) const BACK_PRESSURE_EVENTS: usize = 648;
-pub(crate) const LIMIT_RECOMPUTES: usize = 656;
-pub(crate) const READERS_EVICTED: usize = 664;
-pub(crate) const CONNECTED_READERS: usize = 672;
+pub const PUBLISHER_LIMIT: usize = 640;
+pub const BACK_PRESSURE_EVENTS: usize = 648;
+pub const LIMIT_RECOMPUTES: usize = 656;
+pub const READERS_EVICTED: usize = 664;
+pub const CONNECTED_READERS: usize = 672;
 /// Reader positions found ahead of the writer (impossible for an honest reader) and ignored by
 /// flow control.
-pub(crate) const IGNORED_POSITIONS: usize = 680;
+pub const IGNORED_POSITIONS: usize = 680;
 
 /// Every counter and gauge field (`i64`s), for the loom region and the fuzz targets.
 #[cfg(any(shmlog_fuzz, shmlog_loom))]
-pub(crate) const COUNTERS: [usize; 6] = [
+pub const COUNTERS: [usize; 6] = [
     PUBLISHER_LIMIT,
     BACK_PRESSURE_EVENTS,
     LIMIT_RECOMPUTES,
@@ -89,15 +89,15 @@ pub(crate) const COUNTERS: [usize; 6] = [
 ];
 
 /// The stream's name, `NAME_LEN` bytes, for tools.
-pub(crate) const NAME: usize = 768;
+pub const NAME: usize = 768;
 /// Longest name the metadata holds.
-pub(crate) const NAME_MAX: usize = 255;
+pub const NAME_MAX: usize = 255;
 
 const _: () = assert!(NAME + NAME_MAX <= META_LEN);
 
 /// Bytes of the next partition the writer zeroes at a time: at most 1 KiB, and at most `T / 8`
 /// so that the lapping margin below holds on small terms.
-pub(crate) const fn clean_chunk(term_length: usize) -> usize {
+pub const fn clean_chunk(term_length: usize) -> usize {
     let eighth = term_length / 8;
     if eighth < 1024 {
         eighth
@@ -107,13 +107,13 @@ pub(crate) const fn clean_chunk(term_length: usize) -> usize {
 }
 
 /// Length of a log file with terms of `term_length` on pages of `page_size`.
-pub(crate) const fn file_length(term_length: usize, page_size: usize) -> usize {
+pub const fn file_length(term_length: usize, page_size: usize) -> usize {
     align(PARTITION_COUNT * term_length + META_LEN, page_size)
 }
 
 /// The parameters that fix a log's geometry, as stored in its metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Geometry {
+pub struct Geometry {
     pub term_length: usize,
     pub page_size: usize,
     pub mtu: usize,
@@ -122,7 +122,7 @@ pub(crate) struct Geometry {
 
 impl Geometry {
     /// Checks every rule a log must satisfy; names the first broken one.
-    pub(crate) fn validate(&self) -> Result<(), &'static str> {
+    pub fn validate(&self) -> Result<(), &'static str> {
         let t = self.term_length;
         if !t.is_power_of_two() || !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&t) {
             return Err("term length must be a power of two from 64 KiB to 1 GiB");
@@ -131,7 +131,7 @@ impl Geometry {
     }
 
     /// The rules other than the term-length range (the in-process models use tiny terms).
-    pub(crate) fn validate_rest(&self) -> Result<(), &'static str> {
+    pub fn validate_rest(&self) -> Result<(), &'static str> {
         let t = self.term_length;
         if !t.is_power_of_two() || t < 4 * FRAME_ALIGNMENT {
             return Err("term length must be a power of two");
@@ -167,7 +167,7 @@ impl Geometry {
     /// limits on each (`T/2`, `T/4` at the smallest MTU, `T/8`) file geometries keep at least
     /// `T/8`; checking the sum here means a new default or rule cannot silently reopen the hole
     /// (the `ops_oracle` fuzz target once found one).
-    pub(crate) fn lapping_margin(&self) -> Option<usize> {
+    pub fn lapping_margin(&self) -> Option<usize> {
         let t = self.term_length;
         let largest = framed_length(max_message_len(t), self.mtu.checked_sub(HEADER_LEN)?.max(1));
         let run_ahead = clean_chunk(t).saturating_sub(FRAME_ALIGNMENT);
@@ -175,12 +175,12 @@ impl Geometry {
     }
 
     /// Bytes of the whole file.
-    pub(crate) fn file_length(&self) -> usize {
+    pub fn file_length(&self) -> usize {
         file_length(self.term_length, self.page_size)
     }
 
     /// Offset of the metadata section: the last 4096 bytes of the file.
-    pub(crate) fn meta_offset(&self) -> usize {
+    pub fn meta_offset(&self) -> usize {
         self.file_length() - META_LEN
     }
 }

@@ -10,6 +10,6 @@ pub(crate) mod slots;
 
 /// Rounds `value` up to a multiple of `alignment` (a power of two).
 #[inline(always)]
-pub(crate) const fn align(value: usize, alignment: usize) -> usize {
+pub const fn align(value: usize, alignment: usize) -> usize {
     (value + alignment - 1) & !(alignment - 1)
 }

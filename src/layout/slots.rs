@@ -6,59 +6,59 @@
 //! other byte of the file read-only: a stray write in one reader cannot forge another's position.
 
 /// `b"SHMLOG\0R"` little-endian.
-pub(crate) const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0R");
+pub const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0R");
 
 /// Header fields.
-pub(crate) const MAGIC_OFFSET: usize = 0;
-pub(crate) const VERSION: usize = 8;
-pub(crate) const SLOT_COUNT: usize = 12;
-pub(crate) const READY: usize = 16;
+pub const MAGIC_OFFSET: usize = 0;
+pub const VERSION: usize = 8;
+pub const SLOT_COUNT: usize = 12;
+pub const READY: usize = 16;
 /// One past the highest slot index ever claimed (`i64`), so scans stop early.
-pub(crate) const HIGH_WATER: usize = 64;
+pub const HIGH_WATER: usize = 64;
 /// Bytes before the first slot: one page.
-pub(crate) const HEADER_LEN: usize = 4096;
+pub const HEADER_LEN: usize = 4096;
 /// Bytes per slot: one page (of 4 KiB), so each can be mapped on its own.
-pub(crate) const SLOT_LEN: usize = 4096;
+pub const SLOT_LEN: usize = 4096;
 
 /// Slot fields (offsets inside a slot, all `i64`).
 /// `session_id << 32 | state`, written as one word so the pair is always consistent.
-pub(crate) const STATE: usize = 0;
+pub const STATE: usize = 0;
 /// The reader's position in its session's log.
-pub(crate) const POSITION: usize = 8;
+pub const POSITION: usize = 8;
 /// Where it joined the session.
-pub(crate) const JOIN_POSITION: usize = 16;
+pub const JOIN_POSITION: usize = 16;
 /// Owner's process id.
-pub(crate) const PID: usize = 24;
+pub const PID: usize = 24;
 /// When it claimed the slot, ns since the Unix epoch.
-pub(crate) const CLAIMED_NS: usize = 32;
+pub const CLAIMED_NS: usize = 32;
 
 /// Slot states (low 32 bits of `STATE`).
-pub(crate) const STATE_FREE: i64 = 0;
+pub const STATE_FREE: i64 = 0;
 /// Claimed, not reading any session yet.
-pub(crate) const STATE_WAITING: i64 = 1;
+pub const STATE_WAITING: i64 = 1;
 /// Reading the session in the high 32 bits; counts for that session's flow control.
-pub(crate) const STATE_ACTIVE: i64 = 2;
+pub const STATE_ACTIVE: i64 = 2;
 
 /// Most slots a file may declare.
-pub(crate) const MAX_SLOTS: usize = 4096;
+pub const MAX_SLOTS: usize = 4096;
 
 /// Packs a state word.
-pub(crate) const fn pack_state(session_id: i32, state: i64) -> i64 {
+pub const fn pack_state(session_id: i32, state: i64) -> i64 {
     ((session_id as i64) << 32) | (state & 0xFFFF_FFFF)
 }
 
 /// Unpacks a state word into `(session_id, state)`.
-pub(crate) const fn unpack_state(word: i64) -> (i32, i64) {
+pub const fn unpack_state(word: i64) -> (i32, i64) {
     ((word >> 32) as i32, word & 0xFFFF_FFFF)
 }
 
 /// Byte offset of slot `index`.
-pub(crate) const fn slot_offset(index: usize) -> usize {
+pub const fn slot_offset(index: usize) -> usize {
     HEADER_LEN + index * SLOT_LEN
 }
 
 /// Length of a file with `count` slots.
-pub(crate) const fn file_length(count: usize) -> usize {
+pub const fn file_length(count: usize) -> usize {
     HEADER_LEN + count * SLOT_LEN
 }
 

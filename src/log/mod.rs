@@ -19,7 +19,7 @@ use position::{pack_tail, tail_offset, tail_term_id, Terms};
 
 /// Events the writer counts in the metadata, for tools (`stat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Counter {
+pub enum Counter {
     /// Offers refused because the slowest reader was a window behind or nobody read.
     BackPressureEvents,
     /// Times the writer re-read the reader slots.
@@ -43,7 +43,7 @@ impl Counter {
 
 /// Values the writer keeps up to date in the metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Gauge {
+pub enum Gauge {
     /// The limit of the last recompute: the writer starts no message at or past it.
     PublisherLimit,
     /// Readers counted at the last recompute.
@@ -61,7 +61,7 @@ impl Gauge {
 
 /// What a publisher writes into a fresh log's metadata.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct LogInit<'a> {
+pub struct LogInit<'a> {
     pub geometry: Geometry,
     pub initial_term_id: i32,
     pub session_id: i32,
@@ -73,7 +73,7 @@ pub(crate) struct LogInit<'a> {
 
 /// A log buffer in a region: the three partitions and the metadata after them.
 #[derive(Debug)]
-pub(crate) struct Log<R> {
+pub struct Log<R> {
     region: R,
     geometry: Geometry,
     terms: Terms,
@@ -94,7 +94,7 @@ impl<R: RegionMut> Log<R> {
     /// Writes the metadata of a fresh, zeroed log and marks it ready (release, last).
     ///
     /// Panics if the region is not exactly `geometry.file_length()` bytes: the caller sized it.
-    pub(crate) fn initialize(region: R, init: &LogInit<'_>) -> Self {
+    pub fn initialize(region: R, init: &LogInit<'_>) -> Self {
         let g = init.geometry;
         assert_eq!(region.len(), g.file_length(), "region sized for this geometry");
         let m = g.meta_offset();
@@ -139,17 +139,17 @@ impl<R: RegionMut> Log<R> {
     }
 
     /// Stores the end-of-stream position: readers drain to it and then report end of stream.
-    pub(crate) fn set_eos_position(&self, position: i64) {
+    pub fn set_eos_position(&self, position: i64) {
         self.region.store_i64(self.meta + meta::EOS_POSITION, position, Ordering::Release);
     }
 
     /// Stores a gauge (release: a reader that acquires a later frame sees at least this value).
-    pub(crate) fn set_gauge(&self, gauge: Gauge, value: i64) {
+    pub fn set_gauge(&self, gauge: Gauge, value: i64) {
         self.region.store_i64(self.meta + gauge.field(), value, Ordering::Release);
     }
 
     /// Adds `n` to a counter.
-    pub(crate) fn count(&self, counter: Counter, n: u64) {
+    pub fn count(&self, counter: Counter, n: u64) {
         let (r, at) = (&self.region, self.meta + counter.field());
         // Single writer: a load and a store are enough and cheaper than an atomic add.
         let v = r.load_i64(at, Ordering::Relaxed);
@@ -159,13 +159,13 @@ impl<R: RegionMut> Log<R> {
 
 impl<R: Region> Log<R> {
     /// Validates a log file's bytes; term lengths must be the file range (64 KiB..1 GiB).
-    pub(crate) fn open(region: R) -> Result<Self, Invalid> {
+    pub fn open(region: R) -> Result<Self, Invalid> {
         Self::open_checked(region, true)
     }
 
     /// Like [`Log::open`], but accepts any power-of-two term length (in-process models).
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
-    pub(crate) fn open_any_term(region: R) -> Result<Self, Invalid> {
+    pub fn open_any_term(region: R) -> Result<Self, Invalid> {
         Self::open_checked(region, false)
     }
 
@@ -220,75 +220,75 @@ impl<R: Region> Log<R> {
         })
     }
 
-    pub(crate) fn region(&self) -> &R {
+    pub fn region(&self) -> &R {
         &self.region
     }
 
-    pub(crate) fn geometry(&self) -> Geometry {
+    pub fn geometry(&self) -> Geometry {
         self.geometry
     }
 
-    pub(crate) fn terms(&self) -> Terms {
+    pub fn terms(&self) -> Terms {
         self.terms
     }
 
-    pub(crate) fn term_length(&self) -> usize {
+    pub fn term_length(&self) -> usize {
         self.geometry.term_length
     }
 
-    pub(crate) fn session_id(&self) -> i32 {
+    pub fn session_id(&self) -> i32 {
         self.session_id
     }
 
-    pub(crate) fn stream_id(&self) -> i32 {
+    pub fn stream_id(&self) -> i32 {
         self.stream_id
     }
 
     /// Where partition `index` lies.
     #[inline(always)]
-    pub(crate) fn partition(&self, index: usize) -> Span {
+    pub fn partition(&self, index: usize) -> Span {
         self.partitions[index]
     }
 
     /// Byte offset of partition `index` in the region.
     #[inline(always)]
-    pub(crate) fn partition_base(&self, index: usize) -> usize {
+    pub fn partition_base(&self, index: usize) -> usize {
         index * self.geometry.term_length
     }
 
     /// Byte offset of a metadata field.
     #[inline(always)]
-    pub(crate) fn meta_field(&self, field: usize) -> usize {
+    pub fn meta_field(&self, field: usize) -> usize {
         self.meta + field
     }
 
     /// End-of-stream position; `i64::MAX` while the publisher has not closed.
-    pub(crate) fn eos_position(&self) -> i64 {
+    pub fn eos_position(&self) -> i64 {
         self.region.load_i64(self.meta + meta::EOS_POSITION, Ordering::Acquire)
     }
 
     /// A writer's counter.
-    pub(crate) fn counter(&self, counter: Counter) -> i64 {
+    pub fn counter(&self, counter: Counter) -> i64 {
         self.region.load_i64(self.meta + counter.field(), Ordering::Relaxed)
     }
 
     /// A writer's gauge.
-    pub(crate) fn gauge(&self, gauge: Gauge) -> i64 {
+    pub fn gauge(&self, gauge: Gauge) -> i64 {
         self.region.load_i64(self.meta + gauge.field(), Ordering::Acquire)
     }
 
     /// Creation time, ns since the Unix epoch.
-    pub(crate) fn created_ns(&self) -> i64 {
+    pub fn created_ns(&self) -> i64 {
         self.region.load_i64(self.meta + meta::CREATED_NS, Ordering::Relaxed)
     }
 
     /// The publisher's process id as it wrote it.
-    pub(crate) fn publisher_pid(&self) -> i32 {
+    pub fn publisher_pid(&self) -> i32 {
         self.region.load_i32(self.meta + meta::PUBLISHER_PID, Ordering::Relaxed)
     }
 
     /// The stream name stored in the metadata (lossy if a peer wrote invalid UTF-8).
-    pub(crate) fn name(&self) -> String {
+    pub fn name(&self) -> String {
         let len = self.region.load_i32(self.meta + meta::NAME_LEN, Ordering::Relaxed);
         let len = usize::try_from(len).unwrap_or(0).min(meta::NAME_MAX);
         let mut buf = vec![0u8; len];
@@ -297,12 +297,12 @@ impl<R: Region> Log<R> {
     }
 
     /// The raw tail counter of partition `index`.
-    pub(crate) fn raw_tail(&self, index: usize) -> i64 {
+    pub fn raw_tail(&self, index: usize) -> i64 {
         self.region.load_i64(self.meta + meta::TAIL_COUNTERS + 8 * index, Ordering::Acquire)
     }
 
     /// Terms since the initial one, as the writer last published it.
-    pub(crate) fn active_term_count(&self) -> i32 {
+    pub fn active_term_count(&self) -> i32 {
         self.region.load_i32(self.meta + meta::ACTIVE_TERM_COUNT, Ordering::Acquire)
     }
 
@@ -310,7 +310,7 @@ impl<R: Region> Log<R> {
     ///
     /// Retries when a rotation races with the read; a tail that never matches its term count is
     /// corruption.
-    pub(crate) fn producer_position(&self) -> Result<i64, Invalid> {
+    pub fn producer_position(&self) -> Result<i64, Invalid> {
         for _ in 0..16 {
             let count = self.active_term_count();
             if count < 0 {

@@ -5,76 +5,76 @@ use crate::layout::log_meta::PARTITION_COUNT;
 
 /// The constants that turn positions into (term, offset, partition) and back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Terms {
+pub struct Terms {
     pub term_length: usize,
     pub bits: u32,
     pub initial_term_id: i32,
 }
 
 impl Terms {
-    pub(crate) fn new(term_length: usize, initial_term_id: i32) -> Self {
+    pub fn new(term_length: usize, initial_term_id: i32) -> Self {
         debug_assert!(term_length.is_power_of_two());
         Self { term_length, bits: term_length.trailing_zeros(), initial_term_id }
     }
 
     /// Terms since the initial one; wrapping `i32` arithmetic as in Aeron.
     #[inline(always)]
-    pub(crate) fn term_count(&self, term_id: i32) -> i64 {
+    pub fn term_count(&self, term_id: i32) -> i64 {
         term_id.wrapping_sub(self.initial_term_id) as i64
     }
 
     /// Position of `offset` inside term `term_id`.
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
     #[inline(always)]
-    pub(crate) fn position(&self, term_id: i32, offset: usize) -> i64 {
+    pub fn position(&self, term_id: i32, offset: usize) -> i64 {
         (self.term_count(term_id) << self.bits) + offset as i64
     }
 
     /// Position at which the term holding `position` begins.
     #[inline(always)]
-    pub(crate) fn term_begin(&self, position: i64) -> i64 {
+    pub fn term_begin(&self, position: i64) -> i64 {
         position & !(self.term_length as i64 - 1)
     }
 
     /// Offset of `position` inside its term.
     #[inline(always)]
-    pub(crate) fn term_offset(&self, position: i64) -> usize {
+    pub fn term_offset(&self, position: i64) -> usize {
         (position & (self.term_length as i64 - 1)) as usize
     }
 
     /// Term id of the term holding `position`.
     #[inline(always)]
-    pub(crate) fn term_id(&self, position: i64) -> i32 {
+    pub fn term_id(&self, position: i64) -> i32 {
         self.initial_term_id.wrapping_add((position >> self.bits) as i32)
     }
 
     /// Partition index of the term holding `position`.
     #[inline(always)]
-    pub(crate) fn partition(&self, position: i64) -> usize {
+    pub fn partition(&self, position: i64) -> usize {
         ((position >> self.bits) as u64 % PARTITION_COUNT as u64) as usize
     }
 
     /// Positions stop at `T * 2^31`: the term count is a non-negative `i32`.
-    pub(crate) fn max_position(&self) -> i64 {
+    pub fn max_position(&self) -> i64 {
         (self.term_length as i64) << 31
     }
 }
 
 /// Packs a tail counter: `term_id << 32 | offset`.
 #[inline(always)]
-pub(crate) fn pack_tail(term_id: i32, offset: usize) -> i64 {
+pub fn pack_tail(term_id: i32, offset: usize) -> i64 {
     ((term_id as i64) << 32) | (offset as u32 as i64)
 }
 
 /// Term id of a raw tail counter.
 #[inline(always)]
-pub(crate) fn tail_term_id(raw: i64) -> i32 {
+pub fn tail_term_id(raw: i64) -> i32 {
     (raw >> 32) as i32
 }
 
 /// Offset of a raw tail counter, clamped to the term length.
 #[inline(always)]
-pub(crate) fn tail_offset(raw: i64, term_length: usize) -> usize {
+pub fn tail_offset(raw: i64, term_length: usize) -> usize {
     ((raw & 0xFFFF_FFFF) as usize).min(term_length)
 }
 

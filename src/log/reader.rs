@@ -31,7 +31,7 @@ pub enum Action {
 
 /// Where a read stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Scan {
+pub struct Scan {
     /// Position after the last consumed frame (padding included).
     pub position: i64,
     /// Data fragments consumed.
@@ -52,7 +52,7 @@ struct Frame {
 /// Where a reader stands: a position, with the term it falls in worked out once per term rather
 /// than on every poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Cursor {
+pub struct Cursor {
     term_begin: i64,
     term_id: i32,
     partition: Span,
@@ -60,7 +60,7 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
-    pub(crate) fn new<R: Region>(log: &Log<R>, position: i64) -> Self {
+    pub fn new<R: Region>(log: &Log<R>, position: i64) -> Self {
         let terms = log.terms();
         Self {
             term_begin: terms.term_begin(position),
@@ -71,14 +71,14 @@ impl Cursor {
     }
 
     #[inline(always)]
-    pub(crate) fn position(&self) -> i64 {
+    pub fn position(&self) -> i64 {
         self.term_begin + self.offset as i64
     }
 
     /// Moves to `position`, working the term out again only if `position` left the term;
     /// returns `true` if it did.
     #[inline(always)]
-    pub(crate) fn move_to<R: Region>(&mut self, log: &Log<R>, position: i64) -> bool {
+    pub fn move_to<R: Region>(&mut self, log: &Log<R>, position: i64) -> bool {
         match usize::try_from(position - self.term_begin) {
             Ok(offset) if offset < self.partition.len() => {
                 self.offset = offset;
@@ -130,7 +130,7 @@ fn next_frame<R: Region>(
 }
 
 /// How a frame's payload reaches a handler.
-pub(crate) trait Delivery {
+pub trait Delivery {
     /// Calls `f` with the `len` payload bytes of the committed frame at `offset` of `term`.
     ///
     /// # Safety
@@ -160,7 +160,7 @@ pub(crate) trait Delivery {
 /// Lends the handler a slice of the log itself: zero-copy. Sound while every peer keeps to the
 /// protocol (see the crate's trust model).
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct InPlace;
+pub struct InPlace;
 
 impl Delivery for InPlace {
     #[inline(always)]
@@ -195,7 +195,7 @@ impl Delivery for InPlace {
 /// breaks the protocol (writes a frame after committing it) can change neither what the handler
 /// holds nor the bounds it checked.
 #[derive(Debug, Default)]
-pub(crate) struct Copied(pub Vec<u8>);
+pub struct Copied(pub Vec<u8>);
 
 impl Delivery for Copied {
     #[inline]
@@ -241,7 +241,7 @@ fn term_window<'a, R: Region>(log: &'a Log<R>, at: &Cursor) -> Window<'a, R> {
 /// writer can neither overwrite nor clean the frames handed to `handler` while it runs.
 #[cfg(test)]
 #[inline]
-pub(crate) unsafe fn read<R: Region>(
+pub unsafe fn read<R: Region>(
     log: &Log<R>,
     position: i64,
     fragment_limit: usize,
@@ -258,7 +258,7 @@ pub(crate) unsafe fn read<R: Region>(
 /// # Safety
 /// As [`read`], at `cursor`'s position.
 #[inline]
-pub(crate) unsafe fn read_at<R: Region>(
+pub unsafe fn read_at<R: Region>(
     log: &Log<R>,
     cursor: &Cursor,
     fragment_limit: usize,
@@ -319,7 +319,7 @@ pub(crate) unsafe fn read_at<R: Region>(
 ///
 /// # Safety
 /// As [`read`].
-pub(crate) unsafe fn read_block<R: Region>(
+pub unsafe fn read_block<R: Region>(
     log: &Log<R>,
     position: i64,
     max_bytes: usize,
@@ -369,26 +369,26 @@ pub(crate) unsafe fn read_block<R: Region>(
 /// `true` if nothing is committed at `position` yet (its length word is zero): below the
 /// producer position this is the frame the writer is still writing (an open claim, or an offer
 /// caught mid-copy), where a reader that caught up stands and waits. `position` must be 32-aligned.
-pub(crate) fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     term_window(log, &at).load_i32(at.offset, Ordering::Acquire) == 0
 }
 
 /// `true` if a frame is committed at `position` (its length word is positive; not validated).
-pub(crate) fn frame_committed_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub fn frame_committed_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     term_window(log, &at).load_i32(at.offset, Ordering::Acquire) > 0
 }
 
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
-pub(crate) fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     matches!(next_frame(&term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
 }
 
 /// `true` if a committed frame that starts a message (the first fragment, or padding between
 /// messages) starts at `position`: where an explicit join may land.
-pub(crate) fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     match next_frame(&term_window(log, &at), at.offset, at.term_id) {
         Ok(Some(frame)) => frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0,
@@ -400,7 +400,7 @@ pub(crate) fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool 
 /// committed message starts, found by walking the frames from the start of `from`'s term; `newest`
 /// if there is none. For refused joins: a position a retry can use. Reads only length words and
 /// headers, never lends bytes.
-pub(crate) fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
+pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
     let terms = log.terms();
     let mut at = terms.term_begin(from.max(0));
     // Whether the frame before `at` ended a message (a term always starts with a message).

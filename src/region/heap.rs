@@ -8,11 +8,11 @@ use super::raw::{Backing, RawRegion, WritableBacking};
 use std::sync::atomic::AtomicU64;
 
 /// Zeroed, 8-byte aligned heap memory that threads may share (e.g. in an `Arc`).
-pub(crate) type HeapRegion = RawRegion<HeapMemory>;
+pub type HeapRegion = RawRegion<HeapMemory>;
 
 /// The words behind a [`HeapRegion`].
 #[derive(Debug)]
-pub(crate) struct HeapMemory {
+pub struct HeapMemory {
     #[allow(clippy::disallowed_types)]
     words: Box<[AtomicU64]>,
     len: usize,
@@ -35,7 +35,7 @@ unsafe impl WritableBacking for HeapMemory {}
 
 impl HeapRegion {
     /// A zeroed region of `len` bytes (`len` is rounded up to 8 internally, not visibly).
-    pub(crate) fn new(len: usize) -> Self {
+    pub fn new(len: usize) -> Self {
         #[allow(clippy::disallowed_types)]
         let words = (0..len.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
         Self::over(HeapMemory { words, len })

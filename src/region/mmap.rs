@@ -6,17 +6,17 @@ use std::fs::File;
 use std::io;
 
 /// A shared read-write mapping of a file (or of a page-aligned range of it).
-pub(crate) type MmapRegion = RawRegion<SharedMap>;
+pub type MmapRegion = RawRegion<SharedMap>;
 /// A shared read-only mapping: a reader can never corrupt what it maps, whatever its bugs.
-pub(crate) type ReadOnlyRegion = RawRegion<ReadOnlyMap>;
+pub type ReadOnlyRegion = RawRegion<ReadOnlyMap>;
 
 /// The mapping behind an [`MmapRegion`].
 #[derive(Debug)]
-pub(crate) struct SharedMap(MmapRaw);
+pub struct SharedMap(MmapRaw);
 
 /// The mapping behind a [`ReadOnlyRegion`].
 #[derive(Debug)]
-pub(crate) struct ReadOnlyMap(MmapRaw);
+pub struct ReadOnlyMap(MmapRaw);
 
 // SAFETY: a mapping is page-aligned, `len()` bytes long, readable and writable (mapped with
 // `map_raw`), and stays where it is until the `MmapRaw` is dropped, wherever that is moved.
@@ -47,7 +47,7 @@ unsafe impl Backing for ReadOnlyMap {
 impl MmapRegion {
     /// Maps `len` bytes of `file` from `offset` (a multiple of the page size) read-write and
     /// shared, pre-faulting the pages (`MAP_POPULATE`) so the hot path never page-faults.
-    pub(crate) fn map(file: &File, offset: u64, len: usize) -> io::Result<Self> {
+    pub fn map(file: &File, offset: u64, len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().offset(offset).len(len).populate().map_raw(file)?;
         Ok(Self::over(SharedMap(map)))
     }
@@ -57,7 +57,7 @@ impl ReadOnlyRegion {
     /// Maps the first `len` bytes of `file` read-only, pre-faulting them if `populate`: readers
     /// of a log do, tools reading a few metadata words of a possibly huge log do not
     /// (populating a 3 GiB log costs about a second).
-    pub(crate) fn map(file: &File, len: usize, populate: bool) -> io::Result<Self> {
+    pub fn map(file: &File, len: usize, populate: bool) -> io::Result<Self> {
         let mut options = MmapOptions::new();
         options.len(len);
         if populate {

@@ -17,7 +17,7 @@ use std::ptr;
 /// # Safety
 /// `base()` is 8-aligned and valid for reads of `len()` bytes (and for writes if `WRITABLE`) for
 /// as long as the value lives, wherever it is moved to; both return the same values every time.
-pub(crate) unsafe trait Backing {
+pub unsafe trait Backing {
     /// Whether the memory may be written: [`RegionMut`] exists only for writable backings, and
     /// loads from the others take the form std allows on read-only memory.
     const WRITABLE: bool;
@@ -30,10 +30,10 @@ pub(crate) unsafe trait Backing {
 /// # Safety
 /// `Backing::WRITABLE` is `true` (checked at compile time), and `base()` is valid
 /// for writes of `len()` bytes for as long as the value lives.
-pub(crate) unsafe trait WritableBacking: Backing {}
+pub unsafe trait WritableBacking: Backing {}
 
 /// A region over backing memory `B`.
-pub(crate) struct RawRegion<B> {
+pub struct RawRegion<B> {
     base: *mut u8,
     len: usize,
     backing: B,

@@ -11,13 +11,13 @@ use super::{range_violation, Region, RegionMut};
 use crate::sync::Ordering;
 
 /// Grid of frame starts, and the bytes at each grid point that accesses reach without a check.
-pub(crate) const GRID: usize = 32;
+pub const GRID: usize = 32;
 
 /// Where a window lies: `[base, base + len)` with `len` a power of two of at least [`GRID`] bytes
 /// and `base` on the grid. Validated once when made (a log makes its three when it opens), so
 /// that laying it over a region costs a single compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Span {
+pub struct Span {
     base: usize,
     mask: usize,
 }
@@ -25,7 +25,7 @@ pub(crate) struct Span {
 impl Span {
     /// `None` unless `len` is a power of two of at least `GRID` bytes, `base` is on the grid and
     /// the end is representable.
-    pub(crate) fn new(base: usize, len: usize) -> Option<Self> {
+    pub fn new(base: usize, len: usize) -> Option<Self> {
         let valid =
             len.is_power_of_two() && len >= GRID && base % GRID == 0 && base.checked_add(len).is_some();
         valid.then_some(Self { base, mask: len - 1 })
@@ -33,20 +33,20 @@ impl Span {
 
     /// Offset of the first byte.
     #[inline(always)]
-    pub(crate) fn base(&self) -> usize {
+    pub fn base(&self) -> usize {
         self.base
     }
 
     /// Length in bytes.
     #[inline(always)]
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.mask + 1
     }
 }
 
 /// A [`Span`] laid over a region whose length it was checked against.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Window<'r, R> {
+pub struct Window<'r, R> {
     region: &'r R,
     base: usize,
     mask: usize,
@@ -56,7 +56,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// `span` of `region`. Panics (a bug in this crate, as for any out-of-bounds access) if the
     /// span runs past the region.
     #[inline(always)]
-    pub(crate) fn new(region: &'r R, span: Span) -> Self {
+    pub fn new(region: &'r R, span: Span) -> Self {
         if span.len() > region.len() || span.base > region.len() - span.len() {
             range_violation(region.len(), span.base, span.len());
         }
@@ -65,7 +65,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Length in bytes.
     #[inline(always)]
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.mask + 1
     }
 
@@ -110,7 +110,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Atomic load of the `i32` at grid point `at`.
     #[inline(always)]
-    pub(crate) fn load_i32(&self, at: usize, order: Ordering) -> i32 {
+    pub fn load_i32(&self, at: usize, order: Ordering) -> i32 {
         // SAFETY: `point` is inside the window with GRID bytes after it, the window inside the
         // region (checked in `new`); grid points are 4-aligned.
         unsafe { self.region.load_i32_unchecked(self.point(at), order) }
@@ -118,7 +118,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Copies `dst.len()` bytes from `rel` bytes past grid point `at`, inside its cell.
     #[inline(always)]
-    pub(crate) fn copy_out_cell(&self, at: usize, rel: usize, dst: &mut [u8]) {
+    pub fn copy_out_cell(&self, at: usize, rel: usize, dst: &mut [u8]) {
         self.check_cell(rel, dst.len());
         // SAFETY: within the GRID bytes after a point inside the window (checked above).
         unsafe { self.region.copy_out_unchecked(self.point(at) + rel, dst) }
@@ -127,7 +127,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// Copies the `dst.len()` bytes after the cell at grid point `at` (a frame's body), checked
     /// to end inside the window.
     #[inline(always)]
-    pub(crate) fn copy_out_body(&self, at: usize, dst: &mut [u8]) {
+    pub fn copy_out_body(&self, at: usize, dst: &mut [u8]) {
         let start = self.body(at, dst.len());
         // SAFETY: in bounds (checked in `body`).
         unsafe { self.region.copy_out_unchecked(start, dst) }
@@ -135,7 +135,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Copies `dst.len()` bytes from grid point `at`, checked to end inside the window.
     #[inline(always)]
-    pub(crate) fn copy_out(&self, at: usize, dst: &mut [u8]) {
+    pub fn copy_out(&self, at: usize, dst: &mut [u8]) {
         let start = self.run_of(self.point(at), dst.len());
         // SAFETY: in bounds (checked in `run_of`).
         unsafe { self.region.copy_out_unchecked(start, dst) }
@@ -146,7 +146,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// # Safety
     /// As [`Region::with_bytes`].
     #[inline(always)]
-    pub(crate) unsafe fn with_bytes<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
+    pub unsafe fn with_bytes<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         let start = self.run_of(self.point(at), len);
         // SAFETY: in bounds (checked in `run_of`); the rest is the caller's contract.
         unsafe { self.region.with_bytes_unchecked(start, len, f) }
@@ -157,7 +157,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// # Safety
     /// As [`Region::with_bytes`].
     #[inline(always)]
-    pub(crate) unsafe fn with_body<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
+    pub unsafe fn with_body<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         let start = self.body(at, len);
         // SAFETY: in bounds (checked in `body`); the rest is the caller's contract.
         unsafe { self.region.with_bytes_unchecked(start, len, f) }
@@ -167,7 +167,7 @@ impl<'r, R: Region> Window<'r, R> {
 impl<R: RegionMut> Window<'_, R> {
     /// Atomic store of the `i32` at grid point `at`.
     #[inline(always)]
-    pub(crate) fn store_i32(&self, at: usize, value: i32, order: Ordering) {
+    pub fn store_i32(&self, at: usize, value: i32, order: Ordering) {
         // SAFETY: as in `load_i32`.
         unsafe { self.region.store_i32_unchecked(self.point(at), value, order) }
     }
@@ -177,7 +177,7 @@ impl<R: RegionMut> Window<'_, R> {
     /// # Safety
     /// As [`RegionMut::copy_in`].
     #[inline(always)]
-    pub(crate) unsafe fn copy_in_cell(&self, at: usize, rel: usize, src: &[u8]) {
+    pub unsafe fn copy_in_cell(&self, at: usize, rel: usize, src: &[u8]) {
         self.check_cell(rel, src.len());
         // SAFETY: in bounds as in `copy_out_cell`; the rest is the caller's contract.
         unsafe { self.region.copy_in_unchecked(self.point(at) + rel, src) }
@@ -188,7 +188,7 @@ impl<R: RegionMut> Window<'_, R> {
     /// # Safety
     /// As [`RegionMut::copy_in`].
     #[inline(always)]
-    pub(crate) unsafe fn copy_in_body(&self, at: usize, src: &[u8]) {
+    pub unsafe fn copy_in_body(&self, at: usize, src: &[u8]) {
         let start = self.body(at, src.len());
         // SAFETY: in bounds (checked in `body`); the rest is the caller's contract.
         unsafe { self.region.copy_in_unchecked(start, src) }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 /// Checks the settings every stream participant shares and prepares the directory; returns it.
 ///
 /// `dir: None` means the per-user default directory, which must also belong to us.
-pub(crate) fn prepare(
+pub fn prepare(
     stream: &str,
     dir: Option<&PathBuf>,
     file_mode: u32,
@@ -42,10 +42,10 @@ pub(crate) fn prepare(
 }
 
 /// Largest file we agree to map as a log (1 GiB terms with 1 GiB pages).
-pub(crate) const MAX_LOG_FILE: u64 = 4 << 30;
+pub const MAX_LOG_FILE: u64 = 4 << 30;
 
 /// A random 64-bit value from std's per-process hashing keys, the clock and the pid.
-pub(crate) fn random_u64() -> u64 {
+pub fn random_u64() -> u64 {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
     let mut h = RandomState::new().build_hasher();
@@ -55,7 +55,7 @@ pub(crate) fn random_u64() -> u64 {
 }
 
 /// Nanoseconds since the Unix epoch.
-pub(crate) fn now_ns() -> i64 {
+pub fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
@@ -72,7 +72,7 @@ fn open_new(path: &Path, mode: u32) -> io::Result<File> {
     Ok(f)
 }
 
-pub(crate) fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
     // O_NONBLOCK: a FIFO planted under a stream's name must not block the open; it is then
     // refused as "not a regular file". On regular files the flag changes nothing.
     let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
@@ -82,7 +82,7 @@ pub(crate) fn open_existing(path: &Path, write: bool) -> io::Result<File> {
 /// Refuses files that are not plain files of ours, or that anyone but us may write (a writer of
 /// the log writes every reader's messages, a writer of the slot file moves flow control).
 /// Returns the length.
-pub(crate) fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
+pub fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
     let m = file.metadata().map_err(|e| Error::io("inspect file", path, e))?;
     if !m.is_file() {
         return Err(Error::Corrupt { path: path.into(), what: "not a regular file" });
@@ -112,7 +112,7 @@ fn check_space(dir: &Path, needed: u64) -> Result<(), Error> {
 /// none yet, its reader-slot file of `slots` slots. Checked before either is created, so a full
 /// file system leaves nothing behind (the slot file, once created, is shared and not ours to
 /// remove again).
-pub(crate) fn check_space_for_stream(
+pub fn check_space_for_stream(
     dir: &Path,
     stream: &str,
     geometry: Geometry,
@@ -153,7 +153,7 @@ impl Drop for TempGuard<'_> {
 
 /// Options for a new log.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct NewLog<'a> {
+pub struct NewLog<'a> {
     pub dir: &'a Path,
     pub name: &'a str,
     pub geometry: Geometry,
@@ -162,14 +162,14 @@ pub(crate) struct NewLog<'a> {
 
 /// A log we created and own: the publisher lock is held on `file`.
 #[derive(Debug)]
-pub(crate) struct OwnedLog {
+pub struct OwnedLog {
     pub file: File,
     pub path: PathBuf,
     pub log: Log<MmapRegion>,
 }
 
 /// Creates, initialises and publishes a new session's log under the stream's name.
-pub(crate) fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
+pub fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
     let g = opts.geometry;
     let len = g.file_length() as u64;
     let nonce = random_u64();
@@ -249,14 +249,14 @@ fn looks_like_log(file: &File) -> bool {
 
 /// A log opened for reading: read-only mapping, reader lock held.
 #[derive(Debug)]
-pub(crate) struct ReadLog {
+pub struct ReadLog {
     pub file: File,
     pub log: Log<ReadOnlyRegion>,
 }
 
 /// What is under the stream's log name for a reader.
 #[derive(Debug)]
-pub(crate) enum Found {
+pub enum Found {
     /// No log: no publisher has created one, or the last one closed.
     Nothing,
     /// A log whose publisher is dead (not mapped: a crashed publisher's leftover may be GiBs).
@@ -270,7 +270,7 @@ pub(crate) enum Found {
 /// Opens the stream's log for reading if its publisher is alive and `current` (the log being
 /// read) is not that same file; only then maps it. A log being removed (its reader lock refused:
 /// `clean` holds the file) reads as `Nothing` for now.
-pub(crate) fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
+pub fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
     let file = match open_existing(path, false) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Found::Nothing),
@@ -307,7 +307,7 @@ fn same_inode(a: &File, b: &File) -> bool {
 }
 
 /// How a process maps a stream's reader-slot file.
-pub(crate) trait SlotsMapping: Region + Sized {
+pub trait SlotsMapping: Region + Sized {
     fn map_slots(file: &File, len: usize) -> io::Result<Self>;
 }
 
@@ -328,7 +328,7 @@ impl SlotsMapping for ReadOnlyRegion {
 /// Opens the stream's reader-slot file, creating it with `count` slots if it does not exist, and
 /// maps it as `R`. A file with fewer slots than `count` is refused unless `count` only applies to
 /// a file this call creates (`at_least: false`).
-pub(crate) fn open_readers<R: SlotsMapping>(
+pub fn open_readers<R: SlotsMapping>(
     dir: &Path,
     stream: &str,
     count: usize,

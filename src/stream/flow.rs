@@ -22,7 +22,7 @@ use crate::sync::{fence, Ordering};
 
 /// Flow-control state private to the publication.
 #[derive(Debug)]
-pub(crate) struct FlowControl {
+pub struct FlowControl {
     window: i64,
     limit: i64,
     /// Highest reader position ever seen (Aeron's consumer position): with no reader left, the
@@ -33,7 +33,7 @@ pub(crate) struct FlowControl {
 
 impl FlowControl {
     /// Starts with no reader: the limit is the initial position, so offers report NotConnected.
-    pub(crate) fn new(window: usize, position: i64) -> Self {
+    pub fn new(window: usize, position: i64) -> Self {
         Self {
             window: window as i64,
             limit: position,
@@ -44,23 +44,23 @@ impl FlowControl {
 
     /// The cached limit: offers starting below it are admitted.
     #[inline(always)]
-    pub(crate) fn limit(&self) -> i64 {
+    pub fn limit(&self) -> i64 {
         self.limit
     }
 
     /// Readers counted at the last recompute.
-    pub(crate) fn readers(&self) -> SessionReaders {
+    pub fn readers(&self) -> SessionReaders {
         self.readers
     }
 
     /// `true` if the last recompute counted a reader.
-    pub(crate) fn connected(&self) -> bool {
+    pub fn connected(&self) -> bool {
         self.readers.count > 0
     }
 
     /// Re-reads the slots of `session` and sets the limit from the slowest reader that is not
     /// ahead of `producer`, the writer's position.
-    pub(crate) fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32, producer: i64) -> i64 {
+    pub fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32, producer: i64) -> i64 {
         // Pairs with the fence of a joining reader (`stream::join`).
         if RECOMPUTE_FENCE {
             fence(Ordering::SeqCst);

@@ -43,7 +43,7 @@ pub enum JoinAt {
 
 /// Why [`join`] did not join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum JoinRefused {
+pub enum JoinRefused {
     /// The explicit position is not readable: not within `[oldest, newest]`, or not where a
     /// message starts. `oldest` is the oldest message start the log holds, `newest` the writer's
     /// position and `nearest` the first message start at or after the request (clamped to them).
@@ -60,7 +60,7 @@ pub(crate) enum JoinRefused {
 ///
 /// A position chosen by `Slowest` may stand inside a fragmented message; the reader then skips to
 /// the next message start (`stream::Reader`). On refusal the slot is left claimed but not reading.
-pub(crate) fn join<L: Region, R: Region, S: RegionMut>(
+pub fn join<L: Region, R: Region, S: RegionMut>(
     log: &Log<L>,
     slots: &Slots<R>,
     slot: &SlotMut<S>,

@@ -24,36 +24,36 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Byte the publisher write-locks in its log while it lives.
-pub(crate) const PUBLISHER_LOCK: u64 = 0;
+pub const PUBLISHER_LOCK: u64 = 0;
 /// Byte every reader of a log read-locks while it maps it.
-pub(crate) const READER_LOCK: u64 = 1;
+pub const READER_LOCK: u64 = 1;
 /// Byte of the slot file that every process holding it open read-locks (in the header, outside
 /// every slot), so whoever removes the file, which write-locks all of it first, never removes a
 /// file a live publisher or reader uses.
-pub(crate) const USER_LOCK: u64 = 0;
+pub const USER_LOCK: u64 = 0;
 
 /// `true` while the log's publisher process holds its lock.
-pub(crate) fn publisher_alive(log: &File) -> bool {
+pub fn publisher_alive(log: &File) -> bool {
     // An error (which would be a bug) reads as "alive": never declare a live publisher dead.
     lock::is_held(log, Kind::Shared, PUBLISHER_LOCK, 1).unwrap_or(true)
 }
 
 /// The byte range of slot `index`: its page.
-pub(crate) fn slot_range(index: usize) -> (u64, u64) {
+pub fn slot_range(index: usize) -> (u64, u64) {
     (slot_offset(index) as u64, s::SLOT_LEN as u64)
 }
 
 /// A stream's reader-slot file, open read-write: the slots' kernel tokens are its byte-range
 /// locks. Holding it open holds the file's user lock.
 #[derive(Debug)]
-pub(crate) struct SlotFile {
+pub struct SlotFile {
     pub(crate) file: File,
     pub(crate) path: PathBuf,
 }
 
 impl SlotFile {
     /// `true` if the stream's name still leads to this file.
-    pub(crate) fn is_current(&self) -> Result<bool, Error> {
+    pub fn is_current(&self) -> Result<bool, Error> {
         is_same_file(&self.file, &self.path).map_err(|e| Error::io("inspect", &self.path, e))
     }
 
@@ -61,7 +61,7 @@ impl SlotFile {
     /// read-write and marks it claimed (raising the high-water mark through a short-lived
     /// mapping of the header). `Ok(None)` if every slot is held, or if the file was removed
     /// meanwhile (the caller reopens).
-    pub(crate) fn claim<R: Region>(&self, slots: &Slots<R>) -> Result<Option<SlotMut<MmapRegion>>, Error> {
+    pub fn claim<R: Region>(&self, slots: &Slots<R>) -> Result<Option<SlotMut<MmapRegion>>, Error> {
         let Some(index) = slots.lock_free(self)? else { return Ok(None) };
         let mapped = MmapRegion::map(&self.file, slot_offset(index) as u64, s::SLOT_LEN)
             .and_then(|slot| Ok((slot, MmapRegion::map(&self.file, 0, s::HEADER_LEN)?)));
@@ -91,7 +91,7 @@ impl SlotFile {
     }
 
     /// Frees our slot and drops its lock.
-    pub(crate) fn release(&self, slot: SlotMut<MmapRegion>) {
+    pub fn release(&self, slot: SlotMut<MmapRegion>) {
         slot.free();
         self.unlock(slot.index());
     }
@@ -99,7 +99,7 @@ impl SlotFile {
     /// Removes the file if no other process has it open (no publisher, no reader, not even one
     /// about to claim a slot): the last user to leave removes it. Returns whether it did. Call
     /// it holding no slot.
-    pub(crate) fn remove_if_abandoned(&self) -> bool {
+    pub fn remove_if_abandoned(&self) -> bool {
         // Replaces our own user lock; conflicts with everyone else's.
         if !matches!(lock::try_lock(&self.file, Kind::Exclusive, 0, 0), Ok(true)) {
             return false;
@@ -130,14 +130,14 @@ impl SlotLocks for SlotFile {
 
 /// The publisher's liveness: the slot file's locks, asked at most once per interval.
 #[derive(Debug)]
-pub(crate) struct Paced {
+pub struct Paced {
     pub(crate) slot_file: SlotFile,
     interval: Duration,
     last_sweep: Option<Instant>,
 }
 
 impl Paced {
-    pub(crate) fn new(slot_file: SlotFile, interval: Duration) -> Self {
+    pub fn new(slot_file: SlotFile, interval: Duration) -> Self {
         Self { slot_file, interval, last_sweep: None }
     }
 }

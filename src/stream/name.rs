@@ -4,10 +4,10 @@ use crate::error::Error;
 use std::path::{Path, PathBuf};
 
 /// Longest stream name, in bytes: leaves room for suffixes within NAME_MAX (255).
-pub(crate) const MAX_NAME_LEN: usize = 200;
+pub const MAX_NAME_LEN: usize = 200;
 
 /// Checks that `name` is usable as one file-name component on every Unix.
-pub(crate) fn validate(name: &str) -> Result<(), Error> {
+pub fn validate(name: &str) -> Result<(), Error> {
     let bad = |reason| Err(Error::InvalidName { name: name.to_owned(), reason });
     if name.is_empty() {
         return bad("empty");
@@ -31,22 +31,22 @@ pub(crate) fn validate(name: &str) -> Result<(), Error> {
 }
 
 /// The log of the stream's current session.
-pub(crate) fn log_path(dir: &Path, name: &str) -> PathBuf {
+pub fn log_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.log"))
 }
 
 /// The stream's reader-slot file, shared by all its sessions.
-pub(crate) fn readers_path(dir: &Path, name: &str) -> PathBuf {
+pub fn readers_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.readers"))
 }
 
 /// A file being initialised, invisible under the stream's name until it is complete.
-pub(crate) fn temp_path(dir: &Path, name: &str, suffix: &str, nonce: u64) -> PathBuf {
+pub fn temp_path(dir: &Path, name: &str, suffix: &str, nonce: u64) -> PathBuf {
     dir.join(format!(".{name}.{nonce:016x}.{suffix}.tmp"))
 }
 
 /// A 32-bit id for the stream (FNV-1a of its name), written in every frame header.
-pub(crate) fn stream_id(name: &str) -> i32 {
+pub fn stream_id(name: &str) -> i32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in name.bytes() {
         h ^= b as u32;

@@ -17,23 +17,23 @@ use crate::region::{Region, RegionMut};
 
 /// Why a reader stopped delivering: a frame failed validation, or the writer broke a bound that
 /// flow control keeps. Never cleared within a session.
-pub(crate) type Fault = &'static str;
+pub type Fault = &'static str;
 
 /// Fault: the writer is further ahead than flow control allows any reader to trail it.
-pub(crate) const OVERRUN: Fault =
+pub const OVERRUN: Fault =
     "overrun: the publisher ran further ahead of this reader than flow control allows (a forged \
      reader slot or a misbehaving publisher); frames delivered since the last check may be damaged";
 
 /// Fault: a frame stays uncommitted although the writer has reserved space after it since.
-pub(crate) const NEVER_COMMITTED: Fault =
+pub const NEVER_COMMITTED: Fault =
     "a frame was never committed although the publisher has moved past it since";
 
 /// Fault: the tail counters do not describe a position.
-pub(crate) const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
+pub const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
 
 /// A reader of one session of a log, through its own slot.
 #[derive(Debug)]
-pub(crate) struct Reader<L, S> {
+pub struct Reader<L, S> {
     log: Log<L>,
     cursor: Cursor,
     slot: SlotMut<S>,
@@ -57,7 +57,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Joins `log`'s session through `slot` by `rule` (see [`join::join`]); on refusal the slot
     /// comes back, claimed but not reading. `copy` makes every delivery a copy (see
     /// [`Reader::poll`]).
-    pub(crate) fn join<R: Region>(
+    pub fn join<R: Region>(
         log: Log<L>,
         slots: &Slots<R>,
         slot: SlotMut<S>,
@@ -85,14 +85,14 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     }
 
     /// Leaves the session: the slot stops counting for its writer and comes back for the next.
-    pub(crate) fn leave(self) -> SlotMut<S> {
+    pub fn leave(self) -> SlotMut<S> {
         self.slot.deactivate();
         self.slot
     }
 
     /// Delivers up to `fragment_limit` fragments to `handler`; returns how many.
     #[inline]
-    pub(crate) fn poll(&mut self, mut handler: impl FnMut(&[u8], &Header), fragment_limit: usize) -> usize {
+    pub fn poll(&mut self, mut handler: impl FnMut(&[u8], &Header), fragment_limit: usize) -> usize {
         self.controlled_poll(
             |payload: &[u8], header: &Header| {
                 handler(payload, header);
@@ -105,7 +105,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Like [`Reader::poll`], the handler steering with an [`Action`]; `Commit` publishes the
     /// position at once.
     #[inline]
-    pub(crate) fn controlled_poll(
+    pub fn controlled_poll(
         &mut self,
         handler: impl FnMut(&[u8], &Header) -> Action,
         fragment_limit: usize,
@@ -131,7 +131,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
 
     /// Hands `handler` one block of raw committed frames (headers included) and the position of
     /// its first byte; returns the bytes consumed.
-    pub(crate) fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
+    pub fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
         if self.detour && !self.take_detour() {
             return 0;
         }
@@ -215,7 +215,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// The reader's cold check after polls that found nothing: the bounds, and a frame that
     /// stays uncommitted although the writer has reserved space after it since (its commit
     /// happened before that reservation was published, so it is not coming: a fault).
-    pub(crate) fn idle_check(&mut self) {
+    pub fn idle_check(&mut self) {
         self.check_bounds();
         let position = self.cursor.position();
         let producer = match self.log.producer_position() {
@@ -234,32 +234,32 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     }
 
     /// `true` once everything before the writer's end of stream has been read.
-    pub(crate) fn at_end_of_stream(&self) -> bool {
+    pub fn at_end_of_stream(&self) -> bool {
         self.cursor.position() >= self.log.eos_position()
     }
 
     /// `true` if nothing committed is left to read at our position (or reading has stopped at a
     /// fault): with a dead writer, the session is over. Frames are committed in order, so an
     /// uncommitted one here means none after it is either.
-    pub(crate) fn drained(&self) -> bool {
+    pub fn drained(&self) -> bool {
         self.fault.is_some()
             || self.at_end_of_stream()
             || !reader::frame_committed_at(&self.log, self.cursor.position())
     }
 
-    pub(crate) fn position(&self) -> i64 {
+    pub fn position(&self) -> i64 {
         self.cursor.position()
     }
 
-    pub(crate) fn join_position(&self) -> i64 {
+    pub fn join_position(&self) -> i64 {
         self.join_position
     }
 
-    pub(crate) fn fault(&self) -> Option<Fault> {
+    pub fn fault(&self) -> Option<Fault> {
         self.fault
     }
 
-    pub(crate) fn log(&self) -> &Log<L> {
+    pub fn log(&self) -> &Log<L> {
         &self.log
     }
 }

@@ -23,7 +23,7 @@ use crate::sync::Ordering;
 
 /// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
 /// it is owning the slot; taking it proves that no live process owns the slot.
-pub(crate) trait SlotLocks {
+pub trait SlotLocks {
     /// Why a lock could not be tried (a system call failed).
     type Error;
 
@@ -37,14 +37,14 @@ pub(crate) trait SlotLocks {
 
 /// The slot table of one stream, as the writer and joining readers read it.
 #[derive(Debug)]
-pub(crate) struct Slots<R> {
+pub struct Slots<R> {
     region: R,
     count: usize,
 }
 
 /// What one scan of the slots found for a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SessionReaders {
+pub struct SessionReaders {
     /// Readers counted.
     pub count: usize,
     /// Slowest position among them.
@@ -57,7 +57,7 @@ pub(crate) struct SessionReaders {
 
 /// A snapshot of one slot, for tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SlotView {
+pub struct SlotView {
     pub index: usize,
     pub session_id: i32,
     pub state: i64,
@@ -73,7 +73,7 @@ fn store_state<R: RegionMut>(region: &R, base: usize, session: i32, state: i64, 
 
 impl<R: RegionMut> Slots<R> {
     /// Writes the header of a fresh, zeroed slot file and marks it ready (release, last).
-    pub(crate) fn initialize(region: R, count: usize) -> Self {
+    pub fn initialize(region: R, count: usize) -> Self {
         assert!(count > 0 && count <= s::MAX_SLOTS && region.len() == s::file_length(count));
         region.store_i64(s::MAGIC_OFFSET, s::MAGIC, Ordering::Relaxed);
         region.store_i32(s::VERSION, LAYOUT_VERSION, Ordering::Relaxed);
@@ -92,7 +92,7 @@ impl<R: RegionMut> Slots<R> {
     /// owner dead, and the slot is freed under the lock (after re-reading its state: an owner
     /// may have claimed it and left meanwhile), so a reader claiming it concurrently, which
     /// must take the same lock first, is never freed. Returns how many were freed.
-    pub(crate) fn evict_dead<L: SlotLocks>(&self, locks: &L) -> usize {
+    pub fn evict_dead<L: SlotLocks>(&self, locks: &L) -> usize {
         let mut evicted = 0;
         for i in 0..self.high_water() {
             if self.state(i).1 == s::STATE_FREE {
@@ -118,7 +118,7 @@ impl<R: RegionMut> Slots<R> {
 
 impl<R: Region> Slots<R> {
     /// Validates a slot file's bytes.
-    pub(crate) fn open(region: R) -> Result<Self, Invalid> {
+    pub fn open(region: R) -> Result<Self, Invalid> {
         use Invalid::Corrupt;
         if region.len() < s::HEADER_LEN {
             return Err(Corrupt("reader-slot file is shorter than its header"));
@@ -144,13 +144,13 @@ impl<R: Region> Slots<R> {
         Ok(Self { region, count })
     }
 
-    pub(crate) fn count(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.count
     }
 
     /// Slots ever claimed, clamped to the table (a peer may have written anything there).
     #[inline]
-    pub(crate) fn high_water(&self) -> usize {
+    pub fn high_water(&self) -> usize {
         let hw = self.region.load_i64(s::HIGH_WATER, Ordering::Acquire);
         usize::try_from(hw).unwrap_or(0).min(self.count)
     }
@@ -158,7 +158,7 @@ impl<R: Region> Slots<R> {
     /// Locks the first slot whose lock is free and returns its index; `Ok(None)` if every lock
     /// is held. A slot left non-free by a dead owner is taken over as it is: the lock, not the
     /// state word, says who owns it. The caller then marks it with [`SlotMut::claim`].
-    pub(crate) fn lock_free<L: SlotLocks>(&self, locks: &L) -> Result<Option<usize>, L::Error> {
+    pub fn lock_free<L: SlotLocks>(&self, locks: &L) -> Result<Option<usize>, L::Error> {
         for i in 0..self.count {
             if locks.try_lock(i)? {
                 return Ok(Some(i));
@@ -169,13 +169,13 @@ impl<R: Region> Slots<R> {
 
     /// `(session, state)` of slot `index`.
     #[inline]
-    pub(crate) fn state(&self, index: usize) -> (i32, i64) {
+    pub fn state(&self, index: usize) -> (i32, i64) {
         unpack_state(self.region.load_i64(slot_offset(index) + s::STATE, Ordering::Acquire))
     }
 
     /// Position of slot `index`.
     #[inline]
-    pub(crate) fn position(&self, index: usize) -> i64 {
+    pub fn position(&self, index: usize) -> i64 {
         self.region.load_i64(slot_offset(index) + s::POSITION, Ordering::Acquire)
     }
 
@@ -185,7 +185,7 @@ impl<R: Region> Slots<R> {
     ///
     /// Liveness is not checked here (that costs system calls); a dead reader counts until a sweep
     /// frees its slot.
-    pub(crate) fn scan(&self, session: i32, exclude: Option<usize>, ceiling: i64) -> SessionReaders {
+    pub fn scan(&self, session: i32, exclude: Option<usize>, ceiling: i64) -> SessionReaders {
         let mut found = SessionReaders::default();
         for i in 0..self.high_water() {
             if Some(i) == exclude {
@@ -208,7 +208,7 @@ impl<R: Region> Slots<R> {
     }
 
     /// A snapshot of slot `index`.
-    pub(crate) fn view(&self, index: usize) -> SlotView {
+    pub fn view(&self, index: usize) -> SlotView {
         let base = slot_offset(index);
         let r = &self.region;
         let (session_id, state) = self.state(index);
@@ -226,7 +226,7 @@ impl<R: Region> Slots<R> {
 
 /// Raises the file's high-water mark of claimed slots to at least `to`, through `header`: a
 /// writable view of the file's header (a claimer maps it only for this).
-pub(crate) fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
+pub fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
     let mut seen = header.load_i64(s::HIGH_WATER, Ordering::Acquire);
     while seen < to as i64 {
         match header.compare_exchange_i64(s::HIGH_WATER, seen, to as i64) {
@@ -240,7 +240,7 @@ pub(crate) fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
 /// slot's page alone, while the rest of the file is mapped read-only, so no stray write of one
 /// reader reaches another's slot or the header.
 #[derive(Debug)]
-pub(crate) struct SlotMut<S> {
+pub struct SlotMut<S> {
     region: S,
     /// Offset of the slot in `region` (0 for a mapping of the slot alone).
     base: usize,
@@ -249,18 +249,18 @@ pub(crate) struct SlotMut<S> {
 
 impl<S: RegionMut> SlotMut<S> {
     /// Slot `index` of a file, at offset `base` of `region`. The caller holds the slot's lock.
-    pub(crate) fn new(region: S, base: usize, index: usize) -> Self {
+    pub fn new(region: S, base: usize, index: usize) -> Self {
         assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN, "a whole slot");
         Self { region, base, index }
     }
 
-    pub(crate) fn index(&self) -> usize {
+    pub fn index(&self) -> usize {
         self.index
     }
 
     /// Marks the slot claimed by `pid` and not yet reading, then raises the high-water mark
     /// through `header` so the writer's scans reach it.
-    pub(crate) fn claim<H: RegionMut>(&self, header: &H, pid: i64, now_ns: i64) {
+    pub fn claim<H: RegionMut>(&self, header: &H, pid: i64, now_ns: i64) {
         let r = &self.region;
         store_state(r, self.base, 0, s::STATE_WAITING, Ordering::Release);
         r.store_i64(self.base + s::PID, pid, Ordering::Relaxed);
@@ -269,7 +269,7 @@ impl<S: RegionMut> SlotMut<S> {
     }
 
     /// Publishes that this slot reads `session` from `position` (position first, then state).
-    pub(crate) fn activate(&self, session: i32, position: i64) {
+    pub fn activate(&self, session: i32, position: i64) {
         let r = &self.region;
         r.store_i64(self.base + s::POSITION, position, Ordering::Release);
         r.store_i64(self.base + s::JOIN_POSITION, position, Ordering::Relaxed);
@@ -277,19 +277,19 @@ impl<S: RegionMut> SlotMut<S> {
     }
 
     /// Back to claimed-but-not-reading (a join that must be retried, or a finished session).
-    pub(crate) fn deactivate(&self) {
+    pub fn deactivate(&self) {
         store_state(&self.region, self.base, 0, s::STATE_WAITING, Ordering::Release);
     }
 
     /// Frees the slot: its owner leaves (and then drops its lock).
-    pub(crate) fn free(&self) {
+    pub fn free(&self) {
         store_state(&self.region, self.base, 0, s::STATE_FREE, Ordering::Release);
     }
 
     /// Publishes the reader's new position (only forward). Release: the writer that acquires it
     /// may reuse what the reader read before it (I2, I3).
     #[inline(always)]
-    pub(crate) fn set_position(&self, position: i64) {
+    pub fn set_position(&self, position: i64) {
         self.region.store_i64(self.base + s::POSITION, position, POSITION);
     }
 }

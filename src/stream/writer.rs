@@ -16,7 +16,7 @@ use crate::region::{DirectRegion, RegionMut};
 use crate::sync::protocol::DISTRUST_SLOTS;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
-pub(crate) trait Liveness: SlotLocks {
+pub trait Liveness: SlotLocks {
     /// Whether a held-back writer may sweep dead readers now: a sweep costs system calls, so
     /// it runs at most once per liveness interval.
     fn sweep_due(&mut self) -> bool;
@@ -24,7 +24,7 @@ pub(crate) trait Liveness: SlotLocks {
 
 /// The writer of a log's session, with its flow control over the stream's reader slots.
 #[derive(Debug)]
-pub(crate) struct Writer<L, S, K> {
+pub struct Writer<L, S, K> {
     appender: Appender<L>,
     flow: FlowControl,
     slots: Slots<S>,
@@ -39,7 +39,7 @@ pub(crate) struct Writer<L, S, K> {
 
 impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Takes over `log` (fresh, or where its tail counters say its writer stopped).
-    pub(crate) fn new(log: Log<L>, slots: Slots<S>, liveness: K) -> Result<Self, Invalid> {
+    pub fn new(log: Log<L>, slots: Slots<S>, liveness: K) -> Result<Self, Invalid> {
         let geometry = log.geometry();
         let session_id = log.session_id();
         let max_position = log.terms().max_position();
@@ -59,7 +59,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Appends `message`; returns the position after it.
     #[inline]
-    pub(crate) fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+    pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, below the cached limit.
         if message.len() <= self.appender.max_payload()
             && self.pending.is_none()
@@ -75,7 +75,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Appends one message gathered from `parts`, in order.
-    pub(crate) fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
+    pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
         let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
         let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.max_message })?;
         self.offer_parts(parts, len)
@@ -98,7 +98,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Reserves a frame of `len` payload bytes (at most the max payload) to be written in place
     /// and committed or aborted later; returns the position after it.
-    pub(crate) fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
+    pub fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
         let max = self.appender.max_payload();
         if len > max {
             return Err(OfferError::MessageTooLarge { len, max });
@@ -120,7 +120,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
     /// `claim_buffer`, for backends that cannot lend a slice (loom's).
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
-    pub(crate) fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    pub fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
         match &self.pending {
             Some(frame) => self.appender.with_claim_payload(frame, f),
             None => f(&mut []),
@@ -128,14 +128,14 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Sets the reserved value of the pending claim.
-    pub(crate) fn set_claim_reserved_value(&mut self, value: i64) {
+    pub fn set_claim_reserved_value(&mut self, value: i64) {
         if let Some(frame) = &self.pending {
             self.appender.set_claim_reserved_value(frame, value);
         }
     }
 
     /// Commits the pending claim; returns the position after it.
-    pub(crate) fn commit_claim(&mut self) -> Option<i64> {
+    pub fn commit_claim(&mut self) -> Option<i64> {
         let frame = self.pending.take()?;
         let position = frame.position;
         self.appender.commit(frame);
@@ -144,7 +144,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Turns the pending claim, if any, into padding that readers skip.
     #[inline(always)]
-    pub(crate) fn abort_claim(&mut self) {
+    pub fn abort_claim(&mut self) {
         if let Some(frame) = self.pending.take() {
             self.appender.abort(frame);
         }
@@ -214,7 +214,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Sweeps dead readers and recomputes the limit; returns the readers counted. System calls:
     /// for setup and monitoring, not for every offer.
-    pub(crate) fn check_readers(&mut self) -> SessionReaders {
+    pub fn check_readers(&mut self) -> SessionReaders {
         self.sweep();
         self.recompute_limit();
         self.flow.readers()
@@ -222,7 +222,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Marks end of stream at the current position (after aborting a pending claim): readers
     /// drain to it and stop.
-    pub(crate) fn close(&mut self) {
+    pub fn close(&mut self) {
         self.abort_claim();
         let position = self.appender.position();
         let log = self.appender.log();
@@ -231,35 +231,35 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Position after the last message appended (or claimed).
-    pub(crate) fn position(&self) -> i64 {
+    pub fn position(&self) -> i64 {
         self.appender.position()
     }
 
     /// The cached limit: appends starting below it are admitted without reading the slots.
-    pub(crate) fn limit(&self) -> i64 {
+    pub fn limit(&self) -> i64 {
         self.flow.limit()
     }
 
-    pub(crate) fn max_message_len(&self) -> usize {
+    pub fn max_message_len(&self) -> usize {
         self.max_message
     }
 
-    pub(crate) fn max_payload_len(&self) -> usize {
+    pub fn max_payload_len(&self) -> usize {
         self.appender.max_payload()
     }
 
-    pub(crate) fn log(&self) -> &Log<L> {
+    pub fn log(&self) -> &Log<L> {
         self.appender.log()
     }
 
-    pub(crate) fn liveness(&self) -> &K {
+    pub fn liveness(&self) -> &K {
         &self.liveness
     }
 }
 
 impl<L: DirectRegion, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Lends the payload of the pending claim (none: an empty slice).
-    pub(crate) fn claim_buffer(&mut self) -> &mut [u8] {
+    pub fn claim_buffer(&mut self) -> &mut [u8] {
         match &self.pending {
             Some(frame) => self.appender.claim_slice(frame),
             None => &mut [],
