@@ -27,9 +27,10 @@
 //!   next partition at its end, padding the rest. Messages above `mtu - 32` bytes are fragmented
 //!   (a [`FragmentAssembler`] reassembles them); the largest message is `min(T/8, 16 MiB)`.
 //! - **Readers.** Each subscription owns a slot in the stream's `<name>.readers` file holding its
-//!   position. The publisher may run at most a window (default `T/2`) ahead of the slowest live
-//!   reader ([`OfferError::BackPressured`] otherwise), so it never overwrites unread data, and it
-//!   zeroes the partition it will enter next as it writes, two terms behind itself.
+//!   position. The publisher starts a message only below the slowest live reader's position plus
+//!   a window (default `T/2`), so it runs at most a window plus one message ahead
+//!   ([`OfferError::BackPressured`] otherwise) and never overwrites unread data; it zeroes the
+//!   partition it will enter next as it writes, two terms behind itself.
 //! - **Liveness.** Kernel-held locks (Linux OFD byte-range locks) mark the publisher and every
 //!   reader as alive; the kernel drops them when a process dies, even by SIGKILL. A dead reader
 //!   stops holding the publisher back within the liveness interval (100 ms by default); a live
@@ -47,14 +48,23 @@
 //!   the frame length.
 //! - Every number read from shared memory is validated before it becomes an offset. A corrupt or
 //!   hostile file gives a typed [`Error`] on open, or stops a reader at the bad frame
-//!   ([`Subscription::fault`]); never an out-of-bounds access.
+//!   ([`Subscription::fault`]); never an out-of-bounds access. Reader positions that cannot be
+//!   true (past the publisher's) are ignored, and each reader maps only its own slot writable.
 //! - Trust model: peers are processes of the same user running this crate. A peer's bug can
-//!   corrupt messages but cannot make this process read out of bounds. Files of other users and
-//!   world-writable files are refused; symlinks are never followed. A peer that truncates a log
-//!   file we have mapped makes our next access fault (SIGBUS): nothing in POSIX prevents a file
-//!   owner from doing that (see `docs/reliability.md`).
-//! - `unsafe` lives in the region, sync and sys layers, each block with a `// SAFETY:` comment,
-//!   plus the two places in the log layer that lend committed or claimed frame bytes as slices.
+//!   corrupt messages but cannot make this crate's code read out of bounds. What it can do is
+//!   write into a frame while a handler holds the zero-copy slice of it, which safe Rust assumes
+//!   never happens: a handler that checks a length and reads it again may then be fooled. For
+//!   peers not trusted that far, [`SubscriptionBuilder::copy_payloads`] hands handlers private
+//!   copies. Files of other users, and files others may write, are refused; symlinks are never
+//!   followed. A peer that truncates a file another process has mapped makes that process's next
+//!   access fault (SIGBUS), publisher or reader: nothing in POSIX prevents a file owner from
+//!   doing that (see `docs/reliability.md`).
+//! - `unsafe` lives in the region, sync and sys layers, each block with a `// SAFETY:` comment.
+//!   Where soundness rests on the log protocol (lending a frame's bytes, writing bytes a reader
+//!   might be lent), the operation is an `unsafe fn` and the protocol's proof is the `SAFETY`
+//!   comment at its call in `log` and `stream`.
+//! - A process that `fork`s without `exec` shares its liveness tokens with the child: create
+//!   publications and subscriptions after forking (see `docs/reliability.md`).
 //!
 //! # Thread safety
 //! [`Publication`] and [`Subscription`] are `Send` but not `Sync`: move one to the thread that
