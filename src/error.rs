@@ -1,5 +1,7 @@
 //! Errors: a small `Copy` enum for the hot path, and one for setting up streams.
 
+#[cfg(not(shmlog_loom))]
+use crate::sys::fs::{cause, Cause};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -141,15 +143,14 @@ pub enum Error {
     },
 }
 
+#[cfg(not(shmlog_loom))]
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         let path = path.into();
-        match source.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                Self::PermissionDenied { path, reason: "the operating system denied access" }
-            }
-            Some(libc::ELOOP) => Self::PermissionDenied { path, reason: "refusing to follow a symlink" },
-            _ => Self::Io { op, path, source },
+        match cause(&source) {
+            Cause::Denied => Self::PermissionDenied { path, reason: "the operating system denied access" },
+            Cause::Symlink => Self::PermissionDenied { path, reason: "refusing to follow a symlink" },
+            Cause::NoSpace | Cause::Other => Self::Io { op, path, source },
         }
     }
 }

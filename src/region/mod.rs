@@ -36,7 +36,7 @@ mod window;
 #[cfg(all(any(test, shmlog_fuzz), not(shmlog_loom)))]
 pub use heap::HeapRegion;
 #[cfg(shmlog_loom)]
-pub use loom::LoomRegion;
+pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 pub use mmap::{MmapRegion, ReadOnlyRegion};
 pub use window::{Span, Window};

@@ -13,11 +13,12 @@ use crate::layout::slots as s;
 use crate::log::{Log, LogInit};
 use crate::region::{MmapRegion, ReadOnlyRegion, Region};
 use crate::stream::slots::Slots;
-use crate::sys::fs::{available_space, euid, is_same_file, reserve};
+use crate::sys::fs::{available_space, cause, create_new, euid, is_same_file, reserve, Cause};
+pub use crate::sys::fs::open_existing;
 use crate::sys::lock::{self, Kind};
-use std::fs::{self, File, OpenOptions, Permissions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// Checks the settings every stream participant shares and prepares the directory; returns it.
@@ -57,26 +58,6 @@ pub fn random_u64() -> u64 {
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
-
-fn open_new(path: &Path, mode: u32) -> io::Result<File> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    // The umask may have narrowed the mode; the caller asked for exactly this one.
-    f.set_permissions(Permissions::from_mode(mode))?;
-    Ok(f)
-}
-
-pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
-    // O_NONBLOCK: a FIFO planted under a stream's name must not block the open; it is then
-    // refused as "not a regular file". On regular files the flag changes nothing.
-    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    OpenOptions::new().read(true).write(write).custom_flags(flags).open(path)
 }
 
 /// Refuses files that are not plain files of ours, or that anyone but us may write (a writer of
@@ -128,10 +109,10 @@ pub fn check_space_for_stream(
 /// Creates the file at a temporary path with reserved storage; removes it on any failure.
 fn create_reserved(dir: &Path, tmp: &Path, len: u64, mode: u32) -> Result<File, Error> {
     check_space(dir, len)?;
-    let file = open_new(tmp, mode).map_err(|e| Error::io("create file", tmp, e))?;
+    let file = create_new(tmp, mode).map_err(|e| Error::io("create file", tmp, e))?;
     if let Err(e) = reserve(&file, len) {
         let _ = fs::remove_file(tmp);
-        if e.raw_os_error() == Some(libc::ENOSPC) {
+        if cause(&e) == Cause::NoSpace {
             let available = available_space(dir).unwrap_or(0);
             return Err(Error::InsufficientSpace { path: dir.into(), needed: len, available });
         }

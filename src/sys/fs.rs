@@ -1,11 +1,13 @@
-//! File-system calls: space checks, reservation, identity.
+//! File-system calls: opening without following links, space checks, reservation, identity,
+//! and what an OS error means.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::fs::{OpenOptions, Permissions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Bytes an unprivileged process may still allocate on the file system holding `dir`.
@@ -47,5 +49,50 @@ pub(crate) fn is_same_file(file: &File, path: &Path) -> io::Result<bool> {
         Ok(b) => Ok(a.dev() == b.dev() && a.ino() == b.ino()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+/// Creates `path` (never an existing file, never through a symlink), read-write, with exactly
+/// `mode` whatever the umask.
+pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.set_permissions(Permissions::from_mode(mode))?;
+    Ok(f)
+}
+
+/// Opens an existing `path` without following a symlink. A FIFO planted under the name does not
+/// block the open (`O_NONBLOCK`, which changes nothing on regular files); the caller refuses it
+/// as not a regular file.
+pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    OpenOptions::new().read(true).write(write).custom_flags(flags).open(path)
+}
+
+/// What an OS error means for the files of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The file system is full.
+    NoSpace,
+    /// Access was denied.
+    Denied,
+    /// A symlink was in the way (we never follow one).
+    Symlink,
+    /// Anything else.
+    Other,
+}
+
+/// Classifies an OS error.
+pub fn cause(e: &io::Error) -> Cause {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Cause::NoSpace,
+        Some(libc::EACCES) | Some(libc::EPERM) => Cause::Denied,
+        Some(libc::ELOOP) => Cause::Symlink,
+        _ => Cause::Other,
     }
 }

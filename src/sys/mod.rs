@@ -1,5 +1,11 @@
 //! Thin, safe wrappers over the few system calls std does not offer: OFD locks, fallocate,
 //! statvfs, the effective uid. With `region` and `sync`, the only home of `unsafe`.
 
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "shmlog needs Linux: open-file-description locks (F_OFD_SETLK) are its liveness tokens, and \
+     /dev/shm its default home"
+);
+
 pub(crate) mod fs;
 pub(crate) mod lock;
