@@ -31,24 +31,23 @@
 //! ```
 
 use crate::error::Error;
-use crate::layout::log_meta::META_LEN;
-use crate::layout::slots::{self as s, slot_offset, SLOT_LEN};
+use crate::layout::slots as s;
 use crate::log::{Counter, Gauge, Log};
 use crate::region::ReadOnlyRegion;
-use crate::stream::liveness::{PUBLISHER_LOCK, READER_LOCK};
+use crate::stream::files::{inspect_log, inspect_slots, open_existing};
+use crate::stream::liveness::{
+    in_use, lock_log_owners, lock_whole, log_mapped_by_readers, publisher_alive, slot_owner_alive, slots_held,
+};
+use crate::stream::name::{self, classify, Entry};
 use crate::stream::slots::Slots;
 use crate::sys::fs::is_same_file;
-use crate::sys::lock::{self, Kind};
 use std::collections::BTreeSet;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
-
-/// Largest file accepted as a log (1 GiB terms on 1 GiB pages), as when opening a stream.
-const MAX_LOG_FILE: u64 = 4 << 30;
 
 /// Temporary files younger than this are assumed to be still under construction.
 pub const TEMP_MIN_AGE: Duration = Duration::from_secs(10);
@@ -193,9 +192,9 @@ fn inspect_stream(dir: &Path, name: String) -> StreamInfo {
         problems: Vec::new(),
         name,
     };
-    let log_path = dir.join(format!("{}.log", info.name));
+    let log_path = name::log_path(dir, &info.name);
     let mut current = None;
-    match open_log(&log_path, false) {
+    match inspect_log(&log_path, false) {
         Ok(Some((file, log))) => match log_info(&log_path, &file, &log) {
             Ok(l) => {
                 current = Some((l.session_id, l.position, l.window as i64));
@@ -206,8 +205,8 @@ fn inspect_stream(dir: &Path, name: String) -> StreamInfo {
         Ok(None) => {}
         Err(e) => info.problems.push(e),
     }
-    let readers_path = dir.join(format!("{}.readers", info.name));
-    match open_readers(&readers_path, false) {
+    let readers_path = name::readers_path(dir, &info.name);
+    match inspect_slots(&readers_path, false) {
         Ok(Some((file, slots))) => {
             info.slot_count = slots.count();
             info.readers = reader_infos(&file, &slots, current);
@@ -231,8 +230,8 @@ fn log_info(path: &Path, file: &File, log: &Log<ReadOnlyRegion>) -> Result<LogIn
         file_length: g.file_length() as u64,
         name: log.name(),
         publisher_pid: log.publisher_pid(),
-        publisher_alive: probe(file, Kind::Shared, PUBLISHER_LOCK, 1),
-        mapped_by_readers: probe(file, Kind::Exclusive, READER_LOCK, 1),
+        publisher_alive: publisher_alive(file),
+        mapped_by_readers: log_mapped_by_readers(file),
         session_id: log.session_id(),
         stream_id: log.stream_id(),
         created_ns: log.created_ns(),
@@ -274,7 +273,7 @@ fn reader_infos(
         out.push(ReaderInfo {
             slot: i,
             pid: v.pid,
-            alive: probe(file, Kind::Exclusive, slot_offset(i) as u64, SLOT_LEN as u64),
+            alive: slot_owner_alive(file, i),
             state,
             session_id,
             position: v.position,
@@ -296,104 +295,8 @@ fn reader_infos(
     out
 }
 
-/// `true` if another open file description holds a lock conflicting with `kind` on the range.
-/// An error (a bug, or an exotic file system) reads as "held": never call a live owner dead.
-fn probe(file: &File, kind: Kind, start: u64, len: u64) -> bool {
-    lock::is_held(file, kind, start, len).unwrap_or(true)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Opening files for inspection or cleaning
-
-/// Opens a file without following symlinks and without blocking (a FIFO planted under a stream's
-/// name must not hang the tool). Write access only to take locks (`clean`).
-fn open_file(path: &Path, write: bool) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(write)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-}
-
-/// Length of a regular file, or why it is not one we could map.
-fn regular_len(file: &File, path: &Path) -> Result<u64, Error> {
-    let m = file.metadata().map_err(|e| Error::io("inspect file", path, e))?;
-    if !m.is_file() {
-        return Err(Error::Corrupt { path: path.into(), what: "not a regular file" });
-    }
-    Ok(m.len())
-}
-
-/// Opens and validates a log; `Ok(None)` if it does not exist. Maps it read-only.
-fn open_log(path: &Path, write: bool) -> Result<Option<(File, Log<ReadOnlyRegion>)>, Error> {
-    let file = match open_file(path, write) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("open log", path, e)),
-    };
-    let len = regular_len(&file, path)?;
-    if len < (2 * META_LEN) as u64 {
-        return Err(Error::Corrupt { path: path.into(), what: "file is shorter than any log" });
-    }
-    if len > MAX_LOG_FILE {
-        return Err(Error::Corrupt { path: path.into(), what: "file is larger than any log" });
-    }
-    let region = ReadOnlyRegion::map(&file, len as usize, false).map_err(|e| Error::io("map", path, e))?;
-    let log = Log::open(region).map_err(|e| e.at(path))?;
-    Ok(Some((file, log)))
-}
-
-/// Opens and validates a reader-slot file; `Ok(None)` if it does not exist. Maps it read-only.
-fn open_readers(path: &Path, write: bool) -> Result<Option<(File, Slots<ReadOnlyRegion>)>, Error> {
-    let file = match open_file(path, write) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("open reader slots", path, e)),
-    };
-    let len = regular_len(&file, path)?;
-    if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
-        return Err(Error::Corrupt { path: path.into(), what: "reader-slot file has an impossible size" });
-    }
-    let region = ReadOnlyRegion::map(&file, len as usize, false).map_err(|e| Error::io("map", path, e))?;
-    let slots = Slots::open(region).map_err(|e| e.at(path))?;
-    Ok(Some((file, slots)))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Directory listing
-
-/// What a directory entry's name says it is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Entry {
-    Log(String),
-    Readers(String),
-    /// `.<name>.<16 hex digits>.<log|readers>.tmp`: a file being initialised, or a crash's leftover.
-    Temp,
-    Other,
-}
-
-fn classify(file_name: &str) -> Entry {
-    if let Some(rest) = file_name.strip_prefix('.') {
-        let Some(body) = rest.strip_suffix(".log.tmp").or_else(|| rest.strip_suffix(".readers.tmp")) else {
-            return Entry::Other;
-        };
-        return match body.rsplit_once('.') {
-            Some((name, nonce))
-                if !name.is_empty() && nonce.len() == 16 && nonce.bytes().all(|b| b.is_ascii_hexdigit()) =>
-            {
-                Entry::Temp
-            }
-            _ => Entry::Other,
-        };
-    }
-    if let Some(name) = file_name.strip_suffix(".log").filter(|n| !n.is_empty()) {
-        return Entry::Log(name.to_owned());
-    }
-    if let Some(name) = file_name.strip_suffix(".readers").filter(|n| !n.is_empty()) {
-        return Entry::Readers(name.to_owned());
-    }
-    Entry::Other
-}
 
 struct Listing {
     entries: Vec<(PathBuf, Entry)>,
@@ -610,7 +513,7 @@ fn clean_stream(dir: &Path, name: &str, dry_run: bool, report: &mut CleanReport)
 /// Decides about a stream's log. Outside a dry run, takes the publisher and reader bytes' lock
 /// when both are free, so the log cannot gain an owner or a reader while we act on it.
 fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict {
-    let (file, log) = match open_log(path, !dry_run) {
+    let (file, log) = match inspect_log(path, !dry_run) {
         Ok(Some(pair)) => pair,
         Ok(None) => return LogVerdict::Absent,
         Err(e) => {
@@ -620,7 +523,7 @@ fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict
     };
     let pid = log.publisher_pid();
     if !dry_run {
-        match lock::try_lock(&file, Kind::Exclusive, PUBLISHER_LOCK, 2) {
+        match lock_log_owners(&file) {
             Ok(true) => return LogVerdict::Dead { held: Some(file), pid, mapped: false },
             Ok(false) => {}
             Err(e) => {
@@ -629,11 +532,11 @@ fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict
             }
         }
     }
-    if probe(&file, Kind::Shared, PUBLISHER_LOCK, 1) {
+    if publisher_alive(&file) {
         report.kept(path, CleanReason::PublisherAlive { pid });
         return LogVerdict::Alive { pid };
     }
-    let mapped = probe(&file, Kind::Exclusive, READER_LOCK, 1);
+    let mapped = log_mapped_by_readers(&file);
     if !dry_run && !mapped {
         // The lock was refused, yet nobody holds it now: someone took and dropped it meanwhile
         // (a publisher came and went, or another `clean`). Judge again next run.
@@ -648,30 +551,27 @@ fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict
 /// over the whole file proves nobody does, and keeps everyone out while we unlink. `absent_log`
 /// is the stream's log path when there was no log: it is checked again just before unlinking.
 fn clean_readers(path: &Path, absent_log: Option<&Path>, dry_run: bool, report: &mut CleanReport) {
-    let (file, slots) = match open_readers(path, !dry_run) {
+    let (file, slots) = match inspect_slots(path, !dry_run) {
         Ok(Some(pair)) => pair,
         Ok(None) => return,
         Err(e) => return report.kept(path, CleanReason::Invalid(e.to_string())),
     };
     let busy = |file: &File| {
-        let slots_held =
-            probe(file, Kind::Exclusive, s::HEADER_LEN as u64, (slots.count() * SLOT_LEN) as u64);
-        if slots_held {
+        if slots_held(file, slots.count()) {
             CleanReason::SlotHeld
         } else {
             CleanReason::InUse
         }
     };
     if dry_run {
-        if probe(&file, Kind::Exclusive, 0, 0) {
+        if in_use(&file) {
             report.kept(path, busy(&file));
         } else {
             report.removed(path, CleanReason::NoReaders);
         }
         return;
     }
-    // Length 0: the whole file, however long.
-    match lock::try_lock(&file, Kind::Exclusive, 0, 0) {
+    match lock_whole(&file) {
         // A process opening the file now fails to take its read lock or finds the name gone,
         // and opens (or creates) the stream's current slot file instead.
         Ok(true) => {
@@ -700,7 +600,7 @@ fn remove_locked(file: &File, path: &Path, reason: CleanReason, report: &mut Cle
 }
 
 fn clean_temp(path: &Path, dry_run: bool, report: &mut CleanReport) {
-    let file = match open_file(path, !dry_run) {
+    let file = match open_existing(path, !dry_run) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return, // its creator finished meanwhile
         Err(e) => return report.kept(path, CleanReason::Invalid(Error::io("open", path, e).to_string())),
@@ -719,15 +619,14 @@ fn clean_temp(path: &Path, dry_run: bool, report: &mut CleanReport) {
         return report.kept(path, CleanReason::TemporaryTooYoung { age });
     }
     if dry_run {
-        if probe(&file, Kind::Exclusive, 0, 0) {
+        if in_use(&file) {
             report.kept(path, CleanReason::TemporaryInUse);
         } else {
             report.removed(path, CleanReason::StaleTemporary { age });
         }
         return;
     }
-    // Length 0 locks to the end of the file and beyond: conflicts with any lock on it.
-    match lock::try_lock(&file, Kind::Exclusive, 0, 0) {
+    match lock_whole(&file) {
         Ok(true) => remove_locked(&file, path, CleanReason::StaleTemporary { age }, report),
         Ok(false) => report.kept(path, CleanReason::TemporaryInUse),
         Err(e) => report.kept(path, CleanReason::Invalid(Error::io("lock", path, e).to_string())),
@@ -743,17 +642,6 @@ mod tests {
 
     fn publication(dir: &Path, name: &str) -> Publication {
         Publication::builder(name).dir(dir).term_length(64 * 1024).create().unwrap()
-    }
-
-    #[test]
-    fn names_are_classified() {
-        assert_eq!(classify("a.log"), Entry::Log("a".into()));
-        assert_eq!(classify("a.b.readers"), Entry::Readers("a.b".into()));
-        assert_eq!(classify(".a.0123456789abcdef.log.tmp"), Entry::Temp);
-        assert_eq!(classify(".a.b.0123456789ABCDEF.readers.tmp"), Entry::Temp);
-        for other in [".log", ".readers", ".a.0123.log.tmp", ".a.0123456789abcdeg.log.tmp", "a.txt", ".x"] {
-            assert_eq!(classify(other), Entry::Other, "{other}");
-        }
     }
 
     #[test]
@@ -869,7 +757,7 @@ mod tests {
             File::options().write(true).open(p).unwrap().set_modified(past).unwrap();
         }
         let holder = File::options().read(true).write(true).open(&held).unwrap();
-        assert!(lock::try_lock(&holder, Kind::Exclusive, 0, 1).unwrap());
+        assert!(crate::sys::lock::try_lock(&holder, crate::sys::lock::Kind::Exclusive, 0, 1).unwrap());
         let report = clean(dir.path(), false).unwrap();
         assert_eq!(report.removed.len(), 1, "{report:?}");
         assert_eq!(report.removed[0].path, old);

@@ -13,8 +13,8 @@ use crate::layout::slots as s;
 use crate::log::{Log, LogInit};
 use crate::region::{MmapRegion, ReadOnlyRegion, Region};
 use crate::stream::slots::Slots;
-use crate::sys::fs::{available_space, cause, create_new, euid, is_same_file, reserve, Cause};
 pub use crate::sys::fs::open_existing;
+use crate::sys::fs::{available_space, cause, create_new, euid, is_same_file, reserve, Cause};
 use crate::sys::lock::{self, Kind};
 use std::fs::{self, File};
 use std::io;
@@ -263,12 +263,7 @@ pub fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
         }
     }
     let len = check_owner(&file, path)?;
-    if len < (META_LEN * 2) as u64 {
-        return Err(Error::Corrupt { path: path.into(), what: "file is truncated (shorter than a log)" });
-    }
-    if len > MAX_LOG_FILE {
-        return Err(Error::Corrupt { path: path.into(), what: "file is larger than any log" });
-    }
+    log_length_possible(len).map_err(|what| Error::Corrupt { path: path.into(), what })?;
     if !publisher_alive(&file) {
         return Ok(Found::Dead);
     }
@@ -285,6 +280,59 @@ fn same_inode(a: &File, b: &File) -> bool {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }
+}
+
+/// `true` if a file of `len` bytes may be a log (the geometry checks the rest).
+fn log_length_possible(len: u64) -> Result<(), &'static str> {
+    if len < (META_LEN * 2) as u64 {
+        return Err("file is truncated (shorter than a log)");
+    }
+    if len > MAX_LOG_FILE {
+        return Err("file is larger than any log");
+    }
+    Ok(())
+}
+
+/// `true` if a file of `len` bytes may be a reader-slot file (the header checks the rest).
+fn slots_length_possible(len: u64) -> Result<(), &'static str> {
+    if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
+        return Err("reader-slot file has an impossible size");
+    }
+    Ok(())
+}
+
+/// Opens `path` for a tool: `Ok(None)` if absent; a regular file of a possible length; mapped
+/// read-only and lazily (a 3 GiB log is not pre-faulted to read a few words). `write` opens the
+/// file read-write only so that locks can be taken on it (`clean`).
+fn open_for_tools<T>(
+    path: &Path,
+    write: bool,
+    possible: fn(u64) -> Result<(), &'static str>,
+    validate: impl FnOnce(ReadOnlyRegion) -> Result<T, crate::error::Invalid>,
+) -> Result<Option<(File, T)>, Error> {
+    let file = match open_existing(path, write) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let m = file.metadata().map_err(|e| Error::io("inspect file", path, e))?;
+    if !m.is_file() {
+        return Err(Error::Corrupt { path: path.into(), what: "not a regular file" });
+    }
+    possible(m.len()).map_err(|what| Error::Corrupt { path: path.into(), what })?;
+    let region =
+        ReadOnlyRegion::map(&file, m.len() as usize, false).map_err(|e| Error::io("map", path, e))?;
+    Ok(Some((file, validate(region).map_err(|e| e.at(path))?)))
+}
+
+/// A log as tools see it (see `open_for_tools`).
+pub fn inspect_log(path: &Path, write: bool) -> Result<Option<(File, Log<ReadOnlyRegion>)>, Error> {
+    open_for_tools(path, write, log_length_possible, Log::open)
+}
+
+/// A reader-slot file as tools see it (see `open_for_tools`).
+pub fn inspect_slots(path: &Path, write: bool) -> Result<Option<(File, Slots<ReadOnlyRegion>)>, Error> {
+    open_for_tools(path, write, slots_length_possible, Slots::open)
 }
 
 /// How a process maps a stream's reader-slot file.
@@ -321,8 +369,8 @@ pub fn open_readers<R: SlotsMapping>(
         match open_existing(&path, true) {
             Ok(file) => {
                 let len = check_owner(&file, &path)?;
-                if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
-                    return Err(Error::Corrupt { path, what: "reader-slot file has an impossible size" });
+                if let Err(what) = slots_length_possible(len) {
+                    return Err(Error::Corrupt { path, what });
                 }
                 let region = R::map_slots(&file, len as usize).map_err(|e| Error::io("map", &path, e))?;
                 let slots = Slots::open(region).map_err(|e| e.at(&path))?;

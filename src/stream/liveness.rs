@@ -32,10 +32,50 @@ pub const READER_LOCK: u64 = 1;
 /// file a live publisher or reader uses.
 pub const USER_LOCK: u64 = 0;
 
+/// `true` if another open file description holds a lock on `[start, start + len)` that
+/// conflicts with `kind` (`len` 0: to the end of the file). Never takes a lock, so tools can ask
+/// without disturbing anyone. An error (a bug, or an exotic file system) reads as "held": never
+/// call a live owner dead.
+pub fn held(file: &File, kind: Kind, start: u64, len: u64) -> bool {
+    lock::is_held(file, kind, start, len).unwrap_or(true)
+}
+
 /// `true` while the log's publisher process holds its lock.
 pub fn publisher_alive(log: &File) -> bool {
-    // An error (which would be a bug) reads as "alive": never declare a live publisher dead.
-    lock::is_held(log, Kind::Shared, PUBLISHER_LOCK, 1).unwrap_or(true)
+    held(log, Kind::Shared, PUBLISHER_LOCK, 1)
+}
+
+/// `true` while some reader maps the log.
+pub fn log_mapped_by_readers(log: &File) -> bool {
+    held(log, Kind::Exclusive, READER_LOCK, 1)
+}
+
+/// `true` while some process holds slot `index`'s lock of the slot file.
+pub fn slot_owner_alive(slot_file: &File, index: usize) -> bool {
+    let (start, len) = slot_range(index);
+    held(slot_file, Kind::Exclusive, start, len)
+}
+
+/// `true` while some reader holds any of the `count` slots of the slot file.
+pub fn slots_held(slot_file: &File, count: usize) -> bool {
+    held(slot_file, Kind::Exclusive, s::HEADER_LEN as u64, (count * s::SLOT_LEN) as u64)
+}
+
+/// `true` while any other process holds any lock on the file (has it open, for our files).
+pub fn in_use(file: &File) -> bool {
+    held(file, Kind::Exclusive, 0, 0)
+}
+
+/// Takes a lock on the whole file, which proves that no other process holds one (nobody else has
+/// a slot file or a temporary open), and keeps everyone out until it is dropped.
+pub fn lock_whole(file: &File) -> std::io::Result<bool> {
+    lock::try_lock(file, Kind::Exclusive, 0, 0)
+}
+
+/// Takes the publisher's and the readers' bytes of a log: it has no live publisher and no
+/// reader maps it, and neither can appear until the lock is dropped.
+pub fn lock_log_owners(log: &File) -> std::io::Result<bool> {
+    lock::try_lock(log, Kind::Exclusive, PUBLISHER_LOCK, 2)
 }
 
 /// The byte range of slot `index`: its page.

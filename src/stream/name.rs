@@ -45,6 +45,44 @@ pub fn temp_path(dir: &Path, name: &str, suffix: &str, nonce: u64) -> PathBuf {
     dir.join(format!(".{name}.{nonce:016x}.{suffix}.tmp"))
 }
 
+/// What a directory entry's name says it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `<name>.log`: the log of stream `name`.
+    Log(String),
+    /// `<name>.readers`: the reader-slot file of stream `name`.
+    Readers(String),
+    /// `.<name>.<16 hex digits>.<log|readers>.tmp` ([`temp_path`]): a file being initialised, or
+    /// a crash's leftover.
+    Temp,
+    /// Anything else.
+    Other,
+}
+
+/// Reads a file name the way [`log_path`], [`readers_path`] and [`temp_path`] write them.
+pub fn classify(file_name: &str) -> Entry {
+    if let Some(rest) = file_name.strip_prefix('.') {
+        let Some(body) = rest.strip_suffix(".log.tmp").or_else(|| rest.strip_suffix(".readers.tmp")) else {
+            return Entry::Other;
+        };
+        return match body.rsplit_once('.') {
+            Some((name, nonce))
+                if !name.is_empty() && nonce.len() == 16 && nonce.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                Entry::Temp
+            }
+            _ => Entry::Other,
+        };
+    }
+    if let Some(name) = file_name.strip_suffix(".log").filter(|n| !n.is_empty()) {
+        return Entry::Log(name.to_owned());
+    }
+    if let Some(name) = file_name.strip_suffix(".readers").filter(|n| !n.is_empty()) {
+        return Entry::Readers(name.to_owned());
+    }
+    Entry::Other
+}
+
 /// A 32-bit id for the stream (FNV-1a of its name), written in every frame header.
 pub fn stream_id(name: &str) -> i32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -66,6 +104,20 @@ mod tests {
         }
         for good in ["orders", "md.eurusd", "a-b_c", "ünïcode", &"x".repeat(200)] {
             assert!(validate(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_classified_as_they_are_written() {
+        let d = Path::new("/d");
+        let name = |p: PathBuf| p.file_name().unwrap().to_str().unwrap().to_owned();
+        assert_eq!(classify(&name(log_path(d, "a"))), Entry::Log("a".into()));
+        assert_eq!(classify(&name(readers_path(d, "a.b"))), Entry::Readers("a.b".into()));
+        assert_eq!(classify(&name(temp_path(d, "a", "log", 0x0123_4567_89ab_cdef))), Entry::Temp);
+        assert_eq!(classify(".a.b.0123456789ABCDEF.readers.tmp"), Entry::Temp);
+        for other in [".log", ".readers", "a.txt", ".a.123.log.tmp", ".0123456789abcdef.log.tmp", "a.log.tmp"]
+        {
+            assert_eq!(classify(other), Entry::Other, "{other}");
         }
     }
 

@@ -3,10 +3,10 @@
 
 use std::ffi::CString;
 use std::fs::File;
+use std::fs::{OpenOptions, Permissions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::fs::{OpenOptions, Permissions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
