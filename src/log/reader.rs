@@ -75,19 +75,16 @@ impl Cursor {
         self.term_begin + self.offset as i64
     }
 
-    /// Moves to `position`, working the term out again only if `position` left the term;
-    /// returns `true` if it did.
+    /// Moves to `position` if it lies in the cursor's term; `false` (and no move) if it does not,
+    /// for the caller to make a new cursor there.
     #[inline(always)]
-    pub fn move_to<R: Region>(&mut self, log: &Log<R>, position: i64) -> bool {
+    pub fn move_within_term(&mut self, position: i64) -> bool {
         match usize::try_from(position - self.term_begin) {
             Ok(offset) if offset < self.partition.len() => {
                 self.offset = offset;
-                false
-            }
-            _ => {
-                *self = Self::new(log, position);
                 true
             }
+            _ => false,
         }
     }
 }
@@ -100,11 +97,8 @@ fn next_frame<R: Region>(
     term_id: i32,
 ) -> Result<Option<Frame>, &'static str> {
     let raw = term.load_i32(offset, Ordering::Acquire);
-    if raw == 0 {
-        return Ok(None);
-    }
-    if raw < 0 {
-        return Err("negative frame length");
+    if raw <= 0 {
+        return if raw == 0 { Ok(None) } else { Err("negative frame length") };
     }
     let len = raw as usize;
     if len < HEADER_LEN {

@@ -144,6 +144,16 @@ pub trait RegionMut: Region {
         self.store_i32(off, value, order)
     }
 
+    /// [`RegionMut::store_i64`] without the bounds check, for offsets checked once for many
+    /// stores (a reader's own slot).
+    ///
+    /// # Safety
+    /// `off..off + 8` lies inside the region and `off` is 8-aligned.
+    #[inline(always)]
+    unsafe fn store_i64_unchecked(&self, off: usize, value: i64, order: Ordering) {
+        self.store_i64(off, value, order)
+    }
+
     /// [`RegionMut::copy_in`] without the bounds check, for [`Window`].
     ///
     /// # Safety
@@ -264,6 +274,11 @@ macro_rules! forward_region {
             unsafe fn store_i32_unchecked(&self, off: usize, value: i32, order: Ordering) {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).store_i32_unchecked(off, value, order) }
+            }
+            #[inline(always)]
+            unsafe fn store_i64_unchecked(&self, off: usize, value: i64, order: Ordering) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).store_i64_unchecked(off, value, order) }
             }
             #[inline(always)]
             unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {

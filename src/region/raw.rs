@@ -209,6 +209,14 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
     }
 
     #[inline(always)]
+    unsafe fn store_i64_unchecked(&self, off: usize, value: i64, order: Ordering) {
+        debug_assert!(off <= self.len.saturating_sub(8) && off % 8 == 0);
+        // SAFETY: in bounds and 8-aligned (the caller's contract; base is 8-aligned); otherwise as
+        // in `atomic_i32_unchecked`.
+        unsafe { AtomicI64::from_ptr(self.base.add(off).cast()) }.store(value, order);
+    }
+
+    #[inline(always)]
     unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {
         debug_assert!(src.len() <= self.len && off <= self.len - src.len());
         // SAFETY: the destination range is in bounds (the caller's contract) and writable

@@ -38,7 +38,8 @@ pub struct Reader<L, S> {
     cursor: Cursor,
     slot: SlotMut<S>,
     join_position: i64,
-    /// Delivery takes the cold path: a fault stops it, or it skips to the next message start.
+    /// Delivery leaves the fast path: a fault stops it, it skips to the next message start, or
+    /// it copies payloads (one flag, so the fast path tests one word).
     detour: bool,
     /// Consumes fragments without delivering them until a message starts (after a join that may
     /// have landed inside a fragmented message).
@@ -110,8 +111,8 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
         handler: impl FnMut(&[u8], &Header) -> Action,
         fragment_limit: usize,
     ) -> usize {
-        if self.detour && !self.take_detour() {
-            return 0;
+        if self.detour {
+            return self.controlled_poll_detour(handler, fragment_limit);
         }
         let (log, cursor, slot) = (&self.log, &self.cursor, &self.slot);
         let commit = |position| slot.set_position(position);
@@ -120,6 +121,25 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
         // which counts our slot or is bounded by the join proof until it does, can neither
         // overwrite nor clean anything from the cursor on while this call runs (I2, I3, I5);
         // `Commit` publishes only past frames whose handler returned.
+        let scan = unsafe { reader::read_at(log, cursor, fragment_limit, &mut InPlace, handler, commit) };
+        self.finish(scan)
+    }
+
+    /// `controlled_poll` off the fast path: after a fault, while skipping to a message start,
+    /// and for every poll that copies payloads.
+    #[cold]
+    #[inline(never)]
+    fn controlled_poll_detour(
+        &mut self,
+        handler: impl FnMut(&[u8], &Header) -> Action,
+        fragment_limit: usize,
+    ) -> usize {
+        if !self.take_detour() {
+            return 0;
+        }
+        let (log, cursor, slot) = (&self.log, &self.cursor, &self.slot);
+        let commit = |position| slot.set_position(position);
+        // SAFETY: as in `controlled_poll`.
         let scan = unsafe {
             match &mut self.copy {
                 None => reader::read_at(log, cursor, fragment_limit, &mut InPlace, handler, commit),
@@ -150,15 +170,22 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     #[inline(always)]
     fn finish(&mut self, scan: Scan) -> usize {
         if scan.position != self.cursor.position() {
-            let new_term = self.cursor.move_to(&self.log, scan.position);
-            self.slot.set_position(scan.position);
-            if new_term {
-                self.check_bounds();
+            if !self.cursor.move_within_term(scan.position) {
+                self.enter_term(scan.position);
             }
+            self.slot.set_position(scan.position);
         } else if let Some(fault) = scan.fault {
             self.stop(fault);
         }
         scan.fragments
+    }
+
+    /// Moves the cursor into the next term (once a term): where the bounds are checked.
+    #[cold]
+    #[inline(never)]
+    fn enter_term(&mut self, position: i64) {
+        self.cursor = Cursor::new(&self.log, position);
+        self.check_bounds();
     }
 
     /// The cold path in front of delivery: `false` if nothing may be delivered now.
@@ -192,7 +219,8 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
                 return false; // nothing more committed yet
             }
         }
-        self.detour = false;
+        // Copying readers stay on the detour for good.
+        self.detour = self.copy.is_some();
         true
     }
 
@@ -203,7 +231,6 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
 
     /// Checks, once per term and when idle, that the writer kept the bounds flow control puts on
     /// it; past them, the frames lent since may have changed under their handlers.
-    #[cold]
     fn check_bounds(&mut self) {
         match self.log.producer_position() {
             Ok(producer) if producer - self.cursor.position() > self.overrun_bound => self.stop(OVERRUN),

@@ -249,8 +249,11 @@ pub struct SlotMut<S> {
 
 impl<S: RegionMut> SlotMut<S> {
     /// Slot `index` of a file, at offset `base` of `region`. The caller holds the slot's lock.
+    ///
+    /// Panics unless the whole slot lies in `region` at an 8-aligned offset: checked once here,
+    /// so that publishing a position, once per poll, needs no check.
     pub fn new(region: S, base: usize, index: usize) -> Self {
-        assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN, "a whole slot");
+        assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN && base % 8 == 0, "a whole slot");
         Self { region, base, index }
     }
 
@@ -290,7 +293,10 @@ impl<S: RegionMut> SlotMut<S> {
     /// may reuse what the reader read before it (I2, I3).
     #[inline(always)]
     pub fn set_position(&self, position: i64) {
-        self.region.store_i64(self.base + s::POSITION, position, POSITION);
+        const { assert!(s::POSITION % 8 == 0 && s::POSITION + 8 <= s::SLOT_LEN) };
+        // SAFETY: the slot lies in the region at an 8-aligned offset (checked in `new`, and a
+        // region's length never changes), and so does its position word.
+        unsafe { self.region.store_i64_unchecked(self.base + s::POSITION, position, POSITION) };
     }
 }
 
