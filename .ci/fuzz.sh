@@ -6,9 +6,14 @@
 # holds the inputs of past crashes. Fails if any target crashes; the crash input is left in
 # fuzz/artifacts/<target>/. New corpus entries go to fuzz/target/ci-corpus/, never into git.
 #
+# The scenarios are the fuzz crate's library (fuzz/src/); they reach the crate's internals
+# through `shmlog::__fuzz`, which exists only with `--cfg shmlog_fuzz` (set here through
+# RUSTFLAGS, which cargo-fuzz extends with its own flags; a crate-prefixed cfg, so a downstream
+# user's fuzzer, which sets the global `fuzzing`, never compiles it).
+#
 #   FUZZ_SECONDS=600 .ci/fuzz.sh            # a longer run
 #   FUZZ_TARGETS="ops_oracle" .ci/fuzz.sh   # some targets only
-#   FUZZ_HARNESS_TESTS=1 .ci/fuzz.sh        # also the in-process harness tests (+1.5 min build)
+#   FUZZ_HARNESS_TESTS=0 .ci/fuzz.sh        # skip the harness's in-process tests (seed depth)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,15 +34,14 @@ if [[ -z $toolchain ]]; then
     export RUSTC_BOOTSTRAP=1
 fi
 
-# The targets' scenarios and the seed corpus are unit-tested in-process too (no libFuzzer):
-# random inputs must not trip the harness, and the seeds must still reach deep. Off by default to
-# keep the script near 4 minutes: its own crate build costs ~1.5 min, the libFuzzer runs below
-# replay the whole corpus anyway, and .ci/sanitizers.sh runs the in-memory seeds (with their
-# depth checks) under Miri.
-if [[ ${FUZZ_HARNESS_TESTS:-0} == 1 ]]; then
-    stamp "harness tests: RUSTFLAGS='--cfg fuzzing' cargo test --lib fuzz::"
-    if ! CARGO_TARGET_DIR=target/fuzz-harness RUSTFLAGS="--cfg fuzzing" \
-        cargo test --lib -q fuzz:: >target/fuzz-harness.log 2>&1; then
+export RUSTFLAGS="${RUSTFLAGS:-} --cfg shmlog_fuzz"
+
+# The targets' scenarios and the seed corpus are tested in-process too (no libFuzzer): random
+# inputs must not trip the harness, and the seeds must still reach deep (the libFuzzer runs below
+# replay the corpus, but do not check how deep the seeds go).
+if [[ ${FUZZ_HARNESS_TESTS:-1} == 1 ]]; then
+    stamp "harness tests: cargo test --release in fuzz/"
+    if ! (cd fuzz && CARGO_TARGET_DIR=../target/fuzz-harness cargo test --release -q) >target/fuzz-harness.log 2>&1; then
         tail -40 target/fuzz-harness.log
         echo "FAIL: fuzz harness tests"
         exit 1
@@ -45,7 +49,7 @@ if [[ ${FUZZ_HARNESS_TESTS:-0} == 1 ]]; then
     grep -E "test result" target/fuzz-harness.log
 fi
 
-stamp "building the targets: cargo fuzz build"
+stamp "building the targets: cargo fuzz build (RUSTFLAGS=$RUSTFLAGS)"
 if ! (cd fuzz && cargo $toolchain fuzz build) >target/fuzz-build.log 2>&1; then
     tail -40 target/fuzz-build.log
     echo "FAIL: cargo fuzz build"

@@ -9,8 +9,8 @@
 #   load + fence(Acquire), which TSan does not model (see src/region/raw.rs).
 # - ASan: all the library's unit tests, the threads test and the same multi-process tests.
 # - Miri (-Zmiri-strict-provenance): in-process unit tests over the heap backend (Miri cannot map
-#   files or take fcntl locks): layout, log, reader slots, flow control, assembler, and the fuzz
-#   seeds that stay in memory.
+#   files or take fcntl locks): layout, log, reader slots, flow control, joins, assembler, and the
+#   fuzz seeds that stay in memory (fuzz crate, --cfg shmlog_fuzz).
 #
 # Uses the nightly toolchain when installed, else stable with RUSTC_BOOTSTRAP=1. A part whose
 # toolchain component cannot be had prints a loud "SKIPPED: ..." line instead of failing.
@@ -109,21 +109,24 @@ if want miri; then
         stamp "miri: setting up its sysroot"
         CARGO_TARGET_DIR=target/miri cargo "${tc[@]}" miri setup >target/san/miri-setup.log 2>&1 || true
         # Unit tests over the heap backend only (Miri cannot mmap files or take fcntl locks), and
-        # not the ones over 64 KiB terms that take minutes under Miri: the fuzz seeds that stay in
-        # memory cover the log layer on small terms (append, claim, rotation, clean, read, slots,
-        # flow control, assembler), plus three log tests on a file-sized term.
+        # not the ones over 64 KiB terms that take minutes under Miri, plus the fuzz seeds that stay
+        # in memory (the fuzz crate's `miri_in_memory_seeds`): they drive the shipped writer and
+        # readers on small terms (append, claim, rotation, clean, read, joins, slots, flow control,
+        # stray slot words, assembler).
         filters=(
-            layout:: api::assembler stream::flow stream::slots log::position log::appender
+            layout:: api::assembler stream::flow stream::slots stream::join log::position log::appender
             log::tests::reads_first_message_with_its_header
             log::tests::claim_is_invisible_until_commit_and_abort_becomes_padding
             log::tests::fragments_carry_begin_and_end_flags_and_reassemble_in_order
-            fuzz::tests::miri_in_memory_seeds
         )
         stamp "miri: cargo miri test --lib -- ${filters[*]} (MIRIFLAGS=-Zmiri-strict-provenance)"
         mkdir -p target/san
-        if MIRIFLAGS="-Zmiri-strict-provenance" RUSTFLAGS="--cfg fuzzing" CARGO_TARGET_DIR=target/miri \
-            cargo "${tc[@]}" miri test --lib -- "${filters[@]}" >target/san/miri.log 2>&1; then
-            stamp "miri: ok in $(($(date +%s) - t0))s: $(grep -E '^test result' target/san/miri.log)"
+        if MIRIFLAGS="-Zmiri-strict-provenance" CARGO_TARGET_DIR=target/miri \
+            cargo "${tc[@]}" miri test --lib -- "${filters[@]}" >target/san/miri.log 2>&1 &&
+            (cd fuzz && MIRIFLAGS="-Zmiri-strict-provenance" RUSTFLAGS="--cfg shmlog_fuzz" \
+                CARGO_TARGET_DIR=../target/miri-fuzz cargo "${tc[@]}" miri test -- miri_in_memory_seeds) \
+                >>target/san/miri.log 2>&1; then
+            stamp "miri: ok in $(($(date +%s) - t0))s: $(grep -E '^test result' target/san/miri.log | tr '\n' ' ')"
         else
             stamp "miri: FAILED in $(($(date +%s) - t0))s (log: target/san/miri.log)"
             grep -E "^error|Undefined Behavior|panicked|FAILED" target/san/miri.log | head -20

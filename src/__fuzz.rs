@@ -37,3 +37,27 @@ pub use crate::stream::slots::{SessionReaders, SlotLocks, SlotMut, SlotView, Slo
 pub use crate::stream::writer::{Liveness, Writer};
 pub use crate::testing::{claimed_slot, heap_log, heap_slots, AllAlive, Shared};
 pub use std::sync::atomic::Ordering;
+
+/// A header as a frame at `position` (the position after it) would give it.
+pub fn header(frame_length: i32, rest: frame::HeaderRest, position: i64) -> Header {
+    Header { frame_length, rest, position }
+}
+
+/// The header fields after the length word.
+pub fn header_rest(header: &Header) -> frame::HeaderRest {
+    header.rest
+}
+
+/// The log's metadata section, for the fuzz targets' writes to fields the writer does not own.
+pub fn meta_field<R: Region>(log: &Log<R>, field: usize) -> usize {
+    log.meta_field(field)
+}
+
+pub use crate::region::{MmapRegion, ReadOnlyRegion};
+
+/// Takes the publisher's lock of a log file on this open file, as its publisher would: the file
+/// then has a live publisher for every other open of it.
+pub fn hold_publisher_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    use crate::sys::lock::{try_lock, Kind};
+    try_lock(file, Kind::Exclusive, crate::stream::liveness::PUBLISHER_LOCK, 1)
+}

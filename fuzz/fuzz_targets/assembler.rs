@@ -1,5 +1,4 @@
-//! FragmentAssembler over arbitrary fragment sequences, against a reference model.
-//! The scenario and its checks: `shmlog::fuzz::assembler` (src/fuzz.rs).
+//! Fuzz target `assembler`: the scenario and its properties are in `fuzz/src/assembler.rs`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog::fuzz::assembler(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog_fuzz::assembler(data));

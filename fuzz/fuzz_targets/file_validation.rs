@@ -1,5 +1,4 @@
-//! Log and reader-slot validation over hostile bytes, sizes and files.
-//! The scenario and its checks: `shmlog::fuzz::file_validation` (src/fuzz.rs).
+//! Fuzz target `file_validation`: the scenario and its properties are in `fuzz/src/file_validation.rs`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog::fuzz::file_validation(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog_fuzz::file_validation(data));

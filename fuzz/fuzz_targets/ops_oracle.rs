@@ -1,5 +1,4 @@
-//! Random publisher/subscriber operations checked against a VecDeque oracle.
-//! The scenario and its checks: `shmlog::fuzz::ops_oracle` (src/fuzz.rs).
+//! Fuzz target `ops_oracle`: the scenario and its properties are in `fuzz/src/ops_oracle.rs`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog::fuzz::ops_oracle(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog_fuzz::ops_oracle(data));

@@ -1,5 +1,4 @@
-//! The term reader and scanner over hostile term bytes.
-//! The scenario and its checks: `shmlog::fuzz::term_reader` (src/fuzz.rs).
+//! Fuzz target `term_reader`: the scenario and its properties are in `fuzz/src/term_reader.rs`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog::fuzz::term_reader(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| shmlog_fuzz::term_reader(data));

@@ -380,6 +380,22 @@ pub fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     matches!(next_frame(&term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
 }
 
+/// `true` if a frame starts at `position`, committed or still being written: walking the
+/// committed frames of its term from the term's start lands on it. For a position whose length
+/// word is zero, which could as well be inside a frame's payload (a stray reader position): one
+/// walk over at most a term, on the cold path of a join.
+pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
+    let mut at = log.terms().term_begin(position);
+    while at < position {
+        let cursor = Cursor::new(log, at);
+        match next_frame(&term_window(log, &cursor), cursor.offset, cursor.term_id) {
+            Ok(Some(frame)) => at += frame.aligned as i64,
+            _ => return false,
+        }
+    }
+    at == position
+}
+
 /// `true` if a committed frame that starts a message (the first fragment, or padding between
 /// messages) starts at `position`: where an explicit join may land.
 pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {

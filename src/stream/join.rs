@@ -68,6 +68,7 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
 ) -> Result<i64, JoinRefused> {
     let session = log.session_id();
     let term = log.term_length() as i64;
+    let mut rule = rule;
     for _ in 0..ATTEMPTS {
         let producer = log.producer_position().map_err(JoinRefused::Corrupt)?;
         let position = match rule {
@@ -99,17 +100,23 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
                 JoinAt::Position(_) => position == newest || reader::message_starts_at(log, position),
                 // The frame being written where the slowest reader caught up (an open claim, or an
                 // offer caught mid-copy) is readable once committed and never cleaned (it is in the
-                // active term), so as good a join position as a committed one.
+                // active term), so as good a join position as a committed one, if it is one: a
+                // zero length word is also what the inside of a frame holds (a stray position).
                 _ => {
                     position == newest
                         || reader::frame_starts_at(log, position)
-                        || reader::frame_pending_at(log, position)
+                        || (reader::frame_pending_at(log, position) && reader::frame_boundary(log, position))
                 }
             };
         if available {
             return Ok(position);
         }
         slot.deactivate();
+        if rule == JoinAt::Slowest {
+            // The slowest reader's position is not one to join at (cleaned since it was read, or a
+            // stray word inside a frame): the writer's is, and retrying the same one would not do.
+            rule = JoinAt::Latest;
+        }
         if let JoinAt::Position(requested) = rule {
             let oldest = reader::message_start_at_or_after(log, oldest, newest);
             let nearest = reader::message_start_at_or_after(log, requested.clamp(oldest, newest), newest);
@@ -211,6 +218,24 @@ mod tests {
         assert_eq!(join(&log, &slots, &joiner, JoinAt::Slowest), Ok(app.position()));
         dead.set_position(i64::MAX); // ahead of the writer: impossible, ignored too
         assert_eq!(join(&log, &slots, &joiner, JoinAt::Slowest), Ok(app.position()));
+    }
+
+    /// Found by the `ops_oracle` fuzz target: a stray position inside a frame (its length word is
+    /// zero there, as at a frame still being written) was joined, and the reader stood there for
+    /// good. Now only a real frame boundary counts as a frame being written.
+    #[test]
+    fn a_slowest_position_inside_a_frame_is_not_joined() {
+        let (mut app, log, slots) = setup();
+        app.append(&[&[0u8; 200]], 200).unwrap(); // one frame of zeros: [0, 256)
+        let (stray, joiner) = (slot(&slots, 0), slot(&slots, 1));
+        stray.activate(5, 64);
+        assert!(reader::frame_pending_at(&log, 64) && !reader::frame_boundary(&log, 64));
+        assert_eq!(join(&log, &slots, &joiner, JoinAt::Slowest), Ok(256), "joined at the writer instead");
+        // A real frame being written is joined: a claim open at 256.
+        let _claim = app.claim(10).unwrap();
+        stray.set_position(256);
+        assert!(reader::frame_boundary(&log, 256));
+        assert_eq!(join(&log, &slots, &joiner, JoinAt::Slowest), Ok(256));
     }
 
     #[test]

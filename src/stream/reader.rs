@@ -150,10 +150,12 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     }
 
     /// Hands `handler` one block of raw committed frames (headers included) and the position of
-    /// its first byte; returns the bytes consumed.
+    /// its first byte; returns the bytes the position moved (the block, padding before it, and
+    /// the rest of a message a new reader joined inside of).
     pub fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
+        let before = self.cursor.position();
         if self.detour && !self.take_detour() {
-            return 0;
+            return (self.cursor.position() - before) as usize;
         }
         let (log, position) = (&self.log, self.cursor.position());
         // SAFETY: as in `controlled_poll`.
@@ -164,7 +166,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             }
         };
         self.finish(scan);
-        scan.bytes
+        (self.cursor.position() - before) as usize
     }
 
     #[inline(always)]

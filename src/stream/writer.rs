@@ -31,6 +31,9 @@ pub struct Writer<L, S, K> {
     liveness: K,
     session_id: i32,
     max_message: usize,
+    /// Longest message the one-frame fast path takes: the max payload, or the max message
+    /// length where that is smaller (terms below 512 bytes, in the models).
+    one_frame_max: usize,
     max_position: i64,
     /// The claim not yet committed or aborted: aborted by the next operation if its guard was
     /// leaked, so a forgotten claim never stalls readers for longer than the writer stays idle.
@@ -45,13 +48,15 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let max_position = log.terms().max_position();
         let appender = Appender::new(log)?;
         let flow = FlowControl::new(geometry.window, appender.position());
+        let max_message = max_message_len(geometry.term_length);
         Ok(Self {
+            one_frame_max: appender.max_payload().min(max_message),
             appender,
             flow,
             slots,
             liveness,
             session_id,
-            max_message: max_message_len(geometry.term_length),
+            max_message,
             max_position,
             pending: None,
         })
@@ -61,7 +66,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, below the cached limit.
-        if message.len() <= self.appender.max_payload()
+        if message.len() <= self.one_frame_max
             && self.pending.is_none()
             && self.appender.position() < self.flow.limit()
         {
