@@ -4,6 +4,7 @@
 mod common;
 
 use common::TempDir;
+use json::Doc;
 use shmlog::{Header, Publication, Subscription};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -86,30 +87,30 @@ fn stat_json_reports_positions_and_pids_of_a_live_publisher_and_readers() {
     let position = publication.position();
 
     let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", dir_arg(&dir)]));
-    let streams = doc.get("streams").arr();
+    let streams = doc.field("streams").arr();
     assert_eq!(streams.len(), 1);
     let st = &streams[0];
-    assert_eq!(st.get("name").str(), "prices");
-    assert!(st.get("problems").arr().is_empty());
-    let log = st.get("log");
-    assert_eq!(log.get("publisher_pid").int(), i64::from(std::process::id()));
-    assert!(log.get("publisher_alive").bool());
-    assert_eq!(log.get("position").int(), position);
-    assert_eq!(log.get("session_id").int(), i64::from(publication.session_id()));
-    assert_eq!(log.get("term_length").int(), 64 * 1024);
-    assert_eq!(log.get("eos_position"), &json::Value::Null);
-    let readers = st.get("readers").arr();
+    assert_eq!(st.field("name").str(), "prices");
+    assert!(st.field("problems").arr().is_empty());
+    let log = st.field("log");
+    assert_eq!(log.field("publisher_pid").int(), i64::from(std::process::id()));
+    assert!(log.field("publisher_alive").bool());
+    assert_eq!(log.field("position").int(), position);
+    assert_eq!(log.field("session_id").int(), i64::from(publication.session_id()));
+    assert_eq!(log.field("term_length").int(), 64 * 1024);
+    assert_eq!(log.field("eos_position"), &json::Value::Null);
+    let readers = st.field("readers").arr();
     assert_eq!(readers.len(), 2);
     for r in readers {
-        assert_eq!(r.get("pid").int(), i64::from(std::process::id()));
-        assert!(r.get("alive").bool());
-        assert_eq!(r.get("state").str(), "active");
+        assert_eq!(r.field("pid").int(), i64::from(std::process::id()));
+        assert!(r.field("alive").bool());
+        assert_eq!(r.field("state").str(), "active");
     }
-    assert_eq!(readers[0].get("position").int(), fast.position());
-    assert_eq!(readers[0].get("lag").int(), 0);
-    assert_eq!(readers[1].get("position").int(), idle.position());
-    assert_eq!(readers[1].get("lag").int(), position);
-    assert!(readers[1].get("slowest").bool() && !readers[0].get("slowest").bool());
+    assert_eq!(readers[0].field("position").int(), fast.position());
+    assert_eq!(readers[0].field("lag").int(), 0);
+    assert_eq!(readers[1].field("position").int(), idle.position());
+    assert_eq!(readers[1].field("lag").int(), position);
+    assert!(readers[1].field("slowest").bool() && !readers[0].field("slowest").bool());
 
     let text = shmlog_ok(&["stat", "--dir", dir_arg(&dir)]);
     assert!(text.contains("stream prices") && text.contains("slowest"), "{text}");
@@ -145,20 +146,20 @@ fn stat_follows_a_publisher_in_another_process_and_sees_it_die() {
         got >= 100
     });
     let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", d]));
-    let st = &doc.get("streams").arr()[0];
-    let log = st.get("log");
-    assert_eq!(log.get("publisher_pid").int(), i64::from(child.id()));
-    assert!(log.get("publisher_alive").bool());
-    assert!(log.get("position").int() >= sub.position());
-    let reader = &st.get("readers").arr()[0];
-    assert_eq!(reader.get("pid").int(), i64::from(std::process::id()));
-    assert_eq!(reader.get("position").int(), sub.position());
+    let st = &doc.field("streams").arr()[0];
+    let log = st.field("log");
+    assert_eq!(log.field("publisher_pid").int(), i64::from(child.id()));
+    assert!(log.field("publisher_alive").bool());
+    assert!(log.field("position").int() >= sub.position());
+    let reader = &st.field("readers").arr()[0];
+    assert_eq!(reader.field("pid").int(), i64::from(std::process::id()));
+    assert_eq!(reader.field("position").int(), sub.position());
 
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
     let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", d]));
-    let log = doc.get("streams").arr()[0].get("log");
-    assert!(!log.get("publisher_alive").bool(), "the kernel dropped the dead publisher's lock");
+    let log = doc.field("streams").arr()[0].field("log");
+    assert!(!log.field("publisher_alive").bool(), "the kernel dropped the dead publisher's lock");
 }
 
 #[test]
@@ -182,10 +183,10 @@ fn clean_removes_a_killed_publishers_files_and_keeps_live_ones() {
     let report = json::parse(&shmlog_ok(&["clean", "--json", "--dir", d]));
     let paths = |key: &str| -> Vec<String> {
         report
-            .get(key)
+            .field(key)
             .arr()
             .iter()
-            .map(|e| e.get("path").str().rsplit('/').next().unwrap().to_owned())
+            .map(|e| e.field("path").str().rsplit('/').next().unwrap().to_owned())
             .collect()
     };
     let mut removed = paths("removed");
@@ -197,7 +198,7 @@ fn clean_removes_a_killed_publishers_files_and_keeps_live_ones() {
     assert!(!dead_log.exists() && !dead_readers.exists());
     assert!(dir.path().join("live.log").exists() && dir.path().join("live.readers").exists());
     let pid = std::process::id();
-    let reasons: Vec<&str> = report.get("kept").arr().iter().map(|e| e.get("reason").str()).collect();
+    let reasons: Vec<&str> = report.field("kept").arr().iter().map(|e| e.field("reason").str()).collect();
     assert!(reasons.iter().any(|r| r.contains(&format!("pid {pid}")) && r.contains("alive")), "{reasons:?}");
 
     let again = shmlog_ok(&["clean", "--dir", d]);
@@ -325,7 +326,7 @@ fn errors_name_the_file_and_exit_non_zero() {
 fn stat_of_an_empty_directory_and_watch_mode() {
     let dir = TempDir::new("cli-empty");
     let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", dir_arg(&dir)]));
-    assert!(doc.get("streams").arr().is_empty());
+    assert!(doc.field("streams").arr().is_empty());
     let mut publication = Publication::builder("w").dir(dir.path()).term_length(64 * 1024).create().unwrap();
     let mut sub = Subscription::builder("w").dir(dir.path()).open().unwrap();
     assert!(publication.is_connected());
@@ -341,8 +342,8 @@ fn stat_of_an_empty_directory_and_watch_mode() {
     assert!(status.success(), "{status}\n{err}");
     let docs: Vec<json::Value> = out.lines().map(json::parse).collect();
     assert!(docs.len() >= 3, "{out}");
-    let rate = docs.last().unwrap().get("streams").arr()[0].get("log").get("bytes_per_sec");
-    assert!(matches!(rate, json::Value::Num(_)), "rates appear from the second snapshot: {rate:?}");
+    let rate = docs.last().unwrap().field("streams").arr()[0].field("log").field("bytes_per_sec");
+    assert!(rate.is_number(), "rates appear from the second snapshot: {rate:?}");
 }
 
 /// Checks that every element of an XML document is closed, in order.
@@ -365,214 +366,44 @@ fn assert_balanced_tags(xml: &str) {
     assert!(stack.is_empty(), "unclosed: {stack:?}");
 }
 
-/// A strict little JSON parser: the test fails on anything that is not valid JSON.
+/// The JSON documents the tool prints, read with serde_json; panics name what was missing.
 mod json {
-    #[derive(Clone, Debug, PartialEq)]
-    pub enum Value {
-        Null,
-        Bool(bool),
-        /// Kept as text so 64-bit integers survive.
-        Num(String),
-        Str(String),
-        Arr(Vec<Value>),
-        Obj(Vec<(String, Value)>),
-    }
-
-    impl Value {
-        pub fn get(&self, key: &str) -> &Value {
-            match self {
-                Value::Obj(fields) => {
-                    &fields
-                        .iter()
-                        .find(|(k, _)| k == key)
-                        .unwrap_or_else(|| panic!("no field {key:?} in {self:?}"))
-                        .1
-                }
-                other => panic!("not an object: {other:?}"),
-            }
-        }
-
-        pub fn arr(&self) -> &[Value] {
-            match self {
-                Value::Arr(v) => v,
-                other => panic!("not an array: {other:?}"),
-            }
-        }
-
-        pub fn str(&self) -> &str {
-            match self {
-                Value::Str(s) => s,
-                other => panic!("not a string: {other:?}"),
-            }
-        }
-
-        pub fn int(&self) -> i64 {
-            match self {
-                Value::Num(n) => n.parse().unwrap_or_else(|_| panic!("not an integer: {n}")),
-                other => panic!("not a number: {other:?}"),
-            }
-        }
-
-        pub fn bool(&self) -> bool {
-            match self {
-                Value::Bool(b) => *b,
-                other => panic!("not a boolean: {other:?}"),
-            }
-        }
-    }
+    pub use serde_json::Value;
 
     pub fn parse(text: &str) -> Value {
-        let mut p = Parser { s: text.as_bytes(), i: 0 };
-        let v = p.value();
-        p.ws();
-        assert_eq!(p.i, p.s.len(), "trailing characters in JSON: {text}");
-        v
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
     }
 
-    struct Parser<'a> {
-        s: &'a [u8],
-        i: usize,
+    pub trait Doc {
+        fn field(&self, key: &str) -> &Value;
+        fn arr(&self) -> &[Value];
+        fn str(&self) -> &str;
+        fn int(&self) -> i64;
+        fn bool(&self) -> bool;
     }
 
-    impl Parser<'_> {
-        fn ws(&mut self) {
-            while self.i < self.s.len() && b" \t\r\n".contains(&self.s[self.i]) {
-                self.i += 1;
-            }
+    impl Doc for Value {
+        fn field(&self, key: &str) -> &Value {
+            self.as_object()
+                .unwrap_or_else(|| panic!("not an object: {self}"))
+                .get(key)
+                .unwrap_or_else(|| panic!("no field {key:?} in {self}"))
         }
 
-        fn peek(&self) -> u8 {
-            *self.s.get(self.i).unwrap_or_else(|| panic!("JSON ends early"))
+        fn arr(&self) -> &[Value] {
+            self.as_array().unwrap_or_else(|| panic!("not an array: {self}"))
         }
 
-        fn expect(&mut self, lit: &str) {
-            assert!(self.s[self.i..].starts_with(lit.as_bytes()), "expected {lit} at {}", self.i);
-            self.i += lit.len();
+        fn str(&self) -> &str {
+            self.as_str().unwrap_or_else(|| panic!("not a string: {self}"))
         }
 
-        fn value(&mut self) -> Value {
-            self.ws();
-            match self.peek() {
-                b'n' => {
-                    self.expect("null");
-                    Value::Null
-                }
-                b't' => {
-                    self.expect("true");
-                    Value::Bool(true)
-                }
-                b'f' => {
-                    self.expect("false");
-                    Value::Bool(false)
-                }
-                b'"' => Value::Str(self.string()),
-                b'[' => {
-                    self.i += 1;
-                    let mut items = Vec::new();
-                    self.ws();
-                    if self.peek() == b']' {
-                        self.i += 1;
-                        return Value::Arr(items);
-                    }
-                    loop {
-                        items.push(self.value());
-                        self.ws();
-                        match self.peek() {
-                            b',' => self.i += 1,
-                            b']' => {
-                                self.i += 1;
-                                return Value::Arr(items);
-                            }
-                            c => panic!("unexpected {:?} in array at {}", c as char, self.i),
-                        }
-                    }
-                }
-                b'{' => {
-                    self.i += 1;
-                    let mut fields = Vec::new();
-                    self.ws();
-                    if self.peek() == b'}' {
-                        self.i += 1;
-                        return Value::Obj(fields);
-                    }
-                    loop {
-                        self.ws();
-                        let key = self.string();
-                        self.ws();
-                        self.expect(":");
-                        fields.push((key, self.value()));
-                        self.ws();
-                        match self.peek() {
-                            b',' => self.i += 1,
-                            b'}' => {
-                                self.i += 1;
-                                return Value::Obj(fields);
-                            }
-                            c => panic!("unexpected {:?} in object at {}", c as char, self.i),
-                        }
-                    }
-                }
-                _ => self.number(),
-            }
+        fn int(&self) -> i64 {
+            self.as_i64().unwrap_or_else(|| panic!("not an integer: {self}"))
         }
 
-        fn string(&mut self) -> String {
-            self.expect("\"");
-            let mut out = String::new();
-            loop {
-                let c = self.peek();
-                self.i += 1;
-                match c {
-                    b'"' => return out,
-                    b'\\' => {
-                        let e = self.peek();
-                        self.i += 1;
-                        match e {
-                            b'"' => out.push('"'),
-                            b'\\' => out.push('\\'),
-                            b'/' => out.push('/'),
-                            b'n' => out.push('\n'),
-                            b'r' => out.push('\r'),
-                            b't' => out.push('\t'),
-                            b'b' => out.push('\u{8}'),
-                            b'f' => out.push('\u{c}'),
-                            b'u' => {
-                                let hex = std::str::from_utf8(&self.s[self.i..self.i + 4]).unwrap();
-                                out.push(char::from_u32(u32::from_str_radix(hex, 16).unwrap()).unwrap());
-                                self.i += 4;
-                            }
-                            c => panic!("bad escape \\{}", c as char),
-                        }
-                    }
-                    c if c < 0x20 => panic!("control character in JSON string"),
-                    _ => {
-                        // Copy the whole UTF-8 sequence.
-                        let start = self.i - 1;
-                        while self.i < self.s.len() && (self.s[self.i] & 0xC0) == 0x80 {
-                            self.i += 1;
-                        }
-                        out.push_str(std::str::from_utf8(&self.s[start..self.i]).expect("UTF-8"));
-                    }
-                }
-            }
-        }
-
-        fn number(&mut self) -> Value {
-            let start = self.i;
-            while self.i < self.s.len() && b"+-0123456789.eE".contains(&self.s[self.i]) {
-                self.i += 1;
-            }
-            let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-            assert!(text.parse::<f64>().is_ok(), "bad number {text:?} at {start}");
-            Value::Num(text.to_owned())
+        fn bool(&self) -> bool {
+            self.as_bool().unwrap_or_else(|| panic!("not a boolean: {self}"))
         }
     }
-}
-
-#[test]
-fn the_json_parser_rejects_what_it_must() {
-    for bad in ["{", "[1,]", "{\"a\" 1}", "nul", "\"\u{1}\"", "1 2"] {
-        assert!(std::panic::catch_unwind(|| json::parse(bad)).is_err(), "{bad:?}");
-    }
-    assert_eq!(json::parse(r#"{"a":[1,-2.5e3,"x\n",true,null]}"#).get("a").arr().len(), 5);
 }

@@ -117,6 +117,9 @@ pub struct LogInfo {
     pub readers_evicted: i64,
     /// Readers counted at the publisher's last limit recomputation.
     pub connected_readers: i64,
+    /// Reader positions found past the publisher's own (impossible for an honest reader: a stray
+    /// or forged word) and ignored by flow control.
+    pub ignored_positions: i64,
 }
 
 /// What a claimed reader slot says.
@@ -247,6 +250,7 @@ fn log_info(path: &Path, file: &File, log: &Log<ReadOnlyRegion>) -> Result<LogIn
         limit_recomputes: log.counter(Counter::LimitRecomputes),
         readers_evicted: log.counter(Counter::ReadersEvicted),
         connected_readers: log.gauge(Gauge::ConnectedReaders),
+        ignored_positions: log.counter(Counter::IgnoredPositions),
     })
 }
 

@@ -4,7 +4,7 @@
 //! endian) and a sequence number (8 bytes); the subscriber subtracts the first from its own clock
 //! when the message is delivered. Both ends may be separate processes: the clock is the host's.
 
-use crate::stats::{self, Summary};
+use crate::histogram::{self, Summary};
 use crate::sys::{mono_ns, stop_requested};
 use clap::ValueEnum;
 use shmlog::{
@@ -459,23 +459,26 @@ fn report(got: &Received, warmup: usize, hgrm: Option<&Path>, svg: Option<&Path>
             String::new()
         }
     );
-    let Some(all) = stats::summarize(samples) else {
+    let Some(all) = histogram::summarize(samples) else {
         return Err(RunError::Other(match got.end {
             End::Interrupted => "interrupted before any message arrived".to_owned(),
             _ => "no message received".to_owned(),
         }));
     };
-    print!("{}", format_report(&all, &stats::group_summaries(samples, 20), warmup.min(got.samples.len())));
+    print!(
+        "{}",
+        format_report(&all, &histogram::group_summaries(samples, 20), warmup.min(got.samples.len()))
+    );
     if hgrm.is_some() || svg.is_some() {
-        let h = stats::histogram(samples);
+        let h = histogram::histogram(samples);
         if let Some(path) = hgrm {
-            std::fs::write(path, stats::hgrm(&h))
+            std::fs::write(path, histogram::hgrm(&h))
                 .map_err(|e| RunError::Other(format!("{}: write histogram: {e}", path.display())))?;
             println!("wrote {}", path.display());
         }
         if let Some(path) = svg {
             let title = format!("shmlog one-way latency, {} messages", samples.len());
-            std::fs::write(path, stats::svg(&stats::curve(&h), &title))
+            std::fs::write(path, histogram::svg(&histogram::curve(&h), &title))
                 .map_err(|e| RunError::Other(format!("{}: write plot: {e}", path.display())))?;
             println!("wrote {}", path.display());
         }
@@ -492,16 +495,16 @@ fn format_report(all: &Summary, groups: &[Summary], skipped: usize) -> String {
         if skipped > 0 { format!(", first {skipped} skipped as warm-up") } else { String::new() }
     );
     let _ = writeln!(s, "  count  {:>12}", all.count);
-    let _ = writeln!(s, "  mean   {:>12.3}", stats::us(all.mean));
-    let _ = writeln!(s, "  min    {:>12.3}", stats::us(all.min as f64));
-    let _ = writeln!(s, "  max    {:>12.3}", stats::us(all.max as f64));
-    for ((_, name), v) in stats::PERCENTILES.iter().zip(all.percentiles) {
-        let _ = writeln!(s, "  {name:<6} {:>12.3}", stats::us(v as f64));
+    let _ = writeln!(s, "  mean   {:>12.3}", histogram::us(all.mean));
+    let _ = writeln!(s, "  min    {:>12.3}", histogram::us(all.min as f64));
+    let _ = writeln!(s, "  max    {:>12.3}", histogram::us(all.max as f64));
+    for ((_, name), v) in histogram::PERCENTILES.iter().zip(all.percentiles) {
+        let _ = writeln!(s, "  {name:<6} {:>12.3}", histogram::us(v as f64));
     }
     let _ = writeln!(s, "\nin {} consecutive groups, in time order:", groups.len());
-    let _ = writeln!(s, "{}", stats::table_header("group"));
+    let _ = writeln!(s, "{}", histogram::table_header("group"));
     for (i, g) in groups.iter().enumerate() {
-        let _ = writeln!(s, "{}", stats::table_row(&format!("{}/{}", i + 1, groups.len()), g));
+        let _ = writeln!(s, "{}", histogram::table_row(&format!("{}/{}", i + 1, groups.len()), g));
     }
     s
 }

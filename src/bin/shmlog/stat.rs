@@ -1,7 +1,7 @@
 //! `shmlog stat` and `shmlog clean`: the inspection API, printed for people or as JSON.
 
-use crate::json::{self, Object};
 use crate::sys::stop_requested;
+use serde_json::{json, Value};
 use shmlog::inspect::{self, CleanEntry, CleanReport, LogInfo, ReaderInfo, StreamInfo};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -220,6 +220,14 @@ fn log_text(s: &mut String, log: &LogInfo, rates: Option<&StreamRates>) {
         log.readers_evicted,
         log.connected_readers
     );
+    if log.ignored_positions > 0 {
+        let _ = writeln!(
+            s,
+            "  WARNING     {} reader position(s) past the publisher's were ignored: a process wrote \
+             stray words into the stream's reader-slot file",
+            log.ignored_positions,
+        );
+    }
     if let Some(r) = rates {
         let _ = writeln!(
             s,
@@ -258,75 +266,76 @@ fn reader_text(s: &mut String, r: &ReaderInfo, rate: Option<f64>) {
     );
 }
 
-/// The JSON report: one object.
+/// The JSON report: one object (serde_json writes non-finite rates as `null`).
 pub fn stat_json(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> String {
-    let streams = list.iter().map(|st| {
-        let log = st
-            .log
-            .as_ref()
-            .map_or_else(|| "null".to_owned(), |l| log_json(l, rates.and_then(|r| r.streams.get(&st.name))));
-        let readers = json::array(st.readers.iter().map(|r| {
-            let rate = rates.and_then(|x| x.readers.get(&(st.name.clone(), r.slot))).copied();
-            reader_json(r, rate)
-        }));
-        Object::new()
-            .str("name", &st.name)
-            .raw("log", log)
-            .raw(
-                "readers_path",
-                json::opt(st.readers_path.as_ref().map(|p| json::string(&p.display().to_string()))),
-            )
-            .raw("slot_count", st.slot_count)
-            .raw("readers", readers)
-            .raw("problems", json::array(st.problems.iter().map(|p| json::string(&p.to_string()))))
-            .finish()
-    });
-    Object::new().str("dir", &dir.display().to_string()).raw("streams", json::array(streams)).finish()
+    let streams: Vec<Value> = list
+        .iter()
+        .map(|st| {
+            let log = st.log.as_ref().map(|l| log_json(l, rates.and_then(|r| r.streams.get(&st.name))));
+            let readers: Vec<Value> = st
+                .readers
+                .iter()
+                .map(|r| {
+                    reader_json(r, rates.and_then(|x| x.readers.get(&(st.name.clone(), r.slot))).copied())
+                })
+                .collect();
+            json!({
+                "name": st.name,
+                "log": log,
+                "readers_path": st.readers_path.as_ref().map(|p| p.display().to_string()),
+                "slot_count": st.slot_count,
+                "readers": readers,
+                "problems": st.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({ "dir": dir.display().to_string(), "streams": streams }).to_string()
 }
 
-fn log_json(l: &LogInfo, rates: Option<&StreamRates>) -> String {
-    Object::new()
-        .str("path", &l.path.display().to_string())
-        .raw("file_length", l.file_length)
-        .str("name", &l.name)
-        .raw("publisher_pid", l.publisher_pid)
-        .raw("publisher_alive", l.publisher_alive)
-        .raw("mapped_by_readers", l.mapped_by_readers)
-        .raw("session_id", l.session_id)
-        .raw("stream_id", l.stream_id)
-        .raw("created_ns", l.created_ns)
-        .raw("term_length", l.term_length)
-        .raw("window", l.window)
-        .raw("mtu", l.mtu)
-        .raw("page_size", l.page_size)
-        .raw("position", l.position)
-        .raw("limit", l.limit)
-        .raw("eos_position", json::opt(l.eos_position))
-        .raw("back_pressure_events", l.back_pressure_events)
-        .raw("rotations", l.rotations)
-        .raw("limit_recomputes", l.limit_recomputes)
-        .raw("readers_evicted", l.readers_evicted)
-        .raw("connected_readers", l.connected_readers)
-        .raw("bytes_per_sec", json::opt(rates.map(|r| json::float(r.bytes_per_sec))))
-        .raw("back_pressure_per_sec", json::opt(rates.map(|r| json::float(r.back_pressure_per_sec))))
-        .finish()
+fn log_json(l: &LogInfo, rates: Option<&StreamRates>) -> Value {
+    json!({
+        "path": l.path.display().to_string(),
+        "file_length": l.file_length,
+        "name": l.name,
+        "publisher_pid": l.publisher_pid,
+        "publisher_alive": l.publisher_alive,
+        "mapped_by_readers": l.mapped_by_readers,
+        "session_id": l.session_id,
+        "stream_id": l.stream_id,
+        "created_ns": l.created_ns,
+        "term_length": l.term_length,
+        "window": l.window,
+        "mtu": l.mtu,
+        "page_size": l.page_size,
+        "position": l.position,
+        "limit": l.limit,
+        "eos_position": l.eos_position,
+        "back_pressure_events": l.back_pressure_events,
+        "rotations": l.rotations,
+        "limit_recomputes": l.limit_recomputes,
+        "readers_evicted": l.readers_evicted,
+        "connected_readers": l.connected_readers,
+        "ignored_positions": l.ignored_positions,
+        "bytes_per_sec": rates.map(|r| r.bytes_per_sec),
+        "back_pressure_per_sec": rates.map(|r| r.back_pressure_per_sec),
+    })
 }
 
-fn reader_json(r: &ReaderInfo, rate: Option<f64>) -> String {
-    Object::new()
-        .raw("slot", r.slot)
-        .raw("pid", r.pid)
-        .raw("alive", r.alive)
-        .str("state", &r.state.to_string())
-        .raw("session_id", json::opt(r.session_id))
-        .raw("position", r.position)
-        .raw("join_position", r.join_position)
-        .raw("claimed_ns", r.claimed_ns)
-        .raw("lag", json::opt(r.lag))
-        .raw("slowest", r.slowest)
-        .raw("holds_back", r.holds_back)
-        .raw("bytes_per_sec", json::opt(rate.map(json::float)))
-        .finish()
+fn reader_json(r: &ReaderInfo, rate: Option<f64>) -> Value {
+    json!({
+        "slot": r.slot,
+        "pid": r.pid,
+        "alive": r.alive,
+        "state": r.state.to_string(),
+        "session_id": r.session_id,
+        "position": r.position,
+        "join_position": r.join_position,
+        "claimed_ns": r.claimed_ns,
+        "lag": r.lag,
+        "slowest": r.slowest,
+        "holds_back": r.holds_back,
+        "bytes_per_sec": rate,
+    })
 }
 
 /// `shmlog clean`.
@@ -361,19 +370,13 @@ pub fn clean_text(report: &CleanReport) -> String {
 }
 
 fn clean_json(report: &CleanReport) -> String {
-    let entries = |list: &[CleanEntry]| {
-        json::array(list.iter().map(|e| {
-            Object::new()
-                .str("path", &e.path.display().to_string())
-                .str("reason", &e.reason.to_string())
-                .finish()
-        }))
+    let entries = |list: &[CleanEntry]| -> Vec<Value> {
+        list.iter()
+            .map(|e| json!({ "path": e.path.display().to_string(), "reason": e.reason.to_string() }))
+            .collect()
     };
-    Object::new()
-        .raw("dry_run", report.dry_run)
-        .raw("removed", entries(&report.removed))
-        .raw("kept", entries(&report.kept))
-        .finish()
+    json!({ "dry_run": report.dry_run, "removed": entries(&report.removed), "kept": entries(&report.kept) })
+        .to_string()
 }
 
 #[cfg(test)]

@@ -2,15 +2,9 @@
 //!
 //! Built with the `cli` feature: `cargo run --release --features cli --bin shmlog -- --help`.
 
-#[path = "shmlog/json.rs"]
-mod json;
-#[path = "shmlog/latency.rs"]
+mod histogram;
 mod latency;
-#[path = "shmlog/stat.rs"]
 mod stat;
-#[path = "shmlog/stats.rs"]
-mod stats;
-#[path = "shmlog/sys.rs"]
 mod sys;
 
 use clap::{Args, Parser, Subcommand};
