@@ -42,7 +42,7 @@ impl Fanout {
     fn start(n: usize, idle: &str) -> Fanout {
         let dir = ShmDir::new("fan");
         let mut publication = Publication::builder("fan")
-            .dir(&dir.path)
+            .dir(dir.path())
             .term_length(TERM)
             .create()
             .expect("create publication");
@@ -50,7 +50,7 @@ impl Fanout {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         for i in 0..n {
-            let sub = Subscription::builder("fan").dir(&dir.path).open().expect("open subscription");
+            let sub = Subscription::builder("fan").dir(dir.path()).open().expect("open subscription");
             let (r, st) = (received.clone(), stop.clone());
             let idle = idle.to_string();
             threads.push(support::spawn_on(1, move || {

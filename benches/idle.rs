@@ -54,7 +54,7 @@ fn wait_loop(
 impl Waiter {
     fn start(strategy: &str) -> Waiter {
         let dir = ShmDir::new("idle");
-        let (publication, sub) = pair(&dir.path, "idle", 1 << 20);
+        let (publication, sub) = pair(dir.path(), "idle", 1 << 20);
         let clock = Clock::best();
         let seen = Arc::new(AtomicU64::new(0));
         let latency_ns = Arc::new(AtomicU64::new(0));

@@ -64,7 +64,7 @@ fn group(c: &mut Criterion, args: &Args, name: &str, op: Op, max: usize) {
     let mut g = c.benchmark_group(format!("offer_poll/{name}"));
     for size in SIZES.iter().copied().filter(|&s| s <= max) {
         let dir = ShmDir::new("op");
-        let (mut p, mut s) = pair(&dir.path, "op", TERM);
+        let (mut p, mut s) = pair(dir.path(), "op", TERM);
         let msg = vec![3u8; size];
         // Warm-up over all three terms.
         let warm = args.n(3 * TERM / (size + 32).max(64) + 1000, 5);

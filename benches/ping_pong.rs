@@ -53,10 +53,10 @@ impl Pinger {
 }
 
 fn rt_threads(dir: &ShmDir, term: usize, size: usize) -> (Pinger, Echo) {
-    let ping = Publication::builder("ping").dir(&dir.path).term_length(term).create().unwrap();
-    let pong = Publication::builder("pong").dir(&dir.path).term_length(term).create().unwrap();
-    let ping_sub = Subscription::builder("ping").dir(&dir.path).open().unwrap();
-    let pong_sub = Subscription::builder("pong").dir(&dir.path).open().unwrap();
+    let ping = Publication::builder("ping").dir(dir.path()).term_length(term).create().unwrap();
+    let pong = Publication::builder("pong").dir(dir.path()).term_length(term).create().unwrap();
+    let ping_sub = Subscription::builder("ping").dir(dir.path()).open().unwrap();
+    let pong_sub = Subscription::builder("pong").dir(dir.path()).open().unwrap();
     let mut p = Pinger { ping, pong: pong_sub, msg: vec![1u8; size] };
     p.ping.wait_connected(Duration::from_secs(10)).unwrap();
     let echo = Echo::start(ping_sub, pong, 1);
@@ -165,10 +165,10 @@ fn processes(c: &mut Criterion, args: &Args) {
         support::pin(0);
         raw_bound(args, &format!("ping_pong/processes/{size}B"));
         let dir = ShmDir::new("ppp");
-        let mut ping = Publication::builder("ping").dir(&dir.path).term_length(TERM).create().unwrap();
-        let child = support::spawn_child("echo", &[("SHMLOG_BENCH_DIR", dir.path.display().to_string())]);
+        let mut ping = Publication::builder("ping").dir(dir.path()).term_length(TERM).create().unwrap();
+        let child = support::spawn_child("echo", &[("SHMLOG_BENCH_DIR", dir.path().display().to_string())]);
         let pong = Subscription::builder("pong")
-            .dir(&dir.path)
+            .dir(dir.path())
             .wait_for_publisher(Duration::from_secs(20))
             .open()
             .expect("child publishes pong");

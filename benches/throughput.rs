@@ -110,7 +110,7 @@ fn threads(c: &mut Criterion, args: &Args) {
         }
         support::pin(0);
         let dir = ShmDir::new("tp");
-        let (publication, sub) = pair(&dir.path, "tp", term);
+        let (publication, sub) = pair(dir.path(), "tp", term);
         let mut t = Threads { publication, counter: Counter::start(sub, 1, FRAGMENT_LIMIT), sent: 0 };
         measure(c, args, "throughput/32B_threads", label, term, &mut t);
         drop(t);
@@ -136,7 +136,7 @@ fn paired(args: &Args) {
     }
     support::pin(0);
     let dir = ShmDir::new("tpr");
-    let (mut publication, mut sub) = pair(&dir.path, "tpr", 1 << 20);
+    let (mut publication, mut sub) = pair(dir.path(), "tpr", 1 << 20);
     let n = args.n(2_000_000, 1000) as u64;
     let (mut shm_rates, mut ring_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..=ROUNDS {
@@ -171,16 +171,16 @@ fn processes(c: &mut Criterion, args: &Args) {
         support::pin(0);
         let dir = ShmDir::new("tpp");
         let mut publication = Publication::builder("tpp")
-            .dir(&dir.path)
+            .dir(dir.path())
             .term_length(term)
             .create()
             .expect("create publication");
-        let counters_path = dir.path.join("counters");
+        let counters_path = dir.path().join("counters");
         let counters = SharedCounters::create(&counters_path, 2);
         let child = support::spawn_child(
             "tp-sub",
             &[
-                ("SHMLOG_BENCH_DIR", dir.path.display().to_string()),
+                ("SHMLOG_BENCH_DIR", dir.path().display().to_string()),
                 ("SHMLOG_BENCH_COUNTERS", counters_path.display().to_string()),
             ],
         );

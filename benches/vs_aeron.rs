@@ -163,8 +163,8 @@ fn workloads_split<T: Tx, R: Rx, D: Tx, DR: Rx + Send + 'static>(
 fn shmlog_system(c: &mut Criterion, args: &Args) {
     use shmlog::{Publication, Subscription};
     let dir = ShmDir::new("vsa");
-    let create = |name: &str| Publication::builder(name).dir(&dir.path).term_length(TERM).create().unwrap();
-    let open = |name: &str| Subscription::builder(name).dir(&dir.path).open().unwrap();
+    let create = |name: &str| Publication::builder(name).dir(dir.path()).term_length(TERM).create().unwrap();
+    let open = |name: &str| Subscription::builder(name).dir(dir.path()).open().unwrap();
     let (mut ping, ping_rx) = (create("ping"), open("ping"));
     let (pong_tx, mut pong) = (create("pong"), open("pong"));
     let (mut data, data_rx) = (create("data"), open("data"));
@@ -259,8 +259,8 @@ fn interleaved_throughput(args: &Args) {
     let n = args.n(2_000_000, 100) as u64;
     support::pin(0);
     let dir = ShmDir::new("vsi");
-    let mut shm_tx = Publication::builder("data").dir(&dir.path).term_length(TERM).create().unwrap();
-    let shm_rx = Subscription::builder("data").dir(&dir.path).open().unwrap();
+    let mut shm_tx = Publication::builder("data").dir(dir.path()).term_length(TERM).create().unwrap();
+    let shm_rx = Subscription::builder("data").dir(dir.path()).open().unwrap();
     shm_tx.wait_connected(Duration::from_secs(10)).unwrap();
     let (mut cb_tx, cb_rx) = crossbeam_channel::bounded::<[u8; 32]>(8192);
     let sinks: Vec<std::sync::Arc<Sink>> = (0..2).map(|_| Sink::new()).collect();
@@ -331,8 +331,8 @@ fn interleaved_rtt(args: &Args) {
     let per_round = args.n(100_000, 20);
     support::pin(0);
     let dir = ShmDir::new("vsr");
-    let create = |name: &str| Publication::builder(name).dir(&dir.path).term_length(TERM).create().unwrap();
-    let open = |name: &str| Subscription::builder(name).dir(&dir.path).open().unwrap();
+    let create = |name: &str| Publication::builder(name).dir(dir.path()).term_length(TERM).create().unwrap();
+    let open = |name: &str| Subscription::builder(name).dir(dir.path()).open().unwrap();
     let (mut shm_ping, mut shm_pong_pub) = (create("ping"), create("pong"));
     let (mut shm_ping_sub, mut shm_pong) = (open("ping"), open("pong"));
     shm_ping.wait_connected(Duration::from_secs(10)).unwrap();

@@ -251,11 +251,11 @@ fn main() {
     let mut shm = None;
     if wants("shmlog") {
         let mut p = shmlog::Publication::builder("latency")
-            .dir(&dir.path)
+            .dir(dir.path())
             .term_length(o.term)
             .create()
             .expect("create");
-        let s = shmlog::Subscription::builder("latency").dir(&dir.path).open().expect("open");
+        let s = shmlog::Subscription::builder("latency").dir(dir.path()).open().expect("open");
         p.wait_connected(Duration::from_secs(10)).expect("connected");
         shm = Some(Lane::new(&o, p, s));
     }

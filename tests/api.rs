@@ -1,15 +1,15 @@
 //! The public API in one process: every operation a user has, and the errors they can get.
 
-mod common;
-use common::{pattern, TempDir};
+mod support;
 use shmlog::FragmentHandler;
 use shmlog::{Action, Error, FragmentAssembler, Header, JoinAt, OfferError, Publication, Subscription};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
+use support::{pattern, ShmDir};
 
 const T: usize = 64 * 1024;
 
-fn pair(dir: &TempDir, name: &str) -> (Publication, Subscription) {
+fn pair(dir: &ShmDir, name: &str) -> (Publication, Subscription) {
     let publication = Publication::builder(name).dir(dir.path()).term_length(T).create().unwrap();
     let sub = Subscription::builder(name).dir(dir.path()).open().unwrap();
     (publication, sub)
@@ -34,7 +34,7 @@ fn drain(sub: &mut Subscription) -> Vec<Vec<u8>> {
 
 #[test]
 fn offers_without_a_reader_report_not_connected_and_are_not_delivered() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let mut p = Publication::builder("a").dir(dir.path()).term_length(T).create().unwrap();
     assert!(!p.is_connected());
     assert_eq!(p.offer(b"x"), Err(OfferError::NotConnected));
@@ -46,7 +46,7 @@ fn offers_without_a_reader_report_not_connected_and_are_not_delivered() {
 
 #[test]
 fn back_pressure_holds_the_writer_a_window_ahead_of_the_slowest_reader() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut s) = pair(&dir, "bp");
     let mut sent = 0u64;
     let err = loop {
@@ -66,7 +66,7 @@ fn back_pressure_holds_the_writer_a_window_ahead_of_the_slowest_reader() {
 
 #[test]
 fn messages_too_large_are_refused_with_the_limit() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, _s) = pair(&dir, "big");
     assert_eq!(p.max_message_len(), T / 8);
     assert_eq!(p.max_payload_len(), T / 8 - 32);
@@ -79,7 +79,7 @@ fn messages_too_large_are_refused_with_the_limit() {
 
 #[test]
 fn fragmented_and_vectored_messages_come_back_whole() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let p = Publication::builder("frag").dir(dir.path()).term_length(T).mtu(1024);
     let mut p = p.create().unwrap();
     let mut s = Subscription::builder("frag").dir(dir.path()).open().unwrap();
@@ -116,7 +116,7 @@ fn fragmented_and_vectored_messages_come_back_whole() {
 
 #[test]
 fn claims_commit_abort_and_forgotten_claims_never_stall_readers() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut s) = pair(&dir, "claim");
     let mut c = p.try_claim(5).unwrap();
     c.buffer().copy_from_slice(b"first");
@@ -145,7 +145,7 @@ fn claims_commit_abort_and_forgotten_claims_never_stall_readers() {
 
 #[test]
 fn controlled_poll_through_a_subscription() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut s) = pair(&dir, "ctl");
     for i in 0..3u8 {
         p.offer(&[i]).unwrap();
@@ -167,7 +167,7 @@ fn controlled_poll_through_a_subscription() {
 
 #[test]
 fn block_poll_hands_raw_frames() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut s) = pair(&dir, "blk");
     for i in 0..4u8 {
         p.offer(&[i; 8]).unwrap();
@@ -187,7 +187,7 @@ fn block_poll_hands_raw_frames() {
 
 #[test]
 fn close_marks_end_of_stream_and_removes_the_log() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut s) = pair(&dir, "eos");
     p.offer(b"last words").unwrap();
     let path = p.path().to_owned();
@@ -202,7 +202,7 @@ fn close_marks_end_of_stream_and_removes_the_log() {
 
 #[test]
 fn joins_at_slowest_latest_or_an_available_position() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut first) = pair(&dir, "join");
     for i in 0..10u8 {
         p.offer(&[i]).unwrap();
@@ -222,7 +222,7 @@ fn joins_at_slowest_latest_or_an_available_position() {
 
 #[test]
 fn subscription_opened_before_the_publisher_joins_when_it_appears() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let mut s =
         Subscription::builder("early").dir(dir.path()).liveness_interval(Duration::ZERO).open().unwrap();
     assert!(!s.is_connected());
@@ -236,7 +236,7 @@ fn subscription_opened_before_the_publisher_joins_when_it_appears() {
 
 #[test]
 fn a_new_publisher_starts_a_new_session_that_open_subscriptions_join() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, mut s) = pair(&dir, "sess");
     let first = p.session_id();
     p.offer(b"one").unwrap();
@@ -256,7 +256,7 @@ fn a_new_publisher_starts_a_new_session_that_open_subscriptions_join() {
 
 #[test]
 fn a_live_publisher_cannot_be_displaced_but_a_dead_ones_log_is_replaced() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let p = Publication::builder("own").dir(dir.path()).term_length(T).keep_files(true).create().unwrap();
     let e = Publication::builder("own").dir(dir.path()).term_length(T).create().unwrap_err();
     assert!(matches!(e, Error::AlreadyExists { .. }), "{e}");
@@ -269,7 +269,7 @@ fn a_live_publisher_cannot_be_displaced_but_a_dead_ones_log_is_replaced() {
 
 #[test]
 fn files_are_private_and_names_are_checked() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let sub_dir = dir.path().join("new/deeper");
     let p = Publication::builder("perm").dir(&sub_dir).term_length(T).create().unwrap();
     let mode = std::fs::metadata(p.path()).unwrap().permissions().mode() & 0o777;
@@ -292,7 +292,7 @@ fn files_are_private_and_names_are_checked() {
 
 #[test]
 fn opening_a_foreign_or_wrong_version_log_is_a_typed_error() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let path = dir.path().join("bad.log");
     std::fs::write(&path, vec![0xAB; 3 * T + 4096]).unwrap();
     let mut s = Subscription::builder("bad").dir(dir.path()).liveness_interval(Duration::ZERO).open();
@@ -309,7 +309,7 @@ fn opening_a_foreign_or_wrong_version_log_is_a_typed_error() {
 
 #[test]
 fn an_explicit_position_inside_a_message_is_refused_even_over_zero_bytes() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let (mut p, _s) = pair(&dir, "inside");
     p.offer(&[0u8; 64]).unwrap(); // frame 0..96, zero payload at 32..96
     p.offer(b"next").unwrap();
@@ -321,7 +321,7 @@ fn an_explicit_position_inside_a_message_is_refused_even_over_zero_bytes() {
 
 #[test]
 fn a_fifo_under_the_streams_name_is_refused_without_blocking() {
-    let dir = TempDir::new("api");
+    let dir = ShmDir::new("api");
     let path = dir.path().join("fifo.log");
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.

@@ -1,13 +1,13 @@
 //! The `shmlog` command-line tool, run as a separate process against real streams.
 #![cfg(feature = "cli")]
 
-mod common;
+mod support;
 
-use common::TempDir;
 use json::Doc;
 use shmlog::{Header, Publication, Subscription};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::ShmDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmlog");
 
@@ -68,13 +68,13 @@ fn drain(sub: &mut Subscription) -> usize {
     }
 }
 
-fn dir_arg(dir: &TempDir) -> &str {
+fn dir_arg(dir: &ShmDir) -> &str {
     dir.path().to_str().expect("UTF-8 temp path")
 }
 
 #[test]
 fn stat_json_reports_positions_and_pids_of_a_live_publisher_and_readers() {
-    let dir = TempDir::new("cli-stat");
+    let dir = ShmDir::new("cli-stat");
     let mut publication =
         Publication::builder("prices").dir(dir.path()).term_length(64 * 1024).create().unwrap();
     let mut fast = Subscription::builder("prices").dir(dir.path()).open().unwrap();
@@ -119,7 +119,7 @@ fn stat_json_reports_positions_and_pids_of_a_live_publisher_and_readers() {
 
 #[test]
 fn stat_follows_a_publisher_in_another_process_and_sees_it_die() {
-    let dir = TempDir::new("cli-stat-child");
+    let dir = ShmDir::new("cli-stat-child");
     let d = dir_arg(&dir);
     let mut child = spawn(&[
         "latency",
@@ -164,7 +164,7 @@ fn stat_follows_a_publisher_in_another_process_and_sees_it_die() {
 
 #[test]
 fn clean_removes_a_killed_publishers_files_and_keeps_live_ones() {
-    let dir = TempDir::new("cli-clean");
+    let dir = ShmDir::new("cli-clean");
     let d = dir_arg(&dir);
     let mut child = spawn(&["latency", "pub", "--dir", d, "--stream", "dead", "--wait", "120"]);
     let dead_log = dir.path().join("dead.log");
@@ -207,7 +207,7 @@ fn clean_removes_a_killed_publishers_files_and_keeps_live_ones() {
 
 #[test]
 fn latency_burst_prints_statistics_and_writes_hgrm_and_svg() {
-    let dir = TempDir::new("cli-burst");
+    let dir = ShmDir::new("cli-burst");
     let hgrm = dir.path().join("latency.hgrm");
     let svg = dir.path().join("latency.svg");
     let out = shmlog_ok(&[
@@ -242,7 +242,7 @@ fn latency_burst_prints_statistics_and_writes_hgrm_and_svg() {
 
 #[test]
 fn latency_pub_and_sub_in_two_processes() {
-    let dir = TempDir::new("cli-pubsub");
+    let dir = ShmDir::new("cli-pubsub");
     let d = dir_arg(&dir);
     let sub = spawn(&[
         "latency",
@@ -282,7 +282,7 @@ fn latency_pub_and_sub_in_two_processes() {
 
 #[test]
 fn ctrl_c_ends_runs_with_the_partial_result() {
-    let dir = TempDir::new("cli-sigint");
+    let dir = ShmDir::new("cli-sigint");
     let d = dir_arg(&dir);
     let sub = spawn(&["latency", "sub", "--dir", d, "--timeout", "120", "--idle", "sleep"]);
     let publisher =
@@ -306,7 +306,7 @@ fn ctrl_c_ends_runs_with_the_partial_result() {
 
 #[test]
 fn errors_name_the_file_and_exit_non_zero() {
-    let dir = TempDir::new("cli-errors");
+    let dir = ShmDir::new("cli-errors");
     let missing = dir.path().join("nope");
     let out = shmlog(&["stat", "--dir", missing.to_str().unwrap()]);
     assert!(!out.status.success());
@@ -324,7 +324,7 @@ fn errors_name_the_file_and_exit_non_zero() {
 
 #[test]
 fn stat_of_an_empty_directory_and_watch_mode() {
-    let dir = TempDir::new("cli-empty");
+    let dir = ShmDir::new("cli-empty");
     let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", dir_arg(&dir)]));
     assert!(doc.field("streams").arr().is_empty());
     let mut publication = Publication::builder("w").dir(dir.path()).term_length(64 * 1024).create().unwrap();

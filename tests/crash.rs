@@ -145,7 +145,9 @@ fn subscriber_killed_at_random_moments() {
         } else {
             None
         };
-        let (mut publisher, session) = spawn_publisher("pub", &base.clone().set("count", n));
+        // It lingers after its last message until told to close: the slot file is read below,
+        // and its last user removes it once everybody has gone.
+        let (mut publisher, session) = spawn_publisher("pub", &base.clone().set("count", n).set("linger", 1));
         joined_from_start(&mut stable, session);
         if let Some(v) = victim.as_mut() {
             joined_from_start(std::slice::from_mut(v), session);
@@ -196,6 +198,7 @@ fn subscriber_killed_at_random_moments() {
                 assert!(!counted, "#{i}: the dead reader's slot was never freed: {slot:?}");
             }
         }
+        publisher.send("close");
         publisher.expect("closed", T10);
         for s in &mut stable {
             let eos = s.expect("eos", T10);

@@ -164,7 +164,9 @@ fn killed_subscriber_releases_the_publisher_and_the_others_lose_nothing() {
     let dir = ShmDir::new("killsub");
     let base = stream(&dir, "ks", 128 << 10, 1024);
     let mut subs = subscribers(3, &base.clone().set("progress", 10_000));
-    let (mut publisher, session) = publisher("pub", &base.clone().set("count", n));
+    // Lingers after its last message until told to close, so the slot file is still there when
+    // it is read below (its last user removes it).
+    let (mut publisher, session) = publisher("pub", &base.clone().set("count", n).set("linger", 1));
     joined_from_start(&mut subs, session);
     publisher.send("go");
     subs[0].expect_where("progress", |e| e.num("count") >= 50_000, Duration::from_secs(30));
@@ -179,6 +181,7 @@ fn killed_subscriber_releases_the_publisher_and_the_others_lose_nothing() {
     let dead: Vec<_> =
         slots.iter().filter(|s| s.pid == victim && s.state != raw::slots::STATE_FREE).collect();
     assert!(dead.is_empty(), "the dead reader's slot is still held: {dead:?}");
+    publisher.send("close");
     publisher.expect("closed", T10);
     for s in &mut subs[1..] {
         let eos = s.expect("eos", T10);

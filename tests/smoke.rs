@@ -1,10 +1,10 @@
-mod common;
-use common::TempDir;
+mod support;
 use shmlog::{OfferError, Publication, Subscription};
+use support::ShmDir;
 
 #[test]
 fn offer_then_poll_in_one_process() {
-    let dir = TempDir::new("smoke");
+    let dir = ShmDir::new("smoke");
     let mut publication = Publication::builder("s").dir(dir.path()).term_length(64 * 1024).create().unwrap();
     assert_eq!(publication.offer(b"lost"), Err(OfferError::NotConnected));
     let mut sub = Subscription::builder("s").dir(dir.path()).open().unwrap();

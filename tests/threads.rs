@@ -5,13 +5,13 @@
 //! protocol (I1, I4, I5) with every access instrumented. Sizes are small so an instrumented run
 //! stays in seconds; `SHMLOG_THREADS_COUNT` raises the message count.
 
-mod common;
-use common::TempDir;
+mod support;
 use shmlog::{Action, FragmentAssembler, Header, JoinAt, OfferError, Publication, Subscription};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
+use support::ShmDir;
 
 const T: usize = 64 * 1024;
 const MTU: usize = 1024;
@@ -48,7 +48,7 @@ fn check(m: &[u8]) -> u64 {
     seq
 }
 
-fn publication(dir: &TempDir, name: &str) -> Publication {
+fn publication(dir: &ShmDir, name: &str) -> Publication {
     Publication::builder(name).dir(dir.path()).term_length(T).mtu(MTU).create().unwrap()
 }
 
@@ -114,7 +114,7 @@ fn consume(mut sub: Subscription, controlled: bool) -> u64 {
 
 #[test]
 fn one_publisher_two_subscriber_threads_get_everything_in_order() {
-    let dir = TempDir::new("threads");
+    let dir = ShmDir::new("threads");
     let p = publication(&dir, "fan");
     let subs: Vec<Subscription> =
         (0..2).map(|_| Subscription::builder("fan").dir(dir.path()).open().unwrap()).collect();
@@ -130,7 +130,7 @@ fn one_publisher_two_subscriber_threads_get_everything_in_order() {
 
 #[test]
 fn subscribers_join_and_leave_while_the_publisher_runs() {
-    let dir = TempDir::new("threads");
+    let dir = ShmDir::new("threads");
     let p = publication(&dir, "churn");
     // One reader from the start keeps the publisher connected and checks the whole stream.
     let steady = Subscription::builder("churn").dir(dir.path()).open().unwrap();

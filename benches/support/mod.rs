@@ -20,7 +20,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// Number of online CPUs (of the machine, not of the calling thread's CPU mask).
@@ -211,39 +211,10 @@ pub fn unpin() {
     set_affinity(&all);
 }
 
-static DIR_SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// A unique directory under /dev/shm (or $TMPDIR if there is no /dev/shm), removed on drop.
-#[derive(Debug)]
-pub struct ShmDir {
-    pub path: PathBuf,
-    owned: bool,
-}
-
-impl ShmDir {
-    pub fn new(tag: &str) -> Self {
-        let base =
-            if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let n = DIR_SEQ.fetch_add(1, Ordering::Relaxed);
-        let path = base.join(format!("shmlog-bench-{}-{tag}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create bench directory");
-        ShmDir { path, owned: true }
-    }
-
-    /// A directory created by the parent process (the child does not remove it).
-    pub fn borrowed(path: PathBuf) -> Self {
-        ShmDir { path, owned: false }
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        if self.owned {
-            let _ = fs::remove_dir_all(&self.path);
-        }
-    }
-}
+#[path = "../../tests/support/dir.rs"]
+mod dir;
+#[allow(unused_imports)] // not every bench makes directories
+pub use dir::ShmDir;
 
 /// Percentiles of a sample set, in the samples' unit.
 #[derive(Debug, Clone, Copy, Default)]

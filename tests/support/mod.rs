@@ -5,56 +5,16 @@
 //! run and plays a role (publisher, subscriber, ...) when started by [`peer::Peer::spawn`].
 #![allow(dead_code)]
 
+pub mod dir;
 pub mod peer;
 pub mod raw;
 pub mod roles;
 pub mod wire;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+pub use dir::ShmDir;
+
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
-
-/// A fresh directory, removed on drop: under `/dev/shm` (where streams live by default) when it
-/// exists, else under the temp dir. Unique per process, call and time.
-pub struct ShmDir(PathBuf);
-
-impl ShmDir {
-    pub fn new(tag: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let base =
-            if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-        let p = base.join(format!(
-            "shmlog-it-{tag}-{}-{}-{nanos:x}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// Names in the directory (sorted), for "nothing left behind" checks.
-    pub fn entries(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Serialises the heavy multi-process tests of one binary: they measure reaction times (1 s
 /// bounds) on a 2-core machine, where two of them at once would only measure each other.
@@ -108,4 +68,17 @@ impl Rng {
 /// Seconds with millisecond precision, for reports.
 pub fn secs(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Deterministic message bytes for sequence number `seq` and length `len`.
+pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ len as u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
