@@ -3,7 +3,8 @@
 use super::handler::{ControlledFragmentHandler, FragmentHandler};
 use crate::layout::align;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN, UNFRAGMENTED};
-use crate::{Action, Header};
+use crate::log::header::Header;
+use crate::log::reader::Action;
 
 /// Wraps a handler (a closure, or any [`FragmentHandler`] / [`ControlledFragmentHandler`]) so it
 /// sees whole messages: fragments are copied into a buffer that is reused

@@ -1,6 +1,7 @@
 //! The traits `poll` and `controlled_poll` accept: closures, or a [`crate::FragmentAssembler`].
 
-use crate::{Action, Header};
+use crate::log::header::Header;
+use crate::log::reader::Action;
 
 /// Receives each fragment delivered by `Subscription::poll`.
 pub trait FragmentHandler {

@@ -9,7 +9,7 @@ use crate::layout::frame::max_message_len;
 use crate::layout::log_meta::Geometry;
 use crate::region::MmapRegion;
 use crate::stream::files::{self, OwnedLog};
-use crate::stream::liveness::{Paced, SlotFile};
+use crate::stream::liveness::{FileWriter, Paced, SlotFile};
 use crate::stream::slots::Slots;
 use crate::stream::writer::Writer;
 use crate::sys::fs::is_same_file;
@@ -148,7 +148,7 @@ impl PublicationBuilder {
 /// ```
 #[derive(Debug)]
 pub struct Publication {
-    pub(super) writer: Writer<MmapRegion, MmapRegion, Paced>,
+    writer: FileWriter,
     /// Holds the publisher's lock for as long as the publication lives.
     file: File,
     path: PathBuf,
@@ -204,7 +204,7 @@ impl Publication {
     /// padding that readers skip.
     pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, OfferError> {
         let position = self.writer.claim(len)?;
-        Ok(Claim::new(self, position))
+        Ok(Claim::new(&mut self.writer, position))
     }
 
     /// Offers `message`, idling with `idle` while back-pressured or not connected, until

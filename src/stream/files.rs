@@ -13,6 +13,7 @@ use crate::layout::slots as s;
 use crate::log::{Log, LogInit};
 use crate::region::{MmapRegion, ReadOnlyRegion, Region};
 use crate::stream::slots::Slots;
+use crate::sys::clock::{now_ns, random_u64};
 pub use crate::sys::fs::open_existing;
 use crate::sys::fs::{available_space, cause, create_new, euid, is_same_file, reserve, Cause};
 use crate::sys::lock::{self, Kind};
@@ -44,21 +45,6 @@ pub fn prepare(
 
 /// Largest file we agree to map as a log (1 GiB terms with 1 GiB pages).
 pub const MAX_LOG_FILE: u64 = 4 << 30;
-
-/// A random 64-bit value from std's per-process hashing keys, the clock and the pid.
-pub fn random_u64() -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = RandomState::new().build_hasher();
-    h.write_u128(now_ns() as u128);
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-/// Nanoseconds since the Unix epoch.
-pub fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// Refuses files that are not plain files of ours, or that anyone but us may write (a writer of
 /// the log writes every reader's messages, a writer of the slot file moves flow control).

@@ -13,10 +13,11 @@
 //! `exec` keeps its parent's tokens alive (see `docs/reliability.md`).
 
 use super::slots::{SlotLocks, SlotMut, Slots};
-use super::writer::Liveness;
+use super::writer::{Liveness, Writer};
 use crate::error::Error;
 use crate::layout::slots::{self as s, slot_offset};
 use crate::region::{MmapRegion, Region};
+use crate::sys::clock::now_ns;
 use crate::sys::fs::is_same_file;
 use crate::sys::lock::{self, Kind};
 use std::fs::File;
@@ -113,7 +114,7 @@ impl SlotFile {
             }
         };
         let slot = SlotMut::new(page, 0, index);
-        slot.claim(&header, std::process::id() as i64, super::files::now_ns());
+        slot.claim(&header, std::process::id() as i64, now_ns());
         drop(header);
         // Holding a slot lock keeps `remove_if_abandoned` from removing the file from now on; if
         // it was removed before, the slot is in a file nobody else will open: leave it, reopen.
@@ -167,6 +168,10 @@ impl SlotLocks for SlotFile {
         let _ = lock::unlock(&self.file, start, len);
     }
 }
+
+/// The writer of a stream's files: its log and the reader-slot file mapped read-write, its
+/// readers' liveness from the slot file's locks.
+pub type FileWriter = Writer<MmapRegion, MmapRegion, Paced>;
 
 /// The publisher's liveness: the slot file's locks, asked at most once per interval.
 #[derive(Debug)]

@@ -7,5 +7,6 @@ compile_error!(
      /dev/shm its default home"
 );
 
+pub(crate) mod clock;
 pub(crate) mod fs;
 pub(crate) mod lock;
