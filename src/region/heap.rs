@@ -23,6 +23,7 @@ pub struct HeapMemory {
 // is allowed.
 unsafe impl Backing for HeapMemory {
     const WRITABLE: bool = true;
+    #[inline(always)]
     fn base(&self) -> *mut u8 {
         self.words.as_ptr() as *mut u8
     }

@@ -22,6 +22,7 @@ pub struct ReadOnlyMap(MmapRaw);
 // `map_raw`), and stays where it is until the `MmapRaw` is dropped, wherever that is moved.
 unsafe impl Backing for SharedMap {
     const WRITABLE: bool = true;
+    #[inline(always)]
     fn base(&self) -> *mut u8 {
         self.0.as_mut_ptr()
     }
@@ -36,6 +37,7 @@ unsafe impl WritableBacking for SharedMap {}
 // false, so no write and no read-modify-write is ever made through it.
 unsafe impl Backing for ReadOnlyMap {
     const WRITABLE: bool = false;
+    #[inline(always)]
     fn base(&self) -> *mut u8 {
         self.0.as_ptr() as *mut u8
     }

@@ -32,9 +32,10 @@ pub unsafe trait Backing {
 /// for writes of `len()` bytes for as long as the value lives.
 pub unsafe trait WritableBacking: Backing {}
 
-/// A region over backing memory `B`.
+/// A region over backing memory `B`. The base pointer is asked of the backing at every access
+/// rather than kept: a pointer derived before the backing moved (a `Box` moved into the region
+/// is retagged as unique) would no longer be valid for it (Miri, stacked borrows).
 pub struct RawRegion<B> {
-    base: *mut u8,
     len: usize,
     backing: B,
 }
@@ -55,9 +56,13 @@ unsafe impl<B: Backing + Sync> Sync for RawRegion<B> {}
 
 impl<B: Backing> RawRegion<B> {
     pub(super) fn over(backing: B) -> Self {
-        let (base, len) = (backing.base(), backing.len());
-        assert!(base as usize % 8 == 0, "region memory must be 8-aligned");
-        Self { base, len, backing }
+        assert!(backing.base() as usize % 8 == 0, "region memory must be 8-aligned");
+        Self { len: backing.len(), backing }
+    }
+
+    #[inline(always)]
+    fn base(&self) -> *mut u8 {
+        self.backing.base()
     }
 
     #[inline(always)]
@@ -77,14 +82,14 @@ impl<B: Backing> RawRegion<B> {
         // this offset (region contract), so an `AtomicI32` may overlay it. On read-only memory
         // only relaxed loads are made through it (`load`), which std's section "Atomic accesses
         // to read-only memory" allows.
-        unsafe { AtomicI32::from_ptr(self.base.add(off).cast()) }
+        unsafe { AtomicI32::from_ptr(self.base().add(off).cast()) }
     }
 
     #[inline(always)]
     fn atomic_i64(&self, off: usize) -> &AtomicI64 {
         check_range(self.len, off, 8, 8);
         // SAFETY: as in `atomic_i32_unchecked`, with 8-byte alignment checked.
-        unsafe { AtomicI64::from_ptr(self.base.add(off).cast()) }
+        unsafe { AtomicI64::from_ptr(self.base().add(off).cast()) }
     }
 }
 
@@ -150,7 +155,7 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
         debug_assert!(dst.len() <= self.len && off <= self.len - dst.len());
         // SAFETY: the source range is in bounds (the caller's contract) and valid for reads;
         // `dst` is a distinct local buffer, so the ranges cannot overlap.
-        unsafe { ptr::copy_nonoverlapping(self.base.add(off), dst.as_mut_ptr(), dst.len()) }
+        unsafe { ptr::copy_nonoverlapping(self.base().add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
     #[inline(always)]
@@ -158,7 +163,7 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
         debug_assert!(len <= self.len && off <= self.len - len);
         // SAFETY: in bounds (the caller's contract); the caller guarantees no concurrent writes
         // while `f` runs, and the slice does not escape `f`.
-        let bytes = unsafe { std::slice::from_raw_parts(self.base.add(off), len) };
+        let bytes = unsafe { std::slice::from_raw_parts(self.base().add(off), len) };
         f(bytes)
     }
 }
@@ -191,7 +196,7 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
         check_range(self.len, off, len, 1);
         // SAFETY: in bounds (checked) and writable (the backing's contract); nobody else accesses the bytes
         // meanwhile (the caller's contract).
-        unsafe { ptr::write_bytes(self.base.add(off), 0, len) }
+        unsafe { ptr::write_bytes(self.base().add(off), 0, len) }
     }
 
     #[cfg(any(test, shmlog_fuzz))]
@@ -213,7 +218,7 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
         debug_assert!(off <= self.len.saturating_sub(8) && off % 8 == 0);
         // SAFETY: in bounds and 8-aligned (the caller's contract; base is 8-aligned); otherwise as
         // in `atomic_i32_unchecked`.
-        unsafe { AtomicI64::from_ptr(self.base.add(off).cast()) }.store(value, order);
+        unsafe { AtomicI64::from_ptr(self.base().add(off).cast()) }.store(value, order);
     }
 
     #[inline(always)]
@@ -221,7 +226,7 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
         debug_assert!(src.len() <= self.len && off <= self.len - src.len());
         // SAFETY: the destination range is in bounds (the caller's contract) and writable
         // (asserted); `src` is caller memory outside the region, so they cannot overlap.
-        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(off), src.len()) }
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(off), src.len()) }
     }
 }
 
@@ -231,6 +236,6 @@ impl<B: WritableBacking> DirectRegion for RawRegion<B> {
         check_range(self.len, off, len, 1);
         // SAFETY: in bounds (checked) and writable (the backing's contract); the memory lives as long as
         // `self`, which bounds the slice's lifetime; exclusivity is the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) }
+        unsafe { std::slice::from_raw_parts_mut(self.base().add(off), len) }
     }
 }
