@@ -20,7 +20,11 @@
 #      shmlog_mutant_evict_unlocked       the sweep frees a dead reader's slot after dropping its
 #                                         lock: the eviction model f must fail;
 #      shmlog_mutant_trust_slot_words     the writer trusts slot positions past its own and does
-#                                         not recompute at rotation: the forged-word model g.
+#                                         not recompute at rotation: the forged-word model g;
+#      shmlog_mutant_no_doorbell_barrier  no barrier between publishing and looking at the other
+#                                         side's doorbell word: the doorbell model h deadlocks;
+#      shmlog_mutant_no_doorbell_recheck  a sleeper does not look again after arming: h;
+#      shmlog_mutant_doorbell_arm_first   a sleeper arms before it reads the bell: h.
 #    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
@@ -85,5 +89,8 @@ mutant shmlog_mutant_no_join_fence stream::loom_models::d2_ stream::loom_models:
 mutant shmlog_mutant_no_recompute_fence stream::loom_models::d2_ stream::loom_models::d3_
 mutant shmlog_mutant_evict_unlocked stream::loom_models::f_
 mutant shmlog_mutant_trust_slot_words stream::loom_models::g_
+mutant shmlog_mutant_no_doorbell_barrier stream::loom_models::h_
+mutant shmlog_mutant_no_doorbell_recheck stream::loom_models::h_
+mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
 
 step "done in $((SECONDS - start))s"

@@ -26,6 +26,30 @@ const _: () = {
     assert!(cfg!(target_has_atomic = "32"));
 };
 
+/// The hot side's barrier of a doorbell (`stream::doorbell`): after publishing, before looking
+/// for sleepers. A compiler barrier where the process registered for asymmetric barriers
+/// (`sys::barrier`), a full fence otherwise, and always in the loom model.
+#[inline(always)]
+pub(crate) fn light_barrier() {
+    #[cfg(not(shmlog_loom))]
+    crate::sys::barrier::light();
+    #[cfg(shmlog_loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// The sleeping side's barrier of a doorbell: after announcing itself, before its last look.
+/// `false` if the kernel refused the part that makes a registered hot side's compiler barrier a
+/// full one.
+pub(crate) fn heavy_barrier() -> bool {
+    #[cfg(not(shmlog_loom))]
+    return crate::sys::barrier::heavy();
+    #[cfg(shmlog_loom)]
+    {
+        fence(Ordering::SeqCst);
+        true
+    }
+}
+
 /// The orderings and steps the protocol's correctness rests on, each named once.
 ///
 /// Every `shmlog_mutant_*` cfg appears here and nowhere else: `.ci/loom.sh` builds the crate with
@@ -59,4 +83,16 @@ pub(crate) mod protocol {
     /// limit at every rotation whatever the cached one says (either alone keeps a forged word
     /// from hiding a joiner for good; the mutant drops both).
     pub(crate) const DISTRUST_SLOTS: bool = !cfg!(shmlog_mutant_trust_slot_words);
+
+    /// Both sides of a doorbell issue their barrier between publishing and looking at the other
+    /// side's word (no lost wake-up).
+    pub(crate) const DOORBELL_BARRIER: bool = !cfg!(shmlog_mutant_no_doorbell_barrier);
+
+    /// A sleeper reads the bell before it arms: a waker that clears its arm then bumps the bell
+    /// past the value it sleeps on. (Arming first loses a wake-up when a waker's late clear,
+    /// meant for an earlier arm, swallows the new one: loom found it.)
+    pub(crate) const DOORBELL_BELL_FIRST: bool = !cfg!(shmlog_mutant_doorbell_arm_first);
+
+    /// A sleeper looks once more after arming the bell, before it sleeps (no lost wake-up).
+    pub(crate) const DOORBELL_RECHECK: bool = !cfg!(shmlog_mutant_no_doorbell_recheck);
 }

@@ -255,14 +255,14 @@ fn garbage_reader_slots_are_skipped_safely() {
     let path = kept_slot_file(dir.path(), "g");
     let mut rng = Rng::new("garbage slots");
     let len = file_len(&path);
-    fill_random(&path, slots::HEADER_LEN, (len - slots::HEADER_LEN) as usize, &mut rng);
+    fill_random(&path, slots::SLOTS_START, (len - slots::SLOTS_START) as usize, &mut rng);
     raw::write_at(&path, slots::HIGH_WATER, &i64::MAX.to_le_bytes());
     let mut p = create(dir.path(), "g").unwrap();
     assert_eq!(p.offer(b"nobody"), Err(OfferError::NotConnected), "garbage is not a reader");
     let mut sub = open(dir.path(), "g").unwrap();
     assert_eq!(sub.session_id(), Some(p.session_id()));
     // Forge slot 5 as a reader of this session far behind (nobody holds its lock).
-    let forged = slots::HEADER_LEN + 5 * slots::SLOT_LEN;
+    let forged = slots::SLOTS_START + 5 * slots::SLOT_LEN;
     let state = ((p.session_id() as i64) << 32) | slots::STATE_ACTIVE;
     raw::write_at(&path, forged + slots::STATE, &state.to_le_bytes());
     raw::write_at(&path, forged + slots::POSITION, &(-1_000_000i64).to_le_bytes());

@@ -89,8 +89,8 @@ fn full_file_system_gives_insufficient_space_and_leaves_nothing() {
     // A 1 MiB term needs 3 MiB + 4 KiB, plus the stream's first reader-slot file (128 slots).
     match Publication::builder("big").dir(at).term_length(1 << 20).create() {
         Err(Error::InsufficientSpace { needed, available, .. }) => {
-            // A header page and a page per slot.
-            assert_eq!(needed, 3 * (1 << 20) + 4096 + (4096 + 128 * 4096));
+            // A header page, the doorbell page and a page per slot.
+            assert_eq!(needed, 3 * (1 << 20) + 4096 + (8192 + 128 * 4096));
             assert!(available <= 1 << 20, "available {available}");
         }
         other => panic!("expected InsufficientSpace, got {other:?}"),

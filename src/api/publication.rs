@@ -112,6 +112,7 @@ impl PublicationBuilder {
     /// dead one is replaced. Subscribers of the old session move to the new one when they have
     /// drained it.
     pub fn create(self) -> Result<Publication, Error> {
+        crate::sys::barrier::asymmetric();
         let geometry = self.geometry()?;
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         files::check_space_for_stream(&dir, &self.name, geometry, self.max_readers)?;
@@ -154,6 +155,7 @@ pub struct Publication {
     path: PathBuf,
     session_id: i32,
     keep_files: bool,
+    liveness_interval: Duration,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -183,9 +185,18 @@ impl Publication {
         let OwnedLog { file, path, log } = owned;
         let session_id = log.session_id();
         let (slot_file, slots) = readers;
+        let bell = slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &slot_file.path, e))?;
         let liveness = Paced::new(slot_file, b.liveness_interval);
-        let writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?;
-        Ok(Self { writer, file, path, session_id, keep_files: b.keep_files, _not_sync: PhantomData })
+        let writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?.with_doorbell(bell);
+        Ok(Self {
+            writer,
+            file,
+            path,
+            session_id,
+            keep_files: b.keep_files,
+            liveness_interval: b.liveness_interval,
+            _not_sync: PhantomData,
+        })
     }
 
     /// Appends `message`. Returns the stream position after it.
@@ -221,6 +232,25 @@ impl Publication {
                 Err(e) if e.is_retryable() && Instant::now() < deadline => idle.idle(0),
                 other => return other,
             }
+        }
+    }
+
+    /// Offers `message`; while back-pressured, sleeps until a reader moves (readers ring the
+    /// publisher's doorbell only when it sleeps), at most `timeout` in all. Dead readers that
+    /// hold it back are swept within the liveness interval. Other errors, `NotConnected` among
+    /// them, return at once; `BackPressured` when `timeout` passes.
+    pub fn offer_blocking(&mut self, message: &[u8], timeout: Duration) -> Result<i64, OfferError> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            match self.offer(message) {
+                Err(OfferError::BackPressured) => {}
+                other => return other,
+            }
+            let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            if remaining.is_zero() {
+                return Err(OfferError::BackPressured);
+            }
+            self.writer.wait_for_room(remaining.min(self.liveness_interval));
         }
     }
 

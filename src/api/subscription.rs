@@ -5,7 +5,9 @@ use super::defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS};
 use super::handler::{ControlledFragmentHandler, FragmentHandler};
 use super::idle::{Backoff, IdleStrategy};
 use crate::error::Error;
+use crate::log::header::Header;
 use crate::region::{MmapRegion, ReadOnlyRegion};
+use crate::stream::doorbell::Rung;
 use crate::stream::files::{self, Found};
 use crate::stream::join::{JoinAt, JoinRefused};
 use crate::stream::liveness::{publisher_alive, SlotFile};
@@ -29,6 +31,7 @@ pub struct SubscriptionBuilder {
     liveness_interval: Duration,
     wait: Option<Duration>,
     copy_payloads: bool,
+    spin: Duration,
 }
 
 impl SubscriptionBuilder {
@@ -84,11 +87,20 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// How long the blocking calls ([`Subscription::poll_blocking`], [`Subscription::wait_readable`])
+    /// poll before they sleep in the kernel (default: zero, sleep at once). Spinning catches the
+    /// next message of a burst a wake-up sooner, at the cost of a core while it spins.
+    pub fn spin_before_sleep(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
     /// Takes a reader slot and joins the stream's current session, if a live publisher has one.
     ///
     /// Without a publisher the subscription still opens (unless `wait_for_publisher` was set) and
     /// joins the first session that appears; until then it polls nothing and is not connected.
     pub fn open(self) -> Result<Subscription, Error> {
+        crate::sys::barrier::asymmetric();
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         let (slot_file, slots, slot) = claim_slot(&dir, &self)?;
         let mut sub = Subscription {
@@ -98,6 +110,7 @@ impl SubscriptionBuilder {
             state: State::Waiting(slot),
             next_join: self.join,
             copy_payloads: self.copy_payloads,
+            spin: self.spin,
             idle_polls: 0,
             next_check: Instant::now(),
             liveness_interval: self.liveness_interval,
@@ -176,6 +189,7 @@ pub struct Subscription {
     state: State,
     next_join: JoinAt,
     copy_payloads: bool,
+    spin: Duration,
     idle_polls: u32,
     next_check: Instant,
     liveness_interval: Duration,
@@ -194,6 +208,7 @@ impl Subscription {
             liveness_interval: DEFAULT_LIVENESS_INTERVAL,
             wait: None,
             copy_payloads: false,
+            spin: Duration::ZERO,
         }
     }
 
@@ -248,6 +263,131 @@ impl Subscription {
             self.idle_tick();
         }
         n
+    }
+
+    /// Like [`Subscription::poll`], but when nothing is there, sleeps until something is (a
+    /// message, the end of the stream, a closed session) or `timeout` passes, and polls again.
+    /// Returns the fragments delivered: 0 on timeout and once the session is closed (see
+    /// [`Subscription::is_closed`]).
+    ///
+    /// The sleep costs no CPU: the subscription waits on the stream's doorbell, a futex the
+    /// publisher rings after a commit only when some reader sleeps (see `docs/tuning.md`).
+    pub fn poll_blocking(
+        &mut self,
+        mut handler: impl FragmentHandler,
+        fragment_limit: usize,
+        timeout: Duration,
+    ) -> usize {
+        let n = self.poll(|p: &[u8], h: &Header| handler.on_fragment(p, h), fragment_limit);
+        if n > 0 || !self.wait_readable(timeout) {
+            return n;
+        }
+        self.poll(handler, fragment_limit)
+    }
+
+    /// Waits until a poll would find something (a message, the end of the stream, a fault) or
+    /// the session is closed: `true`; or until `timeout` passes: `false`. Spins first for the
+    /// builder's [`SubscriptionBuilder::spin_before_sleep`], then sleeps in the kernel; checks
+    /// the publisher's liveness every liveness interval meanwhile, and joins a new session when
+    /// one starts.
+    pub fn wait_readable(&mut self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        if !self.spin.is_zero() {
+            let spin_end = start + self.spin.min(timeout);
+            loop {
+                if self.has_news() || self.is_closed() {
+                    return true;
+                }
+                if Instant::now() >= spin_end {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        loop {
+            if self.has_news() || self.is_closed() {
+                return true;
+            }
+            let now = Instant::now();
+            let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+            if remaining.is_zero() {
+                return false;
+            }
+            if now >= self.next_check {
+                self.next_check = now + self.liveness_interval;
+                let _ = self.check();
+                continue;
+            }
+            let chunk = remaining.min(self.next_check - now);
+            let rung = match &self.state {
+                State::Reading(s) => s.reader.wait_for_news(chunk),
+                _ => self.bell().map_or(Rung::TimedOut, |bell| bell.wait_for_writer(|| false, chunk)),
+            };
+            if rung == Rung::Woken && !self.has_news() {
+                // Rung without news for us: a new session, or a sleeper's spurious wake-up.
+                self.next_check = Instant::now();
+            }
+        }
+    }
+
+    /// Waits until one of `subscriptions` is readable (see [`Subscription::wait_readable`]) or
+    /// `timeout` passes; `true` if one is. One thread, several streams, no spinning: it sleeps
+    /// on all their doorbells at once (`futex_waitv`, Linux 5.16 and later; on older kernels it
+    /// sleeps on the first and looks at the others every millisecond).
+    pub fn wait_any(subscriptions: &mut [&mut Subscription], timeout: Duration) -> bool {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if subscriptions.iter().any(|s| s.has_news() || s.is_closed()) {
+                return true;
+            }
+            let now = Instant::now();
+            let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+            if remaining.is_zero() {
+                return false;
+            }
+            let mut chunk = remaining;
+            for s in subscriptions.iter_mut() {
+                if now >= s.next_check {
+                    s.next_check = now + s.liveness_interval;
+                    let _ = s.check();
+                }
+                chunk = chunk.min(s.next_check.saturating_duration_since(now));
+            }
+            let bells: Vec<_> =
+                subscriptions.iter().filter_map(|s| s.bell()).map(|b| b.arm_for_writer()).collect();
+            if !crate::sync::heavy_barrier() {
+                chunk = chunk.min(Duration::from_millis(1));
+            }
+            if subscriptions.iter().any(|s| s.has_news() || s.is_closed()) {
+                return true;
+            }
+            if crate::region::wait_any_i32(&bells, chunk).is_err() {
+                // No futex_waitv: the first bell, briefly.
+                if let Some(&(region, off, seen)) = bells.first() {
+                    crate::region::RegionMut::wait_i32(
+                        region,
+                        off,
+                        seen,
+                        chunk.min(Duration::from_millis(1)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The stream's doorbell, through our slot.
+    fn bell(&self) -> Option<&crate::stream::doorbell::Doorbell<MmapRegion>> {
+        match &self.state {
+            State::Reading(s) => s.reader.bell(),
+            State::Waiting(slot) => slot.bell(),
+            State::Switching => None,
+        }
+    }
+
+    /// `true` if a poll now would find something to deliver or report.
+    fn has_news(&self) -> bool {
+        matches!(&self.state, State::Reading(s) if s.reader.has_news())
     }
 
     /// Counts an empty poll; now and then, checks the publisher and looks for a new session.

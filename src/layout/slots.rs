@@ -1,9 +1,15 @@
-//! The reader-slot file of a stream: a header page, then one page per reader slot.
+//! The reader-slot file of a stream: a header page, the doorbell page, then one page per reader
+//! slot.
 //!
 //! Positions live outside the log so readers can map the log read-only. A slot is owned by whoever
 //! holds the kernel lock on its byte range (see `sys::lock`); the words below only describe it.
 //! Each slot has a page of its own so that a reader can map its own slot read-write and every
 //! other byte of the file read-only: a stray write in one reader cannot forge another's position.
+//!
+//! The doorbell page holds the futex words on which readers sleep until the writer commits, and
+//! the writer until readers move (`stream::doorbell`). Sleepers must write it (to say they wait),
+//! so it is mapped read-write by everyone; a stray write there can cause a spurious or a late
+//! wake-up (bounded by the sleepers' timeouts), never a wrong message.
 
 /// `b"SHMLOG\0R"` little-endian.
 pub const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0R");
@@ -15,8 +21,24 @@ pub const SLOT_COUNT: usize = 12;
 pub const READY: usize = 16;
 /// One past the highest slot index ever claimed (`i64`), so scans stop early.
 pub const HIGH_WATER: usize = 64;
-/// Bytes before the first slot: one page.
+/// Bytes of the header: one page.
 pub const HEADER_LEN: usize = 4096;
+/// Offset of the doorbell page.
+pub const DOORBELL: usize = HEADER_LEN;
+/// Bytes of the doorbell page.
+pub const DOORBELL_LEN: usize = 4096;
+/// Bytes before the first slot: the header and the doorbell.
+pub const SLOTS_START: usize = DOORBELL + DOORBELL_LEN;
+
+/// Doorbell fields (`i32`, offsets inside the doorbell page, each on its own 128-byte block).
+/// Readers waiting for the writer say so here (1); the writer clears it when it rings.
+pub const READERS_ARMED: usize = 0;
+/// The futex word readers sleep on; the writer bumps it when it rings.
+pub const READERS_BELL: usize = 128;
+/// A writer waiting for readers to move says so here; a reader that moves clears it and rings.
+pub const WRITER_ARMED: usize = 256;
+/// The futex word the writer sleeps on.
+pub const WRITER_BELL: usize = 384;
 /// Bytes per slot: one page (of 4 KiB), so each can be mapped on its own.
 pub const SLOT_LEN: usize = 4096;
 
@@ -54,12 +76,12 @@ pub const fn unpack_state(word: i64) -> (i32, i64) {
 
 /// Byte offset of slot `index`.
 pub const fn slot_offset(index: usize) -> usize {
-    HEADER_LEN + index * SLOT_LEN
+    SLOTS_START + index * SLOT_LEN
 }
 
 /// Length of a file with `count` slots.
 pub const fn file_length(count: usize) -> usize {
-    HEADER_LEN + count * SLOT_LEN
+    SLOTS_START + count * SLOT_LEN
 }
 
 #[cfg(test)]
@@ -76,9 +98,10 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_pages_after_a_header_page() {
-        assert_eq!(slot_offset(0), 4096);
+    fn slots_are_pages_after_the_header_and_doorbell_pages() {
+        assert_eq!(slot_offset(0), 8192);
         assert_eq!(slot_offset(7) % 4096, 0);
-        assert_eq!(file_length(64), 65 * 4096);
+        assert_eq!(file_length(64), 66 * 4096);
+        const { assert!(WRITER_BELL + 4 <= DOORBELL_LEN) };
     }
 }

@@ -120,6 +120,18 @@ pub(crate) struct LoomRegion {
     chunks: Box<[Option<UnsafeCell<[u8; CHUNK]>>]>,
     /// Sorted by offset, never overlapping.
     words: Box<[Word]>,
+    /// The words used as futexes, each with the lock and condition variable that model the
+    /// kernel's wait queue (see [`LoomRegion::with_futexes`]).
+    futexes: Box<[Futex]>,
+}
+
+/// A futex word's wait queue: the kernel checks the word and queues the sleeper under one lock,
+/// and a waker takes that lock to wake; so does the model.
+#[derive(Debug)]
+struct Futex {
+    off: usize,
+    queue: loom::sync::Mutex<()>,
+    woken: loom::sync::Condvar,
 }
 
 // SAFETY: the only non-`Sync` parts are the loom cells. Every access to their data goes through
@@ -174,7 +186,31 @@ impl LoomRegion {
                 pair[1].off
             );
         }
-        Self { len, chunks: chunks.into_boxed_slice(), words: words.into_boxed_slice() }
+        Self {
+            len,
+            chunks: chunks.into_boxed_slice(),
+            words: words.into_boxed_slice(),
+            futexes: Box::new([]),
+        }
+    }
+
+    /// Makes the `i32` words at `offsets` usable as futexes. A modelled wait ignores its timeout
+    /// (sleeps until woken), so a lost wake-up shows as a deadlock, which loom reports.
+    pub(crate) fn with_futexes(mut self, offsets: &[usize]) -> Self {
+        for &off in offsets {
+            let _ = self.word(off, 4).i32();
+        }
+        self.futexes = offsets
+            .iter()
+            .map(|&off| Futex { off, queue: loom::sync::Mutex::new(()), woken: loom::sync::Condvar::new() })
+            .collect();
+        self
+    }
+
+    fn futex(&self, off: usize) -> &Futex {
+        self.futexes.iter().find(|f| f.off == off).unwrap_or_else(|| {
+            panic!("LoomRegion: no futex is modelled at offset {off} (add it with `with_futexes`)")
+        })
     }
 
     /// The region of a log with geometry `g`: the terms as bytes with an `i32` word at every
@@ -356,6 +392,33 @@ impl RegionMut for LoomRegion {
         let w = self.word(off, 8);
         self.pre_store(w);
         w.i64().compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    fn swap_i32(&self, off: usize, value: i32) -> i32 {
+        let w = self.word(off, 4);
+        self.pre_store(w);
+        w.i32().swap(value, Ordering::SeqCst)
+    }
+
+    fn fetch_add_i32(&self, off: usize, delta: i32) -> i32 {
+        let w = self.word(off, 4);
+        self.pre_store(w);
+        w.i32().fetch_add(delta, Ordering::SeqCst)
+    }
+
+    fn wait_i32(&self, off: usize, expected: i32, _timeout: std::time::Duration) -> bool {
+        let futex = self.futex(off);
+        let queued = futex.queue.lock().unwrap();
+        if self.load_i32(off, Ordering::Relaxed) == expected {
+            drop(futex.woken.wait(queued).unwrap());
+        }
+        true
+    }
+
+    fn wake_i32(&self, off: usize) {
+        let futex = self.futex(off);
+        let _queue = futex.queue.lock().unwrap();
+        futex.woken.notify_all();
     }
 
     unsafe fn copy_in(&self, off: usize, src: &[u8]) {

@@ -39,6 +39,8 @@ pub use heap::HeapRegion;
 pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 pub use mmap::{MmapRegion, ReadOnlyRegion};
+#[cfg(not(shmlog_loom))]
+pub(crate) use raw::wait_any_i32;
 pub use window::{Span, Window};
 
 /// Read access to a region of possibly shared memory.
@@ -110,6 +112,20 @@ pub trait RegionMut: Region {
 
     /// Atomic compare-and-exchange of the `i64` at `off` (AcqRel on success, Acquire on failure).
     fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64>;
+
+    /// Atomic swap of the `i32` at `off` (SeqCst); returns the previous value.
+    fn swap_i32(&self, off: usize, value: i32) -> i32;
+
+    /// Atomic add to the `i32` at `off` (SeqCst, wrapping); returns the previous value.
+    fn fetch_add_i32(&self, off: usize, delta: i32) -> i32;
+
+    /// Sleeps while the `i32` at `off` holds `expected` (a shared futex: sleepers and wakers may
+    /// be other processes), at most `timeout`. `true` if woken (or the value had changed, or a
+    /// signal); `false` on timeout. Callers re-check what they wait for either way.
+    fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool;
+
+    /// Wakes every sleeper on the `i32` at `off`.
+    fn wake_i32(&self, off: usize);
 
     /// Copies `src` into the region at `off`.
     ///
@@ -249,6 +265,18 @@ macro_rules! forward_region {
             }
             fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
                 (**self).compare_exchange_i64(off, current, new)
+            }
+            fn swap_i32(&self, off: usize, value: i32) -> i32 {
+                (**self).swap_i32(off, value)
+            }
+            fn fetch_add_i32(&self, off: usize, delta: i32) -> i32 {
+                (**self).fetch_add_i32(off, delta)
+            }
+            fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool {
+                (**self).wait_i32(off, expected, timeout)
+            }
+            fn wake_i32(&self, off: usize) {
+                (**self).wake_i32(off)
             }
             #[inline(always)]
             unsafe fn copy_in(&self, off: usize, src: &[u8]) {

@@ -9,6 +9,7 @@
 use super::{check_range, DirectRegion, Region, RegionMut};
 use crate::sync::raw::{AtomicI32, AtomicI64};
 use crate::sync::{fence, Ordering};
+use crate::sys::futex;
 use std::fmt;
 use std::ptr;
 
@@ -168,6 +169,24 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
     }
 }
 
+/// Sleeps until one of `words` (a region, an offset of an `i32` in it, the value it is expected
+/// to hold) no longer holds its value or is woken, or `timeout` passes: `Ok(true)` unless it
+/// timed out. `Err` where the kernel has no `futex_waitv` (before Linux 5.16).
+pub(crate) fn wait_any_i32<B: WritableBacking>(
+    words: &[(&RawRegion<B>, usize, i32)],
+    timeout: std::time::Duration,
+) -> std::io::Result<bool> {
+    let waiters: Vec<futex::Waiter> = words
+        .iter()
+        .map(|(region, off, expected)| {
+            futex::Waiter::new(region.atomic_i32(*off).as_ptr() as *const u32, *expected as u32)
+        })
+        .collect();
+    // SAFETY: every word is in bounds and 4-aligned (checked by `atomic_i32`) in a region that
+    // `words` borrows for the whole call.
+    unsafe { futex::wait_any(&waiters, timeout) }.map(|woke| woke == futex::Woke::Maybe)
+}
+
 impl<B: WritableBacking> RegionMut for RawRegion<B> {
     #[inline(always)]
     fn store_i32(&self, off: usize, value: i32, order: Ordering) {
@@ -183,6 +202,27 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
 
     fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
         self.atomic_i64(off).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    fn swap_i32(&self, off: usize, value: i32) -> i32 {
+        self.atomic_i32(off).swap(value, Ordering::SeqCst)
+    }
+
+    fn fetch_add_i32(&self, off: usize, delta: i32) -> i32 {
+        self.atomic_i32(off).fetch_add(delta, Ordering::SeqCst)
+    }
+
+    fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool {
+        let word = self.atomic_i32(off).as_ptr() as *const u32;
+        // SAFETY: the word is in bounds and 4-aligned (checked by `atomic_i32`) and lives as long
+        // as `self`, which outlives the call.
+        unsafe { futex::wait(word, expected as u32, timeout) == futex::Woke::Maybe }
+    }
+
+    fn wake_i32(&self, off: usize) {
+        let word = self.atomic_i32(off).as_ptr() as *const u32;
+        // SAFETY: as in `wait_i32`; the kernel only uses the address as a key.
+        unsafe { futex::wake_all(word) };
     }
 
     #[inline(always)]

@@ -281,7 +281,7 @@ fn log_length_possible(len: u64) -> Result<(), &'static str> {
 
 /// `true` if a file of `len` bytes may be a reader-slot file (the header checks the rest).
 fn slots_length_possible(len: u64) -> Result<(), &'static str> {
-    if len < s::HEADER_LEN as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
+    if len < s::SLOTS_START as u64 || len > s::file_length(s::MAX_SLOTS) as u64 {
         return Err("reader-slot file has an impossible size");
     }
     Ok(())

@@ -12,6 +12,7 @@
 //! Locks belong to an open file description, which `fork()` shares: a child forked without
 //! `exec` keeps its parent's tokens alive (see `docs/reliability.md`).
 
+use super::doorbell::Doorbell;
 use super::slots::{SlotLocks, SlotMut, Slots};
 use super::writer::{Liveness, Writer};
 use crate::error::Error;
@@ -59,7 +60,7 @@ pub fn slot_owner_alive(slot_file: &File, index: usize) -> bool {
 
 /// `true` while some reader holds any of the `count` slots of the slot file.
 pub fn slots_held(slot_file: &File, count: usize) -> bool {
-    held(slot_file, Kind::Exclusive, s::HEADER_LEN as u64, (count * s::SLOT_LEN) as u64)
+    held(slot_file, Kind::Exclusive, s::SLOTS_START as u64, (count * s::SLOT_LEN) as u64)
 }
 
 /// `true` while any other process holds any lock on the file (has it open, for our files).
@@ -104,16 +105,17 @@ impl SlotFile {
     /// meanwhile (the caller reopens).
     pub fn claim<R: Region>(&self, slots: &Slots<R>) -> Result<Option<SlotMut<MmapRegion>>, Error> {
         let Some(index) = slots.lock_free(self)? else { return Ok(None) };
-        let mapped = MmapRegion::map(&self.file, slot_offset(index) as u64, s::SLOT_LEN)
-            .and_then(|slot| Ok((slot, MmapRegion::map(&self.file, 0, s::HEADER_LEN)?)));
-        let (page, header) = match mapped {
+        let mapped = MmapRegion::map(&self.file, slot_offset(index) as u64, s::SLOT_LEN).and_then(|slot| {
+            Ok((slot, MmapRegion::map(&self.file, 0, s::HEADER_LEN)?, self.map_doorbell()?))
+        });
+        let (page, header, bell) = match mapped {
             Ok(maps) => maps,
             Err(e) => {
                 self.unlock(index);
                 return Err(Error::io("map reader slot", &self.path, e));
             }
         };
-        let slot = SlotMut::new(page, 0, index);
+        let slot = SlotMut::new(page, 0, index).with_bell(bell);
         slot.claim(&header, std::process::id() as i64, now_ns());
         drop(header);
         // Holding a slot lock keeps `remove_if_abandoned` from removing the file from now on; if
@@ -129,6 +131,12 @@ impl SlotFile {
                 Err(e)
             }
         }
+    }
+
+    /// The stream's doorbell page, mapped read-write on its own (sleepers write it).
+    pub fn map_doorbell(&self) -> std::io::Result<Doorbell<MmapRegion>> {
+        let page = MmapRegion::map(&self.file, s::DOORBELL as u64, s::DOORBELL_LEN)?;
+        Ok(Doorbell::new(page, 0))
     }
 
     /// Frees our slot and drops its lock.

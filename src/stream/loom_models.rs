@@ -29,9 +29,16 @@
 //!   past the writer (a stray or forged word) while a reader joins and reads: the writer must
 //!   neither trust the word nor lose sight of the joiner (S1).
 //!
+//! - `h_doorbell_sleeping_reader_vs_sleeping_writer`: nobody spins. The reader sleeps on the
+//!   doorbell whenever a poll finds nothing ([`Reader::wait_for_news`]); the writer, held back
+//!   by a window of one message, sleeps until the reader moves ([`Writer::wait_for_room`]). A
+//!   modelled futex wait ignores its timeout, so a lost wake-up either way is a deadlock, which
+//!   loom reports; the mutants that drop the barriers or the sleeper's re-check must hit one.
+//!
 //! The model `e_fragmented_messages_vs_assembler` (fragments vs the real `FragmentAssembler`)
 //! is in `log::loom_models`, next to the other models of the log alone.
 
+use super::doorbell::Doorbell;
 use super::join::JoinAt;
 use super::reader::Reader;
 use super::slots::{SlotLocks, SlotMut, Slots};
@@ -49,15 +56,23 @@ use std::sync::Arc;
 /// Largest frame of the models' messages (16 payload bytes and the header, aligned).
 const MAX_FRAME: i64 = 64;
 
-/// A slot file of `count` slots: every header and slot field as an atomic word.
+/// A slot file of `count` slots: every header, doorbell and slot field as an atomic word, the
+/// two bells as futexes.
 fn slot_region(count: usize) -> Shared {
     let mut i64_words = vec![s::MAGIC_OFFSET, s::HIGH_WATER];
     for i in 0..count {
         let base = slot_offset(i);
         i64_words.extend([s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS].map(|f| base + f));
     }
-    let i32_words = [s::VERSION, s::SLOT_COUNT, s::READY];
-    Arc::new(LoomRegion::new(s::file_length(count), &[], &i32_words, &i64_words))
+    let bell = [s::READERS_ARMED, s::READERS_BELL, s::WRITER_ARMED, s::WRITER_BELL].map(|f| s::DOORBELL + f);
+    let i32_words: Vec<usize> = [s::VERSION, s::SLOT_COUNT, s::READY].into_iter().chain(bell).collect();
+    let region = LoomRegion::new(s::file_length(count), &[], &i32_words, &i64_words);
+    Arc::new(region.with_futexes(&[s::DOORBELL + s::READERS_BELL, s::DOORBELL + s::WRITER_BELL]))
+}
+
+/// The doorbell of the slot file in `region`.
+fn bell(region: &Shared) -> Doorbell<Shared> {
+    Doorbell::new(Arc::clone(region), s::DOORBELL)
 }
 
 /// The slot table of `count` slots in `region`.
@@ -422,5 +437,47 @@ fn g_forged_position_vs_joining_reader() {
         writer.join().unwrap();
         let want: Vec<Sent> = sent.iter().filter(|m| m.start >= at).cloned().collect();
         assert_eq!(joiner.got, want, "joined at {at}");
+    });
+}
+
+#[test]
+fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
+    check("h_doorbell_sleeping_reader_vs_sleeping_writer", || {
+        // Terms of 128 bytes, so a window of 64: one 64-byte frame. Three messages: the writer
+        // must sleep for room before the second and the third, the reader for each message.
+        let term = 128;
+        let (log, region) = new_plain_log(term, i32::MAX - 1);
+        let window = log.geometry().window as i64;
+        assert_eq!(window, MAX_FRAME);
+        let slots = slot_region(1);
+        new_slots(&slots, 1);
+        let slot = claimed(&slots, 0, 7).with_bell(bell(&slots));
+        let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
+        let sent = layout(&[16; 3], term as i64);
+        let mut writer = writer(log, &slots, 1).with_doorbell(bell(&slots));
+        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+        let writer = thread::spawn(move || {
+            for m in &payloads {
+                loop {
+                    match writer.offer(m) {
+                        Ok(_) => break,
+                        Err(crate::error::OfferError::BackPressured) => {
+                            writer.wait_for_room(std::time::Duration::MAX);
+                        }
+                        Err(e) => panic!("offer: {e}"),
+                    }
+                }
+            }
+        });
+        let end = sent.last().unwrap().end;
+        while reader.reader.position() < end {
+            let before = reader.reader.position();
+            reader.poll(4);
+            if reader.reader.position() == before {
+                reader.reader.wait_for_news(std::time::Duration::MAX);
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(reader.got, sent);
     });
 }

@@ -4,6 +4,7 @@
 //! ThreadSanitizer test and the mmapped files all run the same code; `api` owns the files and the
 //! lifecycle around them.
 
+pub(crate) mod doorbell;
 pub(crate) mod flow;
 pub(crate) mod join;
 pub(crate) mod reader;

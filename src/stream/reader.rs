@@ -7,6 +7,7 @@
 //! It also decides when a session is over (end of stream, or nothing committed left) and reports
 //! what flow control should have made impossible as a fault instead of delivering it.
 
+use super::doorbell::{Doorbell, Rung};
 use super::join::{self, JoinAt, JoinRefused};
 use super::slots::{SlotMut, Slots};
 use crate::layout::frame::{framed_length, max_message_len, HEADER_LEN};
@@ -88,6 +89,8 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Leaves the session: the slot stops counting for its writer and comes back for the next.
     pub fn leave(self) -> SlotMut<S> {
         self.slot.deactivate();
+        // A writer held back by us may go on now.
+        self.slot.ring_writer();
         self.slot
     }
 
@@ -176,6 +179,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
                 self.enter_term(scan.position);
             }
             self.slot.set_position(scan.position);
+            self.slot.ring_writer();
         } else if let Some(fault) = scan.fault {
             self.stop(fault);
         }
@@ -267,6 +271,24 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
         self.cursor.position() >= self.log.eos_position()
     }
 
+    /// `true` if a poll now would find something: a committed frame at our position, the end of
+    /// the stream, or a fault to report. What a sleeping reader re-checks before it sleeps.
+    pub fn has_news(&self) -> bool {
+        self.fault.is_some()
+            || self.at_end_of_stream()
+            || reader::frame_committed_at(&self.log, self.cursor.position())
+    }
+
+    /// Sleeps on the stream's doorbell until the writer commits, ends the stream or starts a new
+    /// session, at most `timeout` (does not sleep if [`Reader::has_news`] already). Without a
+    /// doorbell, returns `TimedOut` at once.
+    pub fn wait_for_news(&self, timeout: std::time::Duration) -> Rung {
+        match self.slot.bell() {
+            Some(bell) => bell.wait_for_writer(|| self.has_news(), timeout),
+            None => Rung::TimedOut,
+        }
+    }
+
     /// `true` if nothing committed is left to read at our position (or reading has stopped at a
     /// fault): with a dead writer, the session is over. Frames are committed in order, so an
     /// uncommitted one here means none after it is either.
@@ -278,6 +300,11 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
 
     pub fn position(&self) -> i64 {
         self.cursor.position()
+    }
+
+    /// The stream's doorbell, if the slot has one.
+    pub fn bell(&self) -> Option<&Doorbell<S>> {
+        self.slot.bell()
     }
 
     pub fn join_position(&self) -> i64 {

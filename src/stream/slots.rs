@@ -14,6 +14,7 @@
 //! `stream::files`, a model of them in the loom models and the fuzz targets), so the claim and
 //! eviction logic here is the code all of them run.
 
+use super::doorbell::Doorbell;
 use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
 use crate::layout::slots::{self as s, pack_state, slot_offset, unpack_state};
@@ -120,7 +121,7 @@ impl<R: Region> Slots<R> {
     /// Validates a slot file's bytes.
     pub fn open(region: R) -> Result<Self, Invalid> {
         use Invalid::Corrupt;
-        if region.len() < s::HEADER_LEN {
+        if region.len() < s::SLOTS_START {
             return Err(Corrupt("reader-slot file is shorter than its header"));
         }
         if region.load_i64(s::MAGIC_OFFSET, Ordering::Relaxed) != s::MAGIC {
@@ -245,6 +246,9 @@ pub struct SlotMut<S> {
     /// Offset of the slot in `region` (0 for a mapping of the slot alone).
     base: usize,
     index: usize,
+    /// The stream's doorbell, where the reader rings a waiting writer and sleeps itself; none
+    /// in tests of the slots alone.
+    bell: Option<Doorbell<S>>,
 }
 
 impl<S: RegionMut> SlotMut<S> {
@@ -254,7 +258,25 @@ impl<S: RegionMut> SlotMut<S> {
     /// so that publishing a position, once per poll, needs no check.
     pub fn new(region: S, base: usize, index: usize) -> Self {
         assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN && base % 8 == 0, "a whole slot");
-        Self { region, base, index }
+        Self { region, base, index, bell: None }
+    }
+
+    /// The slot with the stream's doorbell attached.
+    pub fn with_bell(mut self, bell: Doorbell<S>) -> Self {
+        self.bell = Some(bell);
+        self
+    }
+
+    pub fn bell(&self) -> Option<&Doorbell<S>> {
+        self.bell.as_ref()
+    }
+
+    /// Wakes a writer waiting for readers to move, if one waits (after a new position).
+    #[inline(always)]
+    pub fn ring_writer(&self) {
+        if let Some(bell) = &self.bell {
+            bell.ring_writer();
+        }
     }
 
     pub fn index(&self) -> usize {

@@ -6,6 +6,7 @@
 //! does not fit the term, and the one pending claim live here; the publication around it owns the
 //! files.
 
+use super::doorbell::{Doorbell, Rung};
 use super::flow::FlowControl;
 use super::slots::{SessionReaders, SlotLocks, Slots};
 use crate::error::{Invalid, OfferError};
@@ -38,6 +39,9 @@ pub struct Writer<L, S, K> {
     /// The claim not yet committed or aborted: aborted by the next operation if its guard was
     /// leaked, so a forgotten claim never stalls readers for longer than the writer stays idle.
     pending: Option<ClaimedFrame>,
+    /// The stream's doorbell: rung after every commit (a barrier and a load unless a reader
+    /// sleeps); none in models of flow control alone.
+    bell: Option<Doorbell<S>>,
 }
 
 impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
@@ -59,7 +63,24 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
             max_message,
             max_position,
             pending: None,
+            bell: None,
         })
+    }
+
+    /// Rings `bell` after every commit from now on, and at once: readers waiting for a session
+    /// (this one) look again.
+    pub fn with_doorbell(mut self, bell: Doorbell<S>) -> Self {
+        bell.ring_readers_always();
+        self.bell = Some(bell);
+        self
+    }
+
+    /// Wakes readers sleeping on the doorbell, if any: after every commit.
+    #[inline(always)]
+    fn ring(&self) {
+        if let Some(bell) = &self.bell {
+            bell.ring_readers();
+        }
     }
 
     /// Appends `message`; returns the position after it.
@@ -71,7 +92,10 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
             && self.appender.position() < self.flow.limit()
         {
             match self.appender.append_unfragmented(message) {
-                Ok(position) => return Ok(position),
+                Ok(position) => {
+                    self.ring();
+                    return Ok(position);
+                }
                 // The term is padded to its end: rotate, then admit and append in the new term.
                 Err(Tripped) => self.rotate()?,
             }
@@ -95,7 +119,10 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         loop {
             self.admit(len)?;
             match self.appender.append(parts, len) {
-                Ok(position) => return Ok(position),
+                Ok(position) => {
+                    self.ring();
+                    return Ok(position);
+                }
                 Err(Tripped) => self.rotate()?,
             }
         }
@@ -144,6 +171,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let frame = self.pending.take()?;
         let position = frame.position;
         self.appender.commit(frame);
+        self.ring();
         Some(position)
     }
 
@@ -233,6 +261,19 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let log = self.appender.log();
         log.set_gauge(Gauge::PublisherLimit, position);
         log.set_eos_position(position);
+        if let Some(bell) = &self.bell {
+            bell.ring_readers_always();
+        }
+    }
+
+    /// Sleeps until a reader moves (rings the doorbell) and the limit may let an append in, at
+    /// most `timeout`: for a back-pressured writer that would rather not spin. `Ready` if there
+    /// is room now. Without a doorbell, returns `TimedOut` at once.
+    pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
+        let Some(bell) = self.bell.take() else { return Rung::TimedOut };
+        let rung = bell.wait_for_readers(|| self.appender.position() < self.recompute_limit(), timeout);
+        self.bell = Some(bell);
+        rung
     }
 
     /// Position after the last message appended (or claimed).

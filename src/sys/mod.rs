@@ -7,6 +7,8 @@ compile_error!(
      /dev/shm its default home"
 );
 
+pub(crate) mod barrier;
 pub(crate) mod clock;
 pub(crate) mod fs;
+pub(crate) mod futex;
 pub(crate) mod lock;

@@ -35,6 +35,12 @@ pub mod slots {
     pub const READY: u64 = 16;
     pub const HIGH_WATER: u64 = 64;
     pub const HEADER_LEN: u64 = 4096;
+    pub const SLOTS_START: u64 = 8192;
+    pub const DOORBELL: u64 = 4096;
+    pub const READERS_ARMED: u64 = DOORBELL;
+    pub const READERS_BELL: u64 = DOORBELL + 128;
+    pub const WRITER_ARMED: u64 = DOORBELL + 256;
+    pub const WRITER_BELL: u64 = DOORBELL + 384;
     pub const SLOT_LEN: u64 = 4096;
     pub const STATE: u64 = 0;
     pub const POSITION: u64 = 8;
@@ -68,6 +74,11 @@ pub fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
 }
 
 /// Writes an `i32` into the log metadata field at `field`.
+/// The `i32` at `offset` of the file at `path`.
+pub fn file_i32(path: &Path, offset: u64) -> i32 {
+    i32::from_le_bytes(read_at(path, offset, 4).try_into().unwrap())
+}
+
 pub fn set_meta_i32(log: &Path, field: u64, value: i32) {
     write_at(log, len_of(log) - META_LEN + field, &value.to_le_bytes());
 }
@@ -101,7 +112,7 @@ pub fn read_slots(path: &Path) -> Vec<Slot> {
     let count = i32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
     (0..count)
         .map(|i| {
-            let base = slots::HEADER_LEN + i as u64 * slots::SLOT_LEN;
+            let base = slots::SLOTS_START + i as u64 * slots::SLOT_LEN;
             let st = word(base + slots::STATE);
             Slot {
                 index: i,

@@ -29,6 +29,8 @@ pub fn run_if_peer() {
         "publisher" => publisher(&cfg, &ctx),
         "subscriber" => subscriber(&cfg, &ctx),
         "open_default" => open_default(&cfg, &ctx),
+        "sleeper" => sleeper(&cfg, &ctx),
+        "idle_publisher" => idle_publisher(&cfg, &ctx),
         other => ctx.fail(&format!("unknown role {other}")),
     }
 }
@@ -558,5 +560,67 @@ fn open_default(cfg: &Settings, ctx: &Ctx) -> ! {
         Ok(_) => ctx.emit("result", "ok=1"),
         Err(e) => ctx.emit("result", &format!("ok=0 err={}", format!("{e:?}").replace(' ', "_"))),
     }
+    std::process::exit(0)
+}
+
+/// A subscriber that never spins: `poll_blocking` with a timeout of `timeout_ms` (default one
+/// minute), liveness checks every `liveness_ms` (default 100). Messages carry their sequence
+/// number in their first 8 bytes; every gap or repeat is a failure. Prints `ready` once it holds
+/// its slot, `closed n=<messages>` when the session is closed, `timeout n=<messages>` if a call
+/// times out (and then leaves).
+fn sleeper(cfg: &Settings, ctx: &Ctx) -> ! {
+    let mut sub = Subscription::builder(cfg.name())
+        .dir(cfg.dir())
+        .liveness_interval(Duration::from_millis(cfg.u64_or("liveness_ms", 100)))
+        .open()
+        .unwrap_or_else(|e| ctx.fail(&format!("open: {e}")));
+    ctx.emit("ready", &format!("pid={}", std::process::id()));
+    let timeout = Duration::from_millis(cfg.u64_or("timeout_ms", 60_000));
+    let mut next = 0u64;
+    let mut bad = None;
+    loop {
+        ctx.check_deadline();
+        let n = sub.poll_blocking(
+            |payload: &[u8], _: &Header| {
+                let seq = u64::from_le_bytes(payload[..8].try_into().unwrap());
+                if seq != next && bad.is_none() {
+                    bad = Some(format!("expected message {next}, got {seq}"));
+                }
+                next = seq + 1;
+            },
+            256,
+            timeout,
+        );
+        if let Some(what) = &bad {
+            ctx.fail(what);
+        }
+        if sub.is_closed() {
+            ctx.emit("closed", &format!("n={next}"));
+            leave(sub, 0);
+        }
+        if n == 0 {
+            ctx.emit("timeout", &format!("n={next}"));
+            leave(sub, 0);
+        }
+    }
+}
+
+/// A publisher that waits for `readers` readers, offers `count` numbered messages
+/// (`offer_blocking`), prints `published`,
+/// then idles until killed or told `quit`.
+fn idle_publisher(cfg: &Settings, ctx: &Ctx) -> ! {
+    let mut p = Publication::builder(cfg.name())
+        .dir(cfg.dir())
+        .create()
+        .unwrap_or_else(|e| ctx.fail(&format!("create: {e}")));
+    ctx.emit("created", &format!("session={}", p.session_id()));
+    let readers = cfg.u64_or("readers", 0) as usize;
+    p.wait_for_readers(readers, Duration::from_secs(30)).unwrap_or_else(|e| ctx.fail(&format!("wait: {e}")));
+    for seq in 0..cfg.u64_or("count", 0) {
+        p.offer_blocking(&seq.to_le_bytes(), Duration::from_secs(30))
+            .unwrap_or_else(|e| ctx.fail(&format!("offer {seq}: {e}")));
+    }
+    ctx.emit("published", &format!("position={}", p.position()));
+    ctx.wait_command("never");
     std::process::exit(0)
 }
