@@ -245,6 +245,9 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("/dev/shm/x") && s.contains("10") && s.contains('5'), "{s}");
         let e = Invalid::VersionMismatch { found: 9 }.at("/f");
-        assert!(matches!(e, Error::VersionMismatch { found: 9, expected: 2, .. }));
+        assert!(matches!(
+            e,
+            Error::VersionMismatch { found: 9, expected: crate::layout::log_meta::LAYOUT_VERSION, .. }
+        ));
     }
 }

@@ -100,7 +100,6 @@ impl SubscriptionBuilder {
     /// Without a publisher the subscription still opens (unless `wait_for_publisher` was set) and
     /// joins the first session that appears; until then it polls nothing and is not connected.
     pub fn open(self) -> Result<Subscription, Error> {
-        crate::sys::barrier::asymmetric();
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         let (slot_file, slots, slot) = claim_slot(&dir, &self)?;
         let mut sub = Subscription {

@@ -1,0 +1,465 @@
+//! Low-rate fan-out: one publisher at a fixed rate (1 000 and 10 000 messages/s) to N subscriber
+//! *processes*, one-way latency pooled over subscribers and the subscribers' CPU, for the ways a
+//! reader can wait, all in one run:
+//!
+//! - `shmlog-blocking`: `Subscription::poll_blocking` (the doorbell: no CPU while idle);
+//! - `shmlog-backoff`:  `poll` with the default `Backoff` idle strategy;
+//! - `shmlog-yielding`: `poll` with `Yielding` (a core per reader while it can get one);
+//! - `udp-multicast`:   blocking `recv` on a socket joined to 239.255.0.1 on 127.0.0.1;
+//! - `futex-floor`:     a bare shared futex word the publisher bumps and wakes (`FUTEX_WAKE`, all
+//!   waiters) after writing the timestamp: what any kernel wake-up costs here, the floor.
+//!
+//! ```text
+//! cargo run --release --example lowrate -- [--rates 1000,10000] [--subs 1,8,32,64] [--seconds 2]
+//!                                          [--lanes shmlog-blocking,udp-multicast,...]
+//! ```
+//!
+//! Every message carries its sequence number and the CLOCK_MONOTONIC time it was sent;
+//! subscribers record now minus that (the same clock in every process) in an HdrHistogram after
+//! the first 5 % of messages, and report their CPU time (getrusage) over the measured part.
+//! The publisher paces itself by sleeping (it does not take a core from the subscribers).
+
+use hdrhistogram::Histogram;
+use shmlog::{Backoff, Header, IdleStrategy, Publication, Subscription, Yielding};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::FromRawFd;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LANES: [&str; 5] =
+    ["shmlog-blocking", "shmlog-backoff", "shmlog-yielding", "udp-multicast", "futex-floor"];
+const GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 0, 1);
+/// Sequence number of the message that tells subscribers to report and leave.
+const STOP: u64 = u64::MAX;
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn cpu_ns() -> u64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+struct Args {
+    rates: Vec<u64>,
+    subs: Vec<usize>,
+    seconds: f64,
+    lanes: Vec<String>,
+    dir: std::path::PathBuf,
+}
+
+fn list<T: std::str::FromStr>(v: &str) -> Vec<T> {
+    v.split(',').map(|x| x.parse().unwrap_or_else(|_| panic!("bad list item {x}"))).collect()
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        rates: vec![1000, 10_000],
+        subs: vec![1, 8, 32, 64],
+        seconds: 2.0,
+        lanes: LANES.iter().map(|s| s.to_string()).collect(),
+        dir: std::env::temp_dir(),
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let v = argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--rates" => a.rates = list(&v),
+            "--subs" => a.subs = list(&v),
+            "--seconds" => a.seconds = v.parse().expect("--seconds"),
+            "--lanes" => a.lanes = list(&v),
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    a.dir = a.dir.join(format!("shmlog-lowrate-{}", std::process::id()));
+    a
+}
+
+/// The futex floor's shared page: a futex word, then the message (seq, sent_ns).
+struct FloorPage {
+    map: memmap::Map,
+}
+
+mod memmap {
+    /// A shared read-write mapping of a small file (the example's own, to stay off the crate's
+    /// internals).
+    pub struct Map {
+        pub ptr: *mut u8,
+        len: usize,
+    }
+    impl Map {
+        pub fn open(path: &std::path::Path, create: bool) -> Map {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(create)
+                .truncate(false)
+                .open(path)
+                .unwrap();
+            file.set_len(4096).unwrap();
+            use std::os::fd::AsRawFd;
+            // SAFETY: mapping 4096 bytes of a file of that length, shared, read-write.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    file.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(ptr, libc::MAP_FAILED);
+            Map { ptr: ptr as *mut u8, len: 4096 }
+        }
+    }
+    impl Drop for Map {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping.
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        }
+    }
+}
+
+impl FloorPage {
+    fn word(&self) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: offset 0 of a live 4096-byte shared mapping, 4-aligned.
+        unsafe { &*(self.map.ptr as *const std::sync::atomic::AtomicU32) }
+    }
+    fn slot(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: offsets 64 and 72 of the mapping, 8-aligned.
+        unsafe { &*(self.map.ptr.add(64 + 8 * i) as *const std::sync::atomic::AtomicU64) }
+    }
+    fn publish(&self, seq: u64, sent: u64) {
+        use std::sync::atomic::Ordering::*;
+        self.slot(1).store(sent, Relaxed);
+        self.slot(0).store(seq, Release);
+        self.word().fetch_add(1, SeqCst);
+        // SAFETY: FUTEX_WAKE on a word of a live shared mapping.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word().as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                0usize,
+                0usize,
+                0u32,
+            )
+        };
+    }
+    fn wait(&self, seen: u32) {
+        // SAFETY: FUTEX_WAIT on a word of a live shared mapping (shared: no private flag).
+        unsafe {
+            libc::syscall(libc::SYS_futex, self.word().as_ptr(), libc::FUTEX_WAIT, seen, 0usize, 0usize, 0u32)
+        };
+    }
+}
+
+/// A UDP socket with SO_REUSEADDR (every subscriber binds the same port), or a sender's.
+fn udp_socket(port: u16, receiver: bool) -> UdpSocket {
+    // SAFETY: plain socket calls with valid pointers and sizes; the fd is handed to UdpSocket.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        assert!(fd >= 0);
+        let one: libc::c_int = 1;
+        let set = |level, name, val: *const libc::c_void, len| {
+            assert_eq!(
+                libc::setsockopt(fd, level, name, val, len as libc::socklen_t),
+                0,
+                "setsockopt {name}"
+            );
+        };
+        let lo = libc::in_addr { s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be() };
+        if receiver {
+            set(libc::SOL_SOCKET, libc::SO_REUSEADDR, &one as *const _ as *const _, 4);
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(GROUP).to_be() },
+                sin_zero: [0; 8],
+            };
+            assert_eq!(
+                libc::bind(
+                    fd,
+                    &addr as *const _ as *const libc::sockaddr,
+                    std::mem::size_of_val(&addr) as u32
+                ),
+                0
+            );
+            let mreq = libc::ip_mreq {
+                imr_multiaddr: libc::in_addr { s_addr: u32::from(GROUP).to_be() },
+                imr_interface: lo,
+            };
+            set(
+                libc::IPPROTO_IP,
+                libc::IP_ADD_MEMBERSHIP,
+                &mreq as *const _ as *const _,
+                std::mem::size_of_val(&mreq),
+            );
+        } else {
+            set(
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_IF,
+                &lo as *const _ as *const _,
+                std::mem::size_of_val(&lo),
+            );
+            set(libc::IPPROTO_IP, libc::IP_MULTICAST_LOOP, &one as *const _ as *const _, 4);
+        }
+        UdpSocket::from_raw_fd(fd)
+    }
+}
+
+/// A subscriber process: `lowrate --child <lane> <stream> <port> <warmup>`.
+fn child(argv: &[String]) {
+    let (lane, stream, port, warmup) =
+        (&argv[0], &argv[1], argv[2].parse::<u16>().unwrap(), argv[3].parse::<u64>().unwrap());
+    let dir = std::path::PathBuf::from(&argv[4]);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+    let mut cpu_start = 0;
+    let mut received = 0u64;
+    let mut on_message = |seq: u64, sent: u64| -> bool {
+        if seq == STOP {
+            return false;
+        }
+        received += 1;
+        if seq == warmup {
+            cpu_start = cpu_ns();
+        }
+        if seq >= warmup {
+            hist.saturating_record(now_ns().saturating_sub(sent).max(1));
+        }
+        true
+    };
+    let decode = |m: &[u8]| {
+        (u64::from_le_bytes(m[0..8].try_into().unwrap()), u64::from_le_bytes(m[8..16].try_into().unwrap()))
+    };
+    let ready = || {
+        println!("ready");
+        std::io::stdout().flush().unwrap();
+    };
+    match lane.as_str() {
+        "udp-multicast" => {
+            let sock = udp_socket(port, true);
+            ready();
+            let mut buf = [0u8; 64];
+            loop {
+                let n = sock.recv(&mut buf).unwrap();
+                let (seq, sent) = decode(&buf[..n]);
+                if !on_message(seq, sent) {
+                    break;
+                }
+            }
+        }
+        "futex-floor" => {
+            let page = FloorPage { map: memmap::Map::open(&dir.join(stream), false) };
+            ready();
+            let mut seen = page.word().load(std::sync::atomic::Ordering::Acquire);
+            loop {
+                let now = page.word().load(std::sync::atomic::Ordering::Acquire);
+                if now == seen {
+                    page.wait(seen);
+                    continue;
+                }
+                seen = now;
+                let seq = page.slot(0).load(std::sync::atomic::Ordering::Acquire);
+                let sent = page.slot(1).load(std::sync::atomic::Ordering::Relaxed);
+                if !on_message(seq, sent) {
+                    break;
+                }
+            }
+        }
+        shm => {
+            let mut sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
+            ready();
+            let mut going = true;
+            let mut backoff = Backoff::default();
+            let mut yielding = Yielding;
+            while going {
+                let mut handler = |m: &[u8], _: &Header| {
+                    let (seq, sent) = decode(m);
+                    going &= on_message(seq, sent);
+                };
+                match shm {
+                    "shmlog-blocking" => {
+                        sub.poll_blocking(&mut handler, 16, Duration::from_secs(5));
+                    }
+                    "shmlog-backoff" => {
+                        let n = sub.poll(&mut handler, 16);
+                        backoff.idle(n);
+                    }
+                    "shmlog-yielding" => {
+                        let n = sub.poll(&mut handler, 16);
+                        yielding.idle(n);
+                    }
+                    other => panic!("unknown lane {other}"),
+                }
+                if sub.is_closed() {
+                    break;
+                }
+            }
+        }
+    }
+    let cpu = cpu_ns().saturating_sub(cpu_start);
+    let mut out = format!("report received={received} cpu_ns={cpu} hist=");
+    for v in hist.iter_recorded() {
+        out += &format!("{}:{},", v.value_iterated_to(), v.count_at_value());
+    }
+    println!("{out}");
+}
+
+struct Cell {
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    cpu_cores: f64,
+    lost: u64,
+}
+
+fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
+    let stream = format!("lowrate-{lane}-{rate}-{n}");
+    let count = (rate as f64 * a.seconds) as u64;
+    let warmup = count / 20;
+    let exe = std::env::current_exe().unwrap();
+    // The stream exists before the subscribers start (they join it from its start).
+    let mut publication = match lane {
+        l if l.starts_with("shmlog") => Some(
+            Publication::builder(stream.as_str())
+                .dir(&a.dir)
+                .term_length(1 << 20)
+                .max_readers(128)
+                .create()
+                .unwrap(),
+        ),
+        _ => None,
+    };
+    let floor =
+        (lane == "futex-floor").then(|| FloorPage { map: memmap::Map::open(&a.dir.join(&stream), true) });
+    let mut children: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..n)
+        .map(|_| {
+            let mut c = Command::new(&exe)
+                .args(["--child", lane, &stream, &port.to_string(), &warmup.to_string()])
+                .arg(&a.dir)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = BufReader::new(c.stdout.take().unwrap());
+            (c, out)
+        })
+        .collect();
+    for (_, out) in &mut children {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "a subscriber failed to start");
+    }
+    if let Some(p) = &mut publication {
+        p.wait_for_readers(n, Duration::from_secs(30)).unwrap();
+    }
+    let udp = (lane == "udp-multicast").then(|| udp_socket(0, false));
+    let target = SocketAddrV4::new(GROUP, port);
+    let send = |p: &mut Option<Publication>, seq: u64| {
+        let mut m = [0u8; 16];
+        m[0..8].copy_from_slice(&seq.to_le_bytes());
+        let sent = now_ns();
+        m[8..16].copy_from_slice(&sent.to_le_bytes());
+        if let Some(p) = p {
+            p.offer_blocking(&m, Duration::from_secs(10)).unwrap();
+        } else if let Some(s) = &udp {
+            s.send_to(&m, target).unwrap();
+        } else if let Some(f) = &floor {
+            f.publish(seq, sent);
+        }
+    };
+    let period = Duration::from_nanos(1_000_000_000 / rate);
+    let start = Instant::now();
+    for seq in 0..count {
+        let at = start + period * seq as u32;
+        let now = Instant::now();
+        if at > now {
+            std::thread::sleep(at - now);
+        }
+        send(&mut publication, seq);
+    }
+    // Stop: for UDP a few times (datagrams may drop), then the session's end.
+    let settle = Instant::now();
+    loop {
+        send(&mut publication, STOP);
+        if lane != "udp-multicast" || settle.elapsed() > Duration::from_millis(50) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let measured = a.seconds * 0.95;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+    let (mut cpu, mut lost) = (0u64, 0u64);
+    for (mut c, mut out) in children {
+        let mut line = String::new();
+        while !line.starts_with("report") {
+            line.clear();
+            if out.read_line(&mut line).unwrap() == 0 {
+                panic!("a subscriber ended without a report");
+            }
+        }
+        let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap().to_string();
+        lost += count - field("received=").parse::<u64>().unwrap().min(count);
+        cpu += field("cpu_ns=").parse::<u64>().unwrap();
+        for pair in field("hist=").split(',').filter(|s| !s.is_empty()) {
+            let (v, k) = pair.split_once(':').unwrap();
+            hist.record_n(v.parse().unwrap(), k.parse().unwrap()).unwrap();
+        }
+        c.wait().unwrap();
+    }
+    drop(publication);
+    let _ = std::fs::remove_file(a.dir.join(&stream));
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Cell { p50: us(0.5), p99: us(0.99), p999: us(0.999), cpu_cores: cpu as f64 / 1e9 / measured, lost }
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("--child") {
+        child(&argv[2..]);
+        return;
+    }
+    let a = parse_args();
+    std::fs::create_dir_all(&a.dir).unwrap();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!("lowrate: one publisher, N subscriber processes, {} s per cell, {cores} cores", a.seconds);
+    println!("one-way latency in µs (pooled over subscribers) and the subscribers' CPU in cores");
+    println!(
+        "{:<7} {:>3}  {:<16} {:>9} {:>9} {:>9} {:>7} {:>6}",
+        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "lost"
+    );
+    let mut port = 40_000 + (std::process::id() % 10_000) as u16;
+    for &rate in &a.rates {
+        for &n in &a.subs {
+            for lane in &a.lanes {
+                port += 1;
+                let c = run_cell(&a, lane, rate, n, port);
+                println!(
+                    "{:<7} {:>3}  {:<16} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>6}",
+                    rate,
+                    n,
+                    lane,
+                    c.p50,
+                    c.p99,
+                    c.p999,
+                    c.cpu_cores * 100.0,
+                    c.lost
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&a.dir);
+}
