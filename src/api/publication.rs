@@ -185,9 +185,8 @@ impl Publication {
         let OwnedLog { file, path, log } = owned;
         let session_id = log.session_id();
         let (slot_file, slots) = readers;
-        let bell = slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &slot_file.path, e))?;
         let liveness = Paced::new(slot_file, b.liveness_interval);
-        let writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?.with_doorbell(bell);
+        let writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?.with_doorbell();
         Ok(Self {
             writer,
             file,

@@ -27,7 +27,7 @@
 //! The barriers are `sys::barrier`'s asymmetric pair outside the model (a compiler barrier on the
 //! hot side, `membarrier` on the sleeping side), SeqCst fences in the loom build.
 
-use crate::layout::slots::{READERS_ARMED, READERS_BELL, WRITER_ARMED, WRITER_BELL};
+use crate::layout::slots::{DOORBELL_LEN, READERS_ARMED, READERS_BELL, WRITER_ARMED, WRITER_BELL};
 use crate::region::RegionMut;
 use crate::sync::protocol::{DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_RECHECK};
 use crate::sync::Ordering;
@@ -54,11 +54,22 @@ pub struct Doorbell<R> {
 impl<R: RegionMut> Doorbell<R> {
     /// The doorbell page at `base` of `region` (the whole slot file: `layout::slots::DOORBELL`; a
     /// mapping of the page alone: 0).
+    #[inline(always)]
     pub fn new(region: R, base: usize) -> Self {
         assert!(
-            region.len() >= base && region.len() - base > WRITER_BELL && (base + WRITER_BELL) % 4 == 0,
+            region.len() >= base && region.len() - base >= DOORBELL_LEN && base % 4 == 0,
             "a whole doorbell"
         );
+        Self { region, base }
+    }
+
+    /// [`Doorbell::new`] without the check, for a view built on every commit.
+    ///
+    /// # Safety
+    /// `region` holds a whole doorbell page at `base`, and `base` is 4-aligned.
+    #[inline(always)]
+    pub unsafe fn new_unchecked(region: R, base: usize) -> Self {
+        debug_assert!(region.len() >= base + DOORBELL_LEN && base % 4 == 0);
         Self { region, base }
     }
 
@@ -86,7 +97,9 @@ impl<R: RegionMut> Doorbell<R> {
         if DOORBELL_BARRIER {
             crate::sync::light_barrier();
         }
-        if self.region.load_i32(self.base + armed, Ordering::Relaxed) != 0 {
+        // SAFETY: the doorbell lies in the region, 4-aligned (`new`'s check or `new_unchecked`'s
+        // contract), and so does each of its words.
+        if unsafe { self.region.load_i32_unchecked(self.base + armed, Ordering::Relaxed) } != 0 {
             self.wake(armed, bell);
         }
     }

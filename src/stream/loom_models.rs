@@ -454,7 +454,7 @@ fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
         let slot = claimed(&slots, 0, 7).with_bell(bell(&slots));
         let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
         let sent = layout(&[16; 3], term as i64);
-        let mut writer = writer(log, &slots, 1).with_doorbell(bell(&slots));
+        let mut writer = writer(log, &slots, 1).with_doorbell();
         let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
         let writer = thread::spawn(move || {
             for m in &payloads {

@@ -117,6 +117,16 @@ impl<R: RegionMut> Slots<R> {
     }
 }
 
+impl<R: RegionMut> Slots<R> {
+    /// The doorbell page of the file (every valid slot file has one: `open` checks the length).
+    #[inline(always)]
+    pub fn doorbell(&self) -> Doorbell<&R> {
+        // SAFETY: `open` and `initialize` checked that the region holds the header, the doorbell
+        // page and the slots; a region's length never changes; DOORBELL is page-aligned.
+        unsafe { Doorbell::new_unchecked(&self.region, s::DOORBELL) }
+    }
+}
+
 impl<R: Region> Slots<R> {
     /// Validates a slot file's bytes.
     pub fn open(region: R) -> Result<Self, Invalid> {

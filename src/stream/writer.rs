@@ -6,7 +6,7 @@
 //! does not fit the term, and the one pending claim live here; the publication around it owns the
 //! files.
 
-use super::doorbell::{Doorbell, Rung};
+use super::doorbell::Rung;
 use super::flow::FlowControl;
 use super::slots::{SessionReaders, SlotLocks, Slots};
 use crate::error::{Invalid, OfferError};
@@ -39,9 +39,9 @@ pub struct Writer<L, S, K> {
     /// The claim not yet committed or aborted: aborted by the next operation if its guard was
     /// leaked, so a forgotten claim never stalls readers for longer than the writer stays idle.
     pending: Option<ClaimedFrame>,
-    /// The stream's doorbell: rung after every commit (a barrier and a load unless a reader
-    /// sleeps); none in models of flow control alone.
-    bell: Option<Doorbell<S>>,
+    /// Rings the doorbell page of the slot file after every commit (a barrier and a load unless
+    /// a reader sleeps); off in models of flow control alone.
+    ring: bool,
 }
 
 impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
@@ -63,23 +63,23 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
             max_message,
             max_position,
             pending: None,
-            bell: None,
+            ring: false,
         })
     }
 
-    /// Rings `bell` after every commit from now on, and at once: readers waiting for a session
-    /// (this one) look again.
-    pub fn with_doorbell(mut self, bell: Doorbell<S>) -> Self {
-        bell.ring_readers_always();
-        self.bell = Some(bell);
+    /// Rings the stream's doorbell (in the slot file) after every commit from now on, and at
+    /// once: readers waiting for a session (this one) look again.
+    pub fn with_doorbell(mut self) -> Self {
+        self.slots.doorbell().ring_readers_always();
+        self.ring = true;
         self
     }
 
     /// Wakes readers sleeping on the doorbell, if any: after every commit.
     #[inline(always)]
     fn ring(&self) {
-        if let Some(bell) = &self.bell {
-            bell.ring_readers();
+        if self.ring {
+            self.slots.doorbell().ring_readers();
         }
     }
 
@@ -261,8 +261,8 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let log = self.appender.log();
         log.set_gauge(Gauge::PublisherLimit, position);
         log.set_eos_position(position);
-        if let Some(bell) = &self.bell {
-            bell.ring_readers_always();
+        if self.ring {
+            self.slots.doorbell().ring_readers_always();
         }
     }
 
@@ -270,10 +270,12 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// most `timeout`: for a back-pressured writer that would rather not spin. `Ready` if there
     /// is room now. Without a doorbell, returns `TimedOut` at once.
     pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
-        let Some(bell) = self.bell.take() else { return Rung::TimedOut };
-        let rung = bell.wait_for_readers(|| self.appender.position() < self.recompute_limit(), timeout);
-        self.bell = Some(bell);
-        rung
+        if !self.ring {
+            return Rung::TimedOut;
+        }
+        let Self { slots, flow, appender, session_id, .. } = self;
+        let position = appender.position();
+        slots.doorbell().wait_for_readers(|| position < flow.recompute(slots, *session_id, position), timeout)
     }
 
     /// Position after the last message appended (or claimed).
