@@ -24,7 +24,9 @@
 #      shmlog_mutant_no_doorbell_barrier  no barrier between publishing and looking at the other
 #                                         side's doorbell word: the doorbell model h deadlocks;
 #      shmlog_mutant_no_doorbell_recheck  a sleeper does not look again after arming: h;
-#      shmlog_mutant_doorbell_arm_first   a sleeper arms before it reads the bell: h.
+#      shmlog_mutant_doorbell_arm_first   a sleeper arms before it reads the bell: h;
+#      shmlog_mutant_no_doorbell_pass_on  a reader woken by the writer's single wake-up does not
+#                                         wake the other sleepers: i deadlocks.
 #    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
@@ -92,5 +94,6 @@ mutant shmlog_mutant_trust_slot_words stream::loom_models::g_
 mutant shmlog_mutant_no_doorbell_barrier stream::loom_models::h_
 mutant shmlog_mutant_no_doorbell_recheck stream::loom_models::h_
 mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
+mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_
 
 step "done in $((SECONDS - start))s"

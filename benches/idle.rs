@@ -2,7 +2,8 @@
 //! stream is quiet; after a gap (50 µs or 2 ms, long enough for Backoff to reach its longest
 //! park) the main thread offers a message carrying a timestamp (calibrated TSC) and the
 //! subscriber records `now - stamp` when it sees it. Criterion gets the sum of those
-//! latencies (the gaps are not counted); p50/p99 are printed beside.
+//! latencies (the gaps are not counted); p50/p99 are printed beside. `blocking` is no idle
+//! strategy but `poll_blocking`, which sleeps on the stream's doorbell.
 
 mod support;
 
@@ -51,6 +52,21 @@ fn wait_loop(
     }
 }
 
+/// `poll_blocking`: sleeps on the stream's doorbell (a futex) instead of idling.
+fn blocking_loop(mut sub: Subscription, clock: Clock, seen: &AtomicU64, lat: &AtomicU64, stop: &AtomicBool) {
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut stamp = 0u64;
+        let handler = |p: &[u8], _: &shmlog::Header| stamp = u64::from_le_bytes(p[..8].try_into().unwrap());
+        if sub.poll_blocking(handler, 1, Duration::from_millis(10)) > 0 {
+            let now = clock.now_ns();
+            lat.store(now.saturating_sub(stamp), Ordering::Relaxed);
+            n += 1;
+            seen.store(n, Ordering::Release);
+        }
+    }
+}
+
 impl Waiter {
     fn start(strategy: &str) -> Waiter {
         let dir = ShmDir::new("idle");
@@ -68,6 +84,7 @@ impl Waiter {
                 "noop" => wait_loop(sub, NoOp, clock, &s, &l, &st),
                 "yielding" => wait_loop(sub, Yielding, clock, &s, &l, &st),
                 "sleeping_1us" => wait_loop(sub, Sleeping::default(), clock, &s, &l, &st),
+                "blocking" => blocking_loop(sub, clock, &s, &l, &st),
                 _ => wait_loop(sub, Backoff::default(), clock, &s, &l, &st),
             }
         });
@@ -103,7 +120,7 @@ fn main() {
     for (gap_label, gap) in [("gap_50us", Duration::from_micros(50)), ("gap_2ms", Duration::from_millis(2))] {
         let mut g = c.benchmark_group(format!("idle/wakeup_{gap_label}"));
         g.sample_size(10).warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_secs(1));
-        for strategy in ["busy_spin", "noop", "yielding", "sleeping_1us", "backoff"] {
+        for strategy in ["busy_spin", "noop", "yielding", "sleeping_1us", "backoff", "blocking"] {
             let name = format!("idle/wakeup_{gap_label}/{strategy}");
             if !args.wants(&name) {
                 continue;

@@ -16,8 +16,13 @@
 //!
 //! Every message carries its sequence number and the CLOCK_MONOTONIC time it was sent;
 //! subscribers record now minus that (the same clock in every process) in an HdrHistogram after
-//! the first 5 % of messages, and report their CPU time (getrusage) over the measured part.
-//! The publisher paces itself by sleeping (it does not take a core from the subscribers).
+//! the first 5 % of messages, and report their CPU time (getrusage) over the measured part; the
+//! `cpu` column is their CPU seconds per second of that part (where they fall behind, it lasts
+//! longer than the publisher's sending).
+//! The publisher paces itself by sleeping (it does not take a core from the subscribers) and
+//! reports its own time per send (`send p50`: offer, sendto, or bump + FUTEX_WAKE), which is
+//! where waking N sleepers costs it. The floor lane's readers see only the latest message when
+//! several arrive while they are busy (`lost` counts those; the bare word is not a queue).
 
 use hdrhistogram::Histogram;
 use shmlog::{Backoff, Header, IdleStrategy, Publication, Subscription, Yielding};
@@ -227,7 +232,7 @@ fn child(argv: &[String]) {
         (&argv[0], &argv[1], argv[2].parse::<u16>().unwrap(), argv[3].parse::<u64>().unwrap());
     let dir = std::path::PathBuf::from(&argv[4]);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
-    let mut cpu_start = 0;
+    let (mut cpu_start, mut wall_start) = (0, 0);
     let mut received = 0u64;
     let mut on_message = |seq: u64, sent: u64| -> bool {
         if seq == STOP {
@@ -236,6 +241,7 @@ fn child(argv: &[String]) {
         received += 1;
         if seq == warmup {
             cpu_start = cpu_ns();
+            wall_start = now_ns();
         }
         if seq >= warmup {
             hist.saturating_record(now_ns().saturating_sub(sent).max(1));
@@ -312,7 +318,8 @@ fn child(argv: &[String]) {
         }
     }
     let cpu = cpu_ns().saturating_sub(cpu_start);
-    let mut out = format!("report received={received} cpu_ns={cpu} hist=");
+    let wall = now_ns().saturating_sub(wall_start);
+    let mut out = format!("report received={received} cpu_ns={cpu} wall_ns={wall} hist=");
     for v in hist.iter_recorded() {
         out += &format!("{}:{},", v.value_iterated_to(), v.count_at_value());
     }
@@ -320,6 +327,7 @@ fn child(argv: &[String]) {
 }
 
 struct Cell {
+    send_p50: f64,
     p50: f64,
     p99: f64,
     p999: f64,
@@ -382,6 +390,8 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
         }
     };
     let period = Duration::from_nanos(1_000_000_000 / rate);
+    // The publisher's own cost per message: time inside offer / sendto / the futex wake.
+    let mut send_hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
     let start = Instant::now();
     for seq in 0..count {
         let at = start + period * seq as u32;
@@ -389,7 +399,11 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
         if at > now {
             std::thread::sleep(at - now);
         }
+        let t0 = now_ns();
         send(&mut publication, seq);
+        if seq >= warmup {
+            send_hist.saturating_record(now_ns() - t0);
+        }
     }
     // Stop: for UDP a few times (datagrams may drop), then the session's end.
     let settle = Instant::now();
@@ -400,9 +414,8 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let measured = a.seconds * 0.95;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
-    let (mut cpu, mut lost) = (0u64, 0u64);
+    let (mut cpu, mut wall, mut lost) = (0u64, 0u64, 0u64);
     for (mut c, mut out) in children {
         let mut line = String::new();
         while !line.starts_with("report") {
@@ -414,6 +427,7 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
         let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap().to_string();
         lost += count - field("received=").parse::<u64>().unwrap().min(count);
         cpu += field("cpu_ns=").parse::<u64>().unwrap();
+        wall = wall.max(field("wall_ns=").parse::<u64>().unwrap());
         for pair in field("hist=").split(',').filter(|s| !s.is_empty()) {
             let (v, k) = pair.split_once(':').unwrap();
             hist.record_n(v.parse().unwrap(), k.parse().unwrap()).unwrap();
@@ -423,7 +437,14 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
     drop(publication);
     let _ = std::fs::remove_file(a.dir.join(&stream));
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    Cell { p50: us(0.5), p99: us(0.99), p999: us(0.999), cpu_cores: cpu as f64 / 1e9 / measured, lost }
+    Cell {
+        send_p50: send_hist.value_at_quantile(0.5) as f64 / 1000.0,
+        p50: us(0.5),
+        p99: us(0.99),
+        p999: us(0.999),
+        cpu_cores: cpu as f64 / wall.max(1) as f64,
+        lost,
+    }
 }
 
 fn main() {
@@ -438,8 +459,8 @@ fn main() {
     println!("lowrate: one publisher, N subscriber processes, {} s per cell, {cores} cores", a.seconds);
     println!("one-way latency in µs (pooled over subscribers) and the subscribers' CPU in cores");
     println!(
-        "{:<7} {:>3}  {:<16} {:>9} {:>9} {:>9} {:>7} {:>6}",
-        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "lost"
+        "{:<7} {:>3}  {:<16} {:>9} {:>9} {:>9} {:>7} {:>9} {:>6}",
+        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "send p50", "lost"
     );
     let mut port = 40_000 + (std::process::id() % 10_000) as u16;
     for &rate in &a.rates {
@@ -448,7 +469,7 @@ fn main() {
                 port += 1;
                 let c = run_cell(&a, lane, rate, n, port);
                 println!(
-                    "{:<7} {:>3}  {:<16} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>6}",
+                    "{:<7} {:>3}  {:<16} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>9.2} {:>6}",
                     rate,
                     n,
                     lane,
@@ -456,6 +477,7 @@ fn main() {
                     c.p99,
                     c.p999,
                     c.cpu_cores * 100.0,
+                    c.send_p50,
                     c.lost
                 );
             }

@@ -93,6 +93,10 @@ pub(crate) mod protocol {
     /// meant for an earlier arm, swallows the new one: loom found it.)
     pub(crate) const DOORBELL_BELL_FIRST: bool = !cfg!(shmlog_mutant_doorbell_arm_first);
 
+    /// The writer wakes one sleeping reader; a woken reader that sees other readers asleep wakes
+    /// them all (without it, the other sleepers miss the commit).
+    pub(crate) const DOORBELL_WAKE_OTHERS: bool = !cfg!(shmlog_mutant_no_doorbell_pass_on);
+
     /// A sleeper looks once more after arming the bell, before it sleeps (no lost wake-up).
     pub(crate) const DOORBELL_RECHECK: bool = !cfg!(shmlog_mutant_no_doorbell_recheck);
 }

@@ -252,3 +252,47 @@ fn one_thread_waits_on_two_streams() {
     assert!(started.elapsed() < Duration::from_secs(10), "woken by the ring, not a timeout");
     a.offer(b"keep a alive").unwrap();
 }
+
+/// CPU ticks (user + system) a process has used, from /proc.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap()
+}
+
+/// Sleepers that have read everything stay asleep: after a burst, eight of them use (nearly) no
+/// CPU over half a second. Woken readers pass one ring on to the others once; passing it on
+/// again would have them wake each other for ever.
+#[test]
+fn idle_sleepers_use_no_cpu() {
+    let _x = exclusive();
+    let dir = ShmDir::new("blocking-idle");
+    let cfg = stream(&dir, "idle");
+    let mut p = publication(&dir, "idle");
+    let mut peers = sleepers(8, &cfg);
+    p.wait_for_readers(8, T30).unwrap();
+    let slots = raw::readers_path(dir.path(), "idle");
+    for seq in 0..100u64 {
+        p.offer(&seq.to_le_bytes()).unwrap();
+        // Every reader asleep again before the next message (bounded wait).
+        let deadline = Instant::now() + T30;
+        while raw::file_i32(&slots, raw::slots::READERS_SLEEPING) < 8 {
+            assert!(Instant::now() < deadline, "the sleepers did not all go back to sleep");
+            std::thread::yield_now();
+        }
+    }
+    let pids: Vec<u32> = peers.iter().map(|p| p.pid()).collect();
+    let before: u64 = pids.iter().map(|&pid| cpu_ticks(pid)).sum();
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(50)); // a measuring window, not synchronisation
+    }
+    let used: u64 = pids.iter().map(|&pid| cpu_ticks(pid)).sum::<u64>() - before;
+    // Clock ticks are 10 ms: a reader spinning on wake-ups would use ~50 per process.
+    assert!(used <= 5, "8 idle sleepers used {used} ticks of CPU in 0.5 s");
+    p.close();
+    for peer in &mut peers {
+        assert_eq!(peer.expect("closed", T30).num("n"), 100);
+    }
+}

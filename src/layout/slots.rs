@@ -39,6 +39,13 @@ pub const READERS_BELL: usize = 128;
 pub const WRITER_ARMED: usize = 256;
 /// The futex word the writer sleeps on.
 pub const WRITER_BELL: usize = 384;
+/// Readers asleep (or about to be) on the readers' bell: the writer wakes one, and a woken
+/// reader that sees others asleep wakes them all (so the publisher pays for one wake-up).
+pub const READERS_SLEEPING: usize = 512;
+/// The last value of the readers' bell that a woken reader passed on to the others: each ring is
+/// passed on once, by the first reader it wakes (readers woken by the pass-on do not pass it on
+/// again).
+pub const READERS_PASSED: usize = 640;
 /// Bytes per slot: one page (of 4 KiB), so each can be mapped on its own.
 pub const SLOT_LEN: usize = 4096;
 
@@ -102,6 +109,6 @@ mod tests {
         assert_eq!(slot_offset(0), 8192);
         assert_eq!(slot_offset(7) % 4096, 0);
         assert_eq!(file_length(64), 66 * 4096);
-        const { assert!(WRITER_BELL + 4 <= DOORBELL_LEN) };
+        const { assert!(READERS_PASSED + 4 <= DOORBELL_LEN) };
     }
 }

@@ -415,10 +415,14 @@ impl RegionMut for LoomRegion {
         true
     }
 
-    fn wake_i32(&self, off: usize) {
+    fn wake_i32(&self, off: usize, count: i32) {
         let futex = self.futex(off);
         let _queue = futex.queue.lock().unwrap();
-        futex.woken.notify_all();
+        if count == 1 {
+            futex.woken.notify_one();
+        } else {
+            futex.woken.notify_all();
+        }
     }
 
     unsafe fn copy_in(&self, off: usize, src: &[u8]) {

@@ -124,8 +124,8 @@ pub trait RegionMut: Region {
     /// signal); `false` on timeout. Callers re-check what they wait for either way.
     fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool;
 
-    /// Wakes every sleeper on the `i32` at `off`.
-    fn wake_i32(&self, off: usize);
+    /// Wakes up to `count` sleepers on the `i32` at `off` (`i32::MAX`: all).
+    fn wake_i32(&self, off: usize, count: i32);
 
     /// Copies `src` into the region at `off`.
     ///
@@ -275,8 +275,8 @@ macro_rules! forward_region {
             fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool {
                 (**self).wait_i32(off, expected, timeout)
             }
-            fn wake_i32(&self, off: usize) {
-                (**self).wake_i32(off)
+            fn wake_i32(&self, off: usize, count: i32) {
+                (**self).wake_i32(off, count)
             }
             #[inline(always)]
             unsafe fn copy_in(&self, off: usize, src: &[u8]) {

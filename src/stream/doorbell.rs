@@ -27,9 +27,11 @@
 //! The barriers are `sys::barrier`'s asymmetric pair outside the model (a compiler barrier on the
 //! hot side, `membarrier` on the sleeping side), SeqCst fences in the loom build.
 
-use crate::layout::slots::{DOORBELL_LEN, READERS_ARMED, READERS_BELL, WRITER_ARMED, WRITER_BELL};
+use crate::layout::slots::{
+    DOORBELL_LEN, READERS_ARMED, READERS_BELL, READERS_PASSED, READERS_SLEEPING, WRITER_ARMED, WRITER_BELL,
+};
 use crate::region::RegionMut;
-use crate::sync::protocol::{DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_RECHECK};
+use crate::sync::protocol::{DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_RECHECK, DOORBELL_WAKE_OTHERS};
 use crate::sync::Ordering;
 use std::time::Duration;
 
@@ -89,7 +91,7 @@ impl<R: RegionMut> Doorbell<R> {
     /// Wakes the readers whatever *armed* says (end of stream, a new session): cold paths.
     pub fn ring_readers_always(&self) {
         self.region.store_i32(self.base + READERS_ARMED, 0, Ordering::SeqCst);
-        self.bump(READERS_BELL);
+        self.bump(READERS_BELL, i32::MAX);
     }
 
     #[inline(always)]
@@ -108,13 +110,16 @@ impl<R: RegionMut> Doorbell<R> {
     #[inline(never)]
     fn wake(&self, armed: usize, bell: usize) {
         if self.region.swap_i32(self.base + armed, 0) != 0 {
-            self.bump(bell);
+            // One reader: it wakes the others itself (see `wait`), so a publisher with N
+            // sleeping readers pays for one wake-up, not N. The writer's bell has one sleeper.
+            self.bump(bell, 1);
         }
     }
 
-    fn bump(&self, bell: usize) {
+    /// Bumps `bell` and wakes up to `count` of its sleepers.
+    fn bump(&self, bell: usize, count: i32) {
         self.region.fetch_add_i32(self.base + bell, 1);
-        self.region.wake_i32(self.base + bell);
+        self.region.wake_i32(self.base + bell, count);
     }
 
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
@@ -165,6 +170,26 @@ impl<R: RegionMut> Doorbell<R> {
         if DOORBELL_RECHECK && ready() {
             return Rung::Ready;
         }
+        if bell != READERS_BELL {
+            return self.sleep(bell, seen, timeout);
+        }
+        // Readers count themselves in, so the first one woken knows whether to pass it on.
+        let sleeping = self.base + READERS_SLEEPING;
+        self.region.fetch_add_i32(sleeping, 1);
+        let rung = self.sleep(bell, seen, timeout);
+        let others = self.region.fetch_add_i32(sleeping, -1) - 1;
+        if DOORBELL_WAKE_OTHERS && rung == Rung::Woken && others > 0 {
+            // The first reader woken for a ring wakes the rest, once: the others, woken by us,
+            // find the ring already passed on (or they would wake each other for ever).
+            let now = self.region.load_i32(self.base + bell, Ordering::Acquire);
+            if self.region.swap_i32(self.base + READERS_PASSED, now) != now {
+                self.region.wake_i32(self.base + bell, i32::MAX);
+            }
+        }
+        rung
+    }
+
+    fn sleep(&self, bell: usize, seen: i32, timeout: Duration) -> Rung {
         if self.region.wait_i32(self.base + bell, seen, timeout) {
             Rung::Woken
         } else {

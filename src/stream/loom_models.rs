@@ -34,6 +34,9 @@
 //!   by a window of one message, sleeps until the reader moves ([`Writer::wait_for_room`]). A
 //!   modelled futex wait ignores its timeout, so a lost wake-up either way is a deadlock, which
 //!   loom reports; the mutants that drop the barriers or the sleeper's re-check must hit one.
+//! - `i_doorbell_one_wake_reaches_every_sleeper`: two readers sleep on the doorbell while the
+//!   writer commits; the writer wakes one of them (a modelled `FUTEX_WAKE` of one is
+//!   `notify_one`), which must wake the other (the mutant that does not pass it on deadlocks).
 //!
 //! The model `e_fragmented_messages_vs_assembler` (fragments vs the real `FragmentAssembler`)
 //! is in `log::loom_models`, next to the other models of the log alone.
@@ -64,7 +67,15 @@ fn slot_region(count: usize) -> Shared {
         let base = slot_offset(i);
         i64_words.extend([s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS].map(|f| base + f));
     }
-    let bell = [s::READERS_ARMED, s::READERS_BELL, s::WRITER_ARMED, s::WRITER_BELL].map(|f| s::DOORBELL + f);
+    let bell = [
+        s::READERS_ARMED,
+        s::READERS_BELL,
+        s::WRITER_ARMED,
+        s::WRITER_BELL,
+        s::READERS_SLEEPING,
+        s::READERS_PASSED,
+    ]
+    .map(|f| s::DOORBELL + f);
     let i32_words: Vec<usize> = [s::VERSION, s::SLOT_COUNT, s::READY].into_iter().chain(bell).collect();
     let region = LoomRegion::new(s::file_length(count), &[], &i32_words, &i64_words);
     Arc::new(region.with_futexes(&[s::DOORBELL + s::READERS_BELL, s::DOORBELL + s::WRITER_BELL]))
@@ -479,5 +490,49 @@ fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
         }
         writer.join().unwrap();
         assert_eq!(reader.got, sent);
+    });
+}
+
+#[test]
+fn i_doorbell_one_wake_reaches_every_sleeper() {
+    check("i_doorbell_one_wake_reaches_every_sleeper", || {
+        // Terms of 1 KiB (a window of 512 bytes): two messages of one frame each, never held
+        // back. Two readers, each on its own thread, sleep whenever a poll finds nothing.
+        let term = 1024;
+        let (log, region) = new_plain_log(term, 0);
+        let window = log.geometry().window as i64;
+        let slots = slot_region(2);
+        new_slots(&slots, 2);
+        let sent = layout(&[16; 2], term as i64);
+        let end = sent.last().unwrap().end;
+        let join = |index: usize, pid: i64| {
+            let slot = claimed(&slots, index, pid).with_bell(bell(&slots));
+            SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME)
+        };
+        let (mut first, mut second) = (join(0, 7), join(1, 8));
+        let mut writer = writer(log, &slots, 2).with_doorbell();
+        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+        let writer = thread::spawn(move || {
+            for m in &payloads {
+                offer(&mut writer, m);
+            }
+        });
+        let read_all = move |reader: &mut SlotReader| {
+            while reader.reader.position() < end {
+                let before = reader.reader.position();
+                reader.poll(4);
+                if reader.reader.position() == before {
+                    reader.reader.wait_for_news(std::time::Duration::MAX);
+                }
+            }
+        };
+        let other = thread::spawn(move || {
+            read_all(&mut second);
+            second.got
+        });
+        read_all(&mut first);
+        writer.join().unwrap();
+        assert_eq!(other.join().unwrap(), sent);
+        assert_eq!(first.got, sent);
     });
 }

@@ -47,14 +47,13 @@ pub unsafe fn wait(word: *const u32, expected: u32, timeout: Duration) -> Woke {
     }
 }
 
-/// Wakes every sleeper on the word at `word`; returns how many were woken.
+/// Wakes up to `count` sleepers on the word at `word`; returns how many were woken.
 ///
 /// # Safety
 /// `word` points to 4 readable, 4-aligned bytes (the kernel only uses the address as a key).
-pub unsafe fn wake_all(word: *const u32) -> usize {
+pub unsafe fn wake(word: *const u32, count: i32) -> usize {
     // SAFETY: FUTEX_WAKE keys on the address (valid: the caller's contract); no other memory.
-    let rc =
-        unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32) };
+    let rc = unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, count, 0usize, 0usize, 0u32) };
     rc.max(0) as usize
 }
 

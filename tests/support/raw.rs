@@ -41,6 +41,7 @@ pub mod slots {
     pub const READERS_BELL: u64 = DOORBELL + 128;
     pub const WRITER_ARMED: u64 = DOORBELL + 256;
     pub const WRITER_BELL: u64 = DOORBELL + 384;
+    pub const READERS_SLEEPING: u64 = DOORBELL + 512;
     pub const SLOT_LEN: u64 = 4096;
     pub const STATE: u64 = 0;
     pub const POSITION: u64 = 8;
