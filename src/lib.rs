@@ -125,6 +125,10 @@ pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 pub use log::header::Header;
 pub use log::reader::Action;
 
+#[cfg(all(feature = "async", not(shmlog_loom)))]
+pub use api::async_rx::AsyncReceiver;
+#[cfg(all(feature = "serde", not(shmlog_loom)))]
+pub use api::codec::Postcard;
 #[cfg(not(shmlog_loom))]
 pub use api::inspect;
 pub use api::{
@@ -134,11 +138,15 @@ pub use api::{
 };
 #[cfg(not(shmlog_loom))]
 pub use api::{
+    channel::{Receiver, RecvError, SendError, Sender},
     claim::Claim,
+    codec::{Bytes, Codec, PodCodec, WrongSize},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Publication, PublicationBuilder},
     subscription::{Subscription, SubscriptionBuilder},
 };
+#[cfg(not(shmlog_loom))]
+pub use region::pod::Pod;
 #[cfg(not(shmlog_loom))]
 pub use stream::dir::default_dir;
 pub use stream::join::JoinAt;

@@ -2,8 +2,14 @@
 //! and the lifecycle around it.
 
 pub(crate) mod assembler;
+#[cfg(all(feature = "async", not(shmlog_loom)))]
+pub(crate) mod async_rx;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod channel;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod claim;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod codec;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod defaults;
 pub(crate) mod handler;

@@ -309,14 +309,17 @@ impl Subscription {
                 return true;
             }
             let now = Instant::now();
+            if now >= self.next_check {
+                // Before the timeout: a zero timeout still learns that a publisher died.
+                self.next_check = now + self.liveness_interval;
+                let _ = self.check();
+                if self.has_news() || self.is_closed() {
+                    return true;
+                }
+            }
             let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
             if remaining.is_zero() {
                 return false;
-            }
-            if now >= self.next_check {
-                self.next_check = now + self.liveness_interval;
-                let _ = self.check();
-                continue;
             }
             let chunk = remaining.min(self.next_check - now);
             let rung = match &self.state {
@@ -382,6 +385,21 @@ impl Subscription {
             State::Waiting(slot) => slot.bell(),
             State::Switching => None,
         }
+    }
+
+    /// `true` if a poll now would deliver or report something, or the session is closed.
+    pub(crate) fn readable_now(&self) -> bool {
+        self.has_news() || self.is_closed()
+    }
+
+    pub(crate) fn liveness_interval(&self) -> Duration {
+        self.liveness_interval
+    }
+
+    /// The stream's doorbell page, mapped on its own (for a thread that sleeps for us).
+    #[cfg(feature = "async")]
+    pub(crate) fn map_doorbell(&self) -> Result<crate::stream::doorbell::Doorbell<MmapRegion>, Error> {
+        self.slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &self.slot_file.path, e))
     }
 
     /// `true` if a poll now would find something to deliver or report.

@@ -55,6 +55,14 @@ impl MmapRegion {
     }
 }
 
+impl MmapRegion {
+    /// `len` zeroed bytes of private anonymous memory (a futex word of this process's own).
+    pub fn anonymous(len: usize) -> io::Result<Self> {
+        let map = MmapOptions::new().len(len).map_anon()?;
+        Ok(Self::over(SharedMap(MmapRaw::from(map))))
+    }
+}
+
 impl ReadOnlyRegion {
     /// Maps the first `len` bytes of `file` read-only, pre-faulting them if `populate`: readers
     /// of a log do, tools reading a few metadata words of a possibly huge log do not

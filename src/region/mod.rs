@@ -30,6 +30,8 @@ mod loom;
 #[cfg(not(shmlog_loom))]
 mod mmap;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod pod;
+#[cfg(not(shmlog_loom))]
 mod raw;
 mod window;
 

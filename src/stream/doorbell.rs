@@ -150,6 +150,10 @@ impl<R: RegionMut> Doorbell<R> {
         }
     }
 
+    pub fn region(&self) -> &R {
+        &self.region
+    }
+
     /// For a reader that sleeps on several doorbells at once: arms this one for the writer's
     /// ring and returns the readers' bell as `(region, offset, value to expect)`. The caller
     /// then issues `sync::heavy_barrier` once, re-checks every stream, and only then sleeps on

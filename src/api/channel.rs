@@ -1,0 +1,221 @@
+//! Whole messages as owned values, one at a time: [`Sender`] over a publication and [`Receiver`]
+//! over a subscription, typed through a [`Codec`]. For code that today forwards messages into a
+//! channel and calls `recv_timeout`: the receiver sleeps on the stream's doorbell, so it costs no
+//! CPU while idle.
+
+use super::codec::{Bytes, Codec};
+use super::publication::Publication;
+use super::subscription::Subscription;
+use crate::error::OfferError;
+use crate::log::header::Header;
+use std::collections::VecDeque;
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+/// Why [`Sender::send`] failed.
+#[derive(Debug)]
+pub enum SendError<E> {
+    /// The publication refused the message (back pressure, no reader, too large, ...).
+    Offer(OfferError),
+    /// The codec could not encode the value.
+    Encode(E),
+}
+
+impl<E: fmt::Display> fmt::Display for SendError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Offer(e) => write!(f, "offer: {e}"),
+            SendError::Encode(e) => write!(f, "encode: {e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for SendError<E> {}
+
+/// Why [`Receiver::recv_timeout`] returned no value.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecvError<E> {
+    /// Nothing arrived in time; the session goes on.
+    Timeout,
+    /// The session is over (its publisher closed it or died) and everything it sent was
+    /// received. A new publisher's session is joined by itself; receiving again waits for it.
+    Closed,
+    /// A message arrived that the codec could not decode (it is dropped; the next one follows).
+    Decode(E),
+}
+
+impl<E: fmt::Display> fmt::Display for RecvError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvError::Timeout => f.write_str("timed out"),
+            RecvError::Closed => f.write_str("the session is closed"),
+            RecvError::Decode(e) => write!(f, "decode: {e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for RecvError<E> {}
+
+/// Sends values of `T` as whole messages through a [`Publication`].
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use shmlog::{PodCodec, Publication, Sender};
+/// let mut tx = Sender::new(Publication::builder("prices").create()?, PodCodec);
+/// tx.send_timeout(&[101.5f64, 101.7], std::time::Duration::from_secs(1))?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Sender<T, C = Bytes> {
+    publication: Publication,
+    codec: C,
+    scratch: Vec<u8>,
+    _values: PhantomData<fn(&T)>,
+}
+
+impl<T, C: Codec<T>> Sender<T, C> {
+    /// Sends through `publication`, encoding with `codec`.
+    pub fn new(publication: Publication, codec: C) -> Self {
+        Self { publication, codec, scratch: Vec::new(), _values: PhantomData }
+    }
+
+    /// Offers `value` once; returns the stream position after it.
+    pub fn send(&mut self, value: &T) -> Result<i64, SendError<C::Error>> {
+        let p = &mut self.publication;
+        self.codec
+            .with_encoded(value, &mut self.scratch, |bytes| p.offer(bytes))
+            .map_err(SendError::Encode)?
+            .map_err(SendError::Offer)
+    }
+
+    /// Offers `value`, sleeping while back-pressured (see [`Publication::offer_blocking`]).
+    pub fn send_timeout(&mut self, value: &T, timeout: Duration) -> Result<i64, SendError<C::Error>> {
+        let p = &mut self.publication;
+        self.codec
+            .with_encoded(value, &mut self.scratch, |bytes| p.offer_blocking(bytes, timeout))
+            .map_err(SendError::Encode)?
+            .map_err(SendError::Offer)
+    }
+
+    /// The publication underneath (position, readers, ...).
+    pub fn publication(&mut self) -> &mut Publication {
+        &mut self.publication
+    }
+
+    /// The publication back.
+    pub fn into_publication(self) -> Publication {
+        self.publication
+    }
+}
+
+/// Receives whole messages from a [`Subscription`] as values of `T`, reassembling fragmented ones.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use shmlog::{Bytes, Receiver, RecvError, Subscription};
+/// use std::time::Duration;
+/// let mut rx = Receiver::new(Subscription::builder("orders").open()?, Bytes);
+/// loop {
+///     match rx.recv_timeout(Duration::from_millis(500)) {
+///         Ok(message) => println!("{} bytes", message.len()),
+///         Err(RecvError::Timeout) => println!("quiet"),
+///         Err(RecvError::Closed) => break,
+///         Err(e) => eprintln!("{e}"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Receiver<T = Vec<u8>, C: Codec<T> = Bytes> {
+    subscription: Subscription,
+    codec: C,
+    /// The fragments of a message so far.
+    partial: Vec<u8>,
+    ready: VecDeque<Result<T, C::Error>>,
+}
+
+/// Messages taken per poll into the receiver's queue.
+const BATCH: usize = 64;
+
+impl<T, C: Codec<T>> Receiver<T, C> {
+    /// Receives from `subscription`, decoding with `codec`.
+    pub fn new(subscription: Subscription, codec: C) -> Self {
+        Self { subscription, codec, partial: Vec::new(), ready: VecDeque::new() }
+    }
+
+    /// The next message, waiting for it at most `timeout` (sleeping, not spinning).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvError<C::Error>> {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if let Some(next) = self.ready.pop_front() {
+                return next.map_err(RecvError::Decode);
+            }
+            if self.fill() > 0 {
+                continue;
+            }
+            if self.subscription.is_closed() {
+                return Err(RecvError::Closed);
+            }
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            if !self.subscription.wait_readable(left) {
+                return Err(RecvError::Timeout);
+            }
+        }
+    }
+
+    /// The next message if one is there now.
+    pub fn try_recv(&mut self) -> Result<T, RecvError<C::Error>> {
+        self.recv_timeout(Duration::ZERO)
+    }
+
+    /// The next message, waiting as long as it takes; `Closed` when the session ends.
+    pub fn recv(&mut self) -> Result<T, RecvError<C::Error>> {
+        self.recv_timeout(Duration::MAX)
+    }
+
+    /// Polls once, decoding whole messages into the queue; returns the fragments taken.
+    fn fill(&mut self) -> usize {
+        let Self { subscription, codec, partial, ready } = self;
+        subscription.poll(
+            |payload: &[u8], header: &Header| match (header.is_begin(), header.is_end()) {
+                (true, true) => ready.push_back(codec.decode(payload)),
+                (true, false) => {
+                    partial.clear();
+                    partial.extend_from_slice(payload);
+                }
+                (false, end) => {
+                    partial.extend_from_slice(payload);
+                    if end {
+                        ready.push_back(codec.decode(partial));
+                    }
+                }
+            },
+            BATCH,
+        )
+    }
+
+    /// The subscription underneath (position, session, ...).
+    pub fn subscription(&mut self) -> &mut Subscription {
+        &mut self.subscription
+    }
+
+    /// The subscription back (messages already taken from it stay in the receiver).
+    pub fn into_subscription(self) -> Subscription {
+        self.subscription
+    }
+}
+
+/// Every message until the session closes, each as it arrives (blocking); a message the codec
+/// cannot decode comes as `Err`.
+impl<T, C: Codec<T>> Iterator for Receiver<T, C> {
+    type Item = Result<T, C::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.recv() {
+            Ok(value) => Some(Ok(value)),
+            Err(RecvError::Decode(e)) => Some(Err(e)),
+            Err(_) => None,
+        }
+    }
+}
