@@ -28,13 +28,35 @@ const _: () = {
 
 /// The hot side's barrier of a doorbell (`stream::doorbell`): after publishing, before looking
 /// for sleepers. A compiler barrier where the process registered for asymmetric barriers
-/// (`sys::barrier`), a full fence otherwise, and always in the loom model.
+/// (`sys::barrier`), a full fence otherwise, and always in the loom model. Decided once (a process registers
+/// before it creates a publication), so a hot path can keep the answer in a field it already
+/// reads instead of loading it each time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LightBarrier {
+    /// A compiler barrier: the process is registered, sleepers' heavy barriers do the rest.
+    Compiler,
+    /// A full fence.
+    Full,
+}
+
+impl LightBarrier {
+    #[inline(always)]
+    pub(crate) fn issue(self) {
+        match self {
+            LightBarrier::Compiler => std::sync::atomic::compiler_fence(Ordering::SeqCst),
+            LightBarrier::Full => fence(Ordering::SeqCst),
+        }
+    }
+}
+
+/// The barrier a hot side issues in this process now (always `Full` in the loom model).
 #[inline(always)]
-pub(crate) fn light_barrier() {
+pub(crate) fn light_barrier_kind() -> LightBarrier {
     #[cfg(not(shmlog_loom))]
-    crate::sys::barrier::light();
-    #[cfg(shmlog_loom)]
-    fence(Ordering::SeqCst);
+    if crate::sys::barrier::registered() {
+        return LightBarrier::Compiler;
+    }
+    LightBarrier::Full
 }
 
 /// The sleeping side's barrier of a doorbell: after announcing itself, before its last look.

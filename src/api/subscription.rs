@@ -388,10 +388,12 @@ impl Subscription {
     }
 
     /// `true` if a poll now would deliver or report something, or the session is closed.
+    #[cfg(feature = "async")]
     pub(crate) fn readable_now(&self) -> bool {
         self.has_news() || self.is_closed()
     }
 
+    #[cfg(feature = "async")]
     pub(crate) fn liveness_interval(&self) -> Duration {
         self.liveness_interval
     }

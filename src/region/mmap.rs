@@ -57,6 +57,7 @@ impl MmapRegion {
 
 impl MmapRegion {
     /// `len` zeroed bytes of private anonymous memory (a futex word of this process's own).
+    #[cfg(feature = "async")]
     pub fn anonymous(len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().len(len).map_anon()?;
         Ok(Self::over(SharedMap(MmapRaw::from(map))))

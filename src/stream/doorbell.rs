@@ -32,7 +32,7 @@ use crate::layout::slots::{
 };
 use crate::region::RegionMut;
 use crate::sync::protocol::{DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_RECHECK, DOORBELL_WAKE_OTHERS};
-use crate::sync::Ordering;
+use crate::sync::{LightBarrier, Ordering};
 use std::time::Duration;
 
 /// How a wait on a bell ended.
@@ -78,14 +78,14 @@ impl<R: RegionMut> Doorbell<R> {
     /// The writer, after a commit: wakes sleeping readers, if any. One barrier and one load when
     /// nobody sleeps.
     #[inline(always)]
-    pub fn ring_readers(&self) {
-        self.ring(READERS_ARMED, READERS_BELL);
+    pub fn ring_readers(&self, barrier: LightBarrier) {
+        self.ring(barrier, READERS_ARMED, READERS_BELL);
     }
 
     /// A reader, after publishing a new position: wakes a writer waiting for room, if any.
     #[inline(always)]
     pub fn ring_writer(&self) {
-        self.ring(WRITER_ARMED, WRITER_BELL);
+        self.ring(crate::sync::light_barrier_kind(), WRITER_ARMED, WRITER_BELL);
     }
 
     /// Wakes the readers whatever *armed* says (end of stream, a new session): cold paths.
@@ -95,9 +95,9 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     #[inline(always)]
-    fn ring(&self, armed: usize, bell: usize) {
+    fn ring(&self, barrier: LightBarrier, armed: usize, bell: usize) {
         if DOORBELL_BARRIER {
-            crate::sync::light_barrier();
+            barrier.issue();
         }
         // SAFETY: the doorbell lies in the region, 4-aligned (`new`'s check or `new_unchecked`'s
         // contract), and so does each of its words.
@@ -150,6 +150,7 @@ impl<R: RegionMut> Doorbell<R> {
         }
     }
 
+    #[cfg(feature = "async")]
     pub fn region(&self) -> &R {
         &self.region
     }
@@ -222,10 +223,10 @@ mod tests {
         let (region, bell) = bell();
         assert_eq!(bell.wait_for_writer(|| true, Duration::from_secs(10)), Rung::Ready);
         // It armed itself; the next ring clears that and bumps the bell once.
-        bell.ring_readers();
+        bell.ring_readers(LightBarrier::Full);
         assert_eq!(region.load_i32(DOORBELL + READERS_ARMED, Ordering::Relaxed), 0);
         assert_eq!(region.load_i32(DOORBELL + READERS_BELL, Ordering::Relaxed), 1);
-        bell.ring_readers();
+        bell.ring_readers(LightBarrier::Full);
         assert_eq!(region.load_i32(DOORBELL + READERS_BELL, Ordering::Relaxed), 1, "nobody armed: no ring");
         let start = Instant::now();
         assert_eq!(bell.wait_for_readers(|| false, Duration::from_millis(20)), Rung::TimedOut);
@@ -252,7 +253,7 @@ mod tests {
             std::thread::yield_now();
         }
         published.store(true, O::Release);
-        bell.ring_readers();
+        bell.ring_readers(LightBarrier::Full);
         let slept = sleeper.join().unwrap();
         assert!(slept < Duration::from_secs(30), "woken, not timed out");
     }

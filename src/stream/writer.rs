@@ -15,6 +15,7 @@ use crate::log::appender::{Appender, ClaimedFrame, Tripped};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::{DirectRegion, RegionMut};
 use crate::sync::protocol::DISTRUST_SLOTS;
+use crate::sync::LightBarrier;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
 pub trait Liveness: SlotLocks {
@@ -40,8 +41,9 @@ pub struct Writer<L, S, K> {
     /// leaked, so a forgotten claim never stalls readers for longer than the writer stays idle.
     pending: Option<ClaimedFrame>,
     /// Rings the doorbell page of the slot file after every commit (a barrier and a load unless
-    /// a reader sleeps); off in models of flow control alone.
-    ring: bool,
+    /// a reader sleeps), with the barrier this process needs (decided once); `None` in models
+    /// of flow control alone.
+    ring: Option<LightBarrier>,
 }
 
 impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
@@ -63,7 +65,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
             max_message,
             max_position,
             pending: None,
-            ring: false,
+            ring: None,
         })
     }
 
@@ -71,15 +73,15 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// once: readers waiting for a session (this one) look again.
     pub fn with_doorbell(mut self) -> Self {
         self.slots.doorbell().ring_readers_always();
-        self.ring = true;
+        self.ring = Some(crate::sync::light_barrier_kind());
         self
     }
 
     /// Wakes readers sleeping on the doorbell, if any: after every commit.
     #[inline(always)]
     fn ring(&self) {
-        if self.ring {
-            self.slots.doorbell().ring_readers();
+        if let Some(barrier) = self.ring {
+            self.slots.doorbell().ring_readers(barrier);
         }
     }
 
@@ -261,7 +263,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let log = self.appender.log();
         log.set_gauge(Gauge::PublisherLimit, position);
         log.set_eos_position(position);
-        if self.ring {
+        if self.ring.is_some() {
             self.slots.doorbell().ring_readers_always();
         }
     }
@@ -270,7 +272,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// most `timeout`: for a back-pressured writer that would rather not spin. `Ready` if there
     /// is room now. Without a doorbell, returns `TimedOut` at once.
     pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
-        if !self.ring {
+        if self.ring.is_none() {
             return Rung::TimedOut;
         }
         let Self { slots, flow, appender, session_id, .. } = self;

@@ -13,7 +13,7 @@
 //! fence instead (a few ns per message) and stays correct; `SHMLOG_NO_MEMBARRIER=1` forces that,
 //! to measure it.
 
-use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU8, Ordering};
 
 const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
 const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
@@ -44,16 +44,12 @@ pub fn asymmetric() -> bool {
     }
 }
 
-/// The hot side's barrier between its store and its load of the other side's word: a compiler
-/// barrier in a registered process (a sleeper's [`heavy`] supplies the rest), a full fence
-/// otherwise.
+/// `true` if this process registered, so its hot side's barrier between its store and its load
+/// of the other side's word may be a compiler barrier (a sleeper's [`heavy`] supplies the rest);
+/// a full fence otherwise.
 #[inline(always)]
-pub fn light() {
-    if MODE.load(Ordering::Relaxed) == 1 {
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        fence(Ordering::SeqCst);
-    }
+pub fn registered() -> bool {
+    MODE.load(Ordering::Relaxed) == 1
 }
 
 /// The sleeping side's barrier: a full fence here, and a full barrier on every CPU that runs a
