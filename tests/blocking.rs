@@ -296,3 +296,45 @@ fn idle_sleepers_use_no_cpu() {
         assert_eq!(peer.expect("closed", T30).num("n"), 100);
     }
 }
+
+/// A doorbell page full of garbage (every reader may write it) costs at most spurious or late
+/// wake-ups: a blocking reader still gets every message, and its timeout still fires.
+#[test]
+fn a_garbage_doorbell_page_loses_nothing() {
+    let dir = ShmDir::new("blocking-garbage");
+    let mut p = publication(&dir, "g");
+    let sub = Subscription::builder("g")
+        .dir(dir.path())
+        .liveness_interval(Duration::from_millis(20))
+        .open()
+        .unwrap();
+    let slots = raw::readers_path(dir.path(), "g");
+    let mut rng = support::Rng::new("garbage doorbell");
+    let garbage: Vec<u8> = (0..4096).map(|_| rng.next() as u8).collect();
+    raw::write_at(&slots, raw::slots::DOORBELL, &garbage);
+    let reader = std::thread::spawn(move || {
+        let mut sub = sub;
+        let mut next = 0u64;
+        while next < 200 {
+            sub.poll_blocking(
+                |m: &[u8], _: &Header| {
+                    assert_eq!(u64::from_le_bytes(m.try_into().unwrap()), next);
+                    next += 1;
+                },
+                16,
+                T30,
+            );
+        }
+        let start = Instant::now();
+        assert_eq!(sub.poll_blocking(|_: &[u8], _: &Header| {}, 16, Duration::from_millis(30)), 0);
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        next
+    });
+    for seq in 0..200u64 {
+        p.offer_blocking(&seq.to_le_bytes(), T30).unwrap();
+        if seq % 50 == 0 {
+            raw::write_at(&slots, raw::slots::DOORBELL, &garbage);
+        }
+    }
+    assert_eq!(reader.join().unwrap(), 200);
+}
