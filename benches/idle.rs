@@ -3,7 +3,10 @@
 //! park) the main thread offers a message carrying a timestamp (calibrated TSC) and the
 //! subscriber records `now - stamp` when it sees it. Criterion gets the sum of those
 //! latencies (the gaps are not counted); p50/p99 are printed beside. `blocking` is no idle
-//! strategy but `poll_blocking`, which sleeps on the stream's doorbell.
+//! strategy but `poll_blocking`, which sleeps on the stream's doorbell; `futex_floor` is the
+//! bound for any kernel wake-up: the waiter sleeps on a bare futex word that the offering thread
+//! bumps and wakes right after its offer (every lane pays that `FUTEX_WAKE` on the offering side,
+//! so the lanes stay comparable).
 
 mod support;
 
@@ -26,6 +29,7 @@ struct Waiter {
     thread: Option<std::thread::JoinHandle<()>>,
     sent: u64,
     clock: Clock,
+    floor: Arc<Floor>,
     _dir: ShmDir,
 }
 
@@ -67,6 +71,75 @@ fn blocking_loop(mut sub: Subscription, clock: Clock, seen: &AtomicU64, lat: &At
     }
 }
 
+/// The floor of any kernel wake-up: a bare futex word in this process, bumped and woken
+/// (`FUTEX_WAKE`) by the offering thread right after its offer; the waiter sleeps on the word,
+/// then takes the message with one poll.
+struct Floor {
+    word: std::sync::atomic::AtomicU32,
+}
+
+impl Floor {
+    fn wake(&self) {
+        self.word.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: FUTEX_WAKE on a live word of ours; the kernel uses the address as a key.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+                0usize,
+                0usize,
+                0u32,
+            )
+        };
+    }
+
+    fn wait(&self, seen: u32) {
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: 10_000_000 };
+        // SAFETY: FUTEX_WAIT on a live word of ours, with a timespec that outlives the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAIT,
+                seen,
+                &ts as *const libc::timespec,
+                0usize,
+                0u32,
+            )
+        };
+    }
+}
+
+fn floor_loop(
+    mut sub: Subscription,
+    floor: &Floor,
+    clock: Clock,
+    seen: &AtomicU64,
+    lat: &AtomicU64,
+    stop: &AtomicBool,
+) {
+    let mut n = 0;
+    let mut word = floor.word.load(Ordering::Acquire);
+    while !stop.load(Ordering::Relaxed) {
+        floor.wait(word);
+        let now_word = floor.word.load(Ordering::Acquire);
+        if now_word == word {
+            continue;
+        }
+        word = now_word;
+        let mut stamp = 0u64;
+        let k = sub
+            .poll(|p: &[u8], _: &shmlog::Header| stamp = u64::from_le_bytes(p[..8].try_into().unwrap()), 1);
+        if k > 0 {
+            lat.store(clock.now_ns().saturating_sub(stamp), Ordering::Relaxed);
+            n += 1;
+            seen.store(n, Ordering::Release);
+        }
+    }
+}
+
 impl Waiter {
     fn start(strategy: &str) -> Waiter {
         let dir = ShmDir::new("idle");
@@ -77,6 +150,8 @@ impl Waiter {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, l, st) = (seen.clone(), latency_ns.clone(), stop.clone());
         let strategy = strategy.to_string();
+        let floor = Arc::new(Floor { word: std::sync::atomic::AtomicU32::new(0) });
+        let f = floor.clone();
         let thread = support::spawn_on(1, move || {
             support::pin(1);
             match strategy.as_str() {
@@ -85,10 +160,11 @@ impl Waiter {
                 "yielding" => wait_loop(sub, Yielding, clock, &s, &l, &st),
                 "sleeping_1us" => wait_loop(sub, Sleeping::default(), clock, &s, &l, &st),
                 "blocking" => blocking_loop(sub, clock, &s, &l, &st),
+                "futex_floor" => floor_loop(sub, &f, clock, &s, &l, &st),
                 _ => wait_loop(sub, Backoff::default(), clock, &s, &l, &st),
             }
         });
-        Waiter { publication, seen, latency_ns, stop, thread: Some(thread), sent: 0, clock, _dir: dir }
+        Waiter { publication, seen, latency_ns, stop, thread: Some(thread), sent: 0, clock, floor, _dir: dir }
     }
 
     /// One wake-up after `gap`: its latency in ns.
@@ -96,6 +172,7 @@ impl Waiter {
         std::thread::sleep(gap);
         let stamp = self.clock.now_ns();
         offer_spin(&mut self.publication, &stamp.to_le_bytes());
+        self.floor.wake();
         self.sent += 1;
         while self.seen.load(Ordering::Acquire) < self.sent {
             std::thread::yield_now();
@@ -120,7 +197,9 @@ fn main() {
     for (gap_label, gap) in [("gap_50us", Duration::from_micros(50)), ("gap_2ms", Duration::from_millis(2))] {
         let mut g = c.benchmark_group(format!("idle/wakeup_{gap_label}"));
         g.sample_size(10).warm_up_time(Duration::from_millis(200)).measurement_time(Duration::from_secs(1));
-        for strategy in ["busy_spin", "noop", "yielding", "sleeping_1us", "backoff", "blocking"] {
+        for strategy in
+            ["busy_spin", "noop", "yielding", "sleeping_1us", "backoff", "blocking", "futex_floor"]
+        {
             let name = format!("idle/wakeup_{gap_label}/{strategy}");
             if !args.wants(&name) {
                 continue;

@@ -7,8 +7,8 @@
 /// of them without padding).
 ///
 /// # Safety
-/// Implementors guarantee the above: [`as_bytes`] reads every byte of a value (padding would be
-/// uninitialised memory), and [`read`] makes a value from any bytes a peer wrote.
+/// Implementors guarantee the above: sending reads every byte of a value (padding would be
+/// uninitialised memory), and receiving makes a value from whatever bytes a peer wrote.
 pub unsafe trait Pod: Copy + 'static {}
 
 macro_rules! pod {
