@@ -274,9 +274,11 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// `true` if a poll now would find something: a committed frame at our position, the end of
     /// the stream, or a fault to report. What a sleeping reader re-checks before it sleeps.
     pub fn has_news(&self) -> bool {
+        // The frame first: after a wake-up it is on the page the poll reads next, while the end
+        // of stream is on the metadata page (each page touched after a sleep costs a TLB miss).
         self.fault.is_some()
-            || self.at_end_of_stream()
             || reader::frame_committed_at(&self.log, self.cursor.position())
+            || self.at_end_of_stream()
     }
 
     /// Sleeps on the stream's doorbell until the writer commits, ends the stream or starts a new
