@@ -14,7 +14,7 @@ export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
 
 BENCHES=(offer_poll throughput ping_pong fanout idle bounds vs_aeron)
 cargo bench --features aeron-compare --no-run
-cargo build --profile bench --features aeron-compare --example latency
+cargo build --profile bench --features aeron-compare --example latency --example lowrate
 
 passed=0
 failed=0
@@ -35,6 +35,12 @@ if "$CARGO_TARGET_DIR/release/examples/latency" --seconds 1 --burst 1000 --rate 
     passed=$((passed + 1)); echo "example latency: ok"
 else
     failed=$((failed + 1)); echo "example latency: FAILED"
+fi
+# The low-rate fan-out, briefly: every lane at N = 1 and 4.
+if "$CARGO_TARGET_DIR/release/examples/lowrate" --rates 1000 --subs 1,4 --seconds 0.3; then
+    passed=$((passed + 1)); echo "example lowrate: ok"
+else
+    failed=$((failed + 1)); echo "example lowrate: FAILED"
 fi
 echo "bench smoke took $(( $(date +%s) - start )) s"
 echo "bench: $passed passed, $failed failed"
