@@ -112,9 +112,10 @@ if want miri; then
         # not the ones over 64 KiB terms that take minutes under Miri, plus the fuzz seeds that stay
         # in memory (the fuzz crate's `miri_in_memory_seeds`): they drive the shipped writer and
         # readers on small terms (append, claim, rotation, clean, read, joins, slots, flow control,
-        # stray slot words, assembler).
+        # stray slot words, assembler); and the plain-old-data byte views of typed messages.
         filters=(
             layout:: api::assembler stream::flow stream::slots stream::join log::position log::appender
+            region::pod
             log::tests::reads_first_message_with_its_header
             log::tests::claim_is_invisible_until_commit_and_abort_becomes_padding
             log::tests::fragments_carry_begin_and_end_flags_and_reassemble_in_order

@@ -336,7 +336,8 @@ impl Subscription {
     /// Waits until one of `subscriptions` is readable (see [`Subscription::wait_readable`]) or
     /// `timeout` passes; `true` if one is. One thread, several streams, no spinning: it sleeps
     /// on all their doorbells at once (`futex_waitv`, Linux 5.16 and later; on older kernels it
-    /// sleeps on the first and looks at the others every millisecond).
+    /// sleeps on the first and looks at the others every millisecond; so it does beyond 127
+    /// streams, `futex_waitv`'s limit).
     pub fn wait_any(subscriptions: &mut [&mut Subscription], timeout: Duration) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         loop {
