@@ -20,7 +20,9 @@
 //! `cpu` column is their CPU seconds per second of that part (where they fall behind, it lasts
 //! longer than the publisher's sending).
 //! The publisher paces itself by sleeping (it does not take a core from the subscribers) and
-//! reports its own time per send (`send p50`: offer, sendto, or bump + FUTEX_WAKE), which is
+//! reports its own CPU (`pub cpu`: the publishing thread's CPU seconds per second; UDP and the
+//! floor fan out inside the publisher's `sendto` / `FUTEX_WAKE`, shmlog inside the first woken
+//! reader, so compare readers + publisher) and its time per send (`send p50`: offer, sendto, or bump + FUTEX_WAKE), which is
 //! where waking N sleepers costs it. The floor lane's readers see only the latest message when
 //! several arrive while they are busy (`lost` counts those; the bare word is not a queue).
 
@@ -42,6 +44,14 @@ fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -327,6 +337,7 @@ fn child(argv: &[String]) {
 }
 
 struct Cell {
+    pub_cores: f64,
     send_p50: f64,
     p50: f64,
     p99: f64,
@@ -393,7 +404,11 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
     // The publisher's own cost per message: time inside offer / sendto / the futex wake.
     let mut send_hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
     let start = Instant::now();
+    let (mut pub_cpu0, mut pub_wall0) = (0, 0);
     for seq in 0..count {
+        if seq == warmup {
+            (pub_cpu0, pub_wall0) = (thread_cpu_ns(), now_ns());
+        }
         let at = start + period * seq as u32;
         let now = Instant::now();
         if at > now {
@@ -405,6 +420,7 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
             send_hist.saturating_record(now_ns() - t0);
         }
     }
+    let pub_cores = (thread_cpu_ns() - pub_cpu0) as f64 / (now_ns() - pub_wall0).max(1) as f64;
     // Stop: for UDP a few times (datagrams may drop), then the session's end.
     let settle = Instant::now();
     loop {
@@ -438,6 +454,7 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
     let _ = std::fs::remove_file(a.dir.join(&stream));
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Cell {
+        pub_cores,
         send_p50: send_hist.value_at_quantile(0.5) as f64 / 1000.0,
         p50: us(0.5),
         p99: us(0.99),
@@ -479,8 +496,8 @@ fn main() {
     println!("lowrate: one publisher, N subscriber processes, {} s per cell, {cores} cores", a.seconds);
     println!("one-way latency in µs (pooled over subscribers) and the subscribers' CPU in cores");
     println!(
-        "{:<7} {:>3}  {:<16} {:>9} {:>9} {:>9} {:>7} {:>9} {:>6}",
-        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "send p50", "lost"
+        "{:<7} {:>3}  {:<16} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>6}",
+        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "pub cpu", "send p50", "lost"
     );
     for &rate in &a.rates {
         for &n in &a.subs {
@@ -488,7 +505,7 @@ fn main() {
                 port += 1;
                 let c = run_cell(&a, lane, rate, n, port);
                 println!(
-                    "{:<7} {:>3}  {:<16} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>9.2} {:>6}",
+                    "{:<7} {:>3}  {:<16} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>7.1}% {:>9.2} {:>6}",
                     rate,
                     n,
                     lane,
@@ -496,6 +513,7 @@ fn main() {
                     c.p99,
                     c.p999,
                     c.cpu_cores * 100.0,
+                    c.pub_cores * 100.0,
                     c.send_p50,
                     c.lost
                 );
