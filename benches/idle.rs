@@ -80,35 +80,11 @@ struct Floor {
 
 impl Floor {
     fn wake(&self) {
-        self.word.fetch_add(1, Ordering::SeqCst);
-        // SAFETY: FUTEX_WAKE on a live word of ours; the kernel uses the address as a key.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-                0usize,
-                0usize,
-                0u32,
-            )
-        };
+        support::futex::bump_and_wake_all(&self.word);
     }
 
     fn wait(&self, seen: u32) {
-        let ts = libc::timespec { tv_sec: 0, tv_nsec: 10_000_000 };
-        // SAFETY: FUTEX_WAIT on a live word of ours, with a timespec that outlives the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAIT,
-                seen,
-                &ts as *const libc::timespec,
-                0usize,
-                0u32,
-            )
-        };
+        support::futex::wait(&self.word, seen, Some(Duration::from_millis(10)));
     }
 }
 

@@ -26,6 +26,9 @@
 //! where waking N sleepers costs it. The floor lane's readers see only the latest message when
 //! several arrive while they are busy (`lost` counts those; the bare word is not a queue).
 
+#[path = "../benches/support/futex.rs"]
+mod futex;
+
 use hdrhistogram::Histogram;
 use shmlog::{Backoff, Header, IdleStrategy, Publication, Subscription, Yielding};
 use std::io::{BufRead, BufReader, Write};
@@ -160,25 +163,10 @@ impl FloorPage {
         use std::sync::atomic::Ordering::*;
         self.slot(1).store(sent, Relaxed);
         self.slot(0).store(seq, Release);
-        self.word().fetch_add(1, SeqCst);
-        // SAFETY: FUTEX_WAKE on a word of a live shared mapping.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word().as_ptr(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-                0usize,
-                0usize,
-                0u32,
-            )
-        };
+        futex::bump_and_wake_all(self.word());
     }
     fn wait(&self, seen: u32) {
-        // SAFETY: FUTEX_WAIT on a word of a live shared mapping (shared: no private flag).
-        unsafe {
-            libc::syscall(libc::SYS_futex, self.word().as_ptr(), libc::FUTEX_WAIT, seen, 0usize, 0usize, 0u32)
-        };
+        futex::wait(self.word(), seen, None);
     }
 }
 

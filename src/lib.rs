@@ -66,6 +66,20 @@
 //! - A process that `fork`s without `exec` shares its liveness tokens with the child: create
 //!   publications and subscriptions after forking (see `docs/reliability.md`).
 //!
+//! # Waiting without spinning
+//! Polling loops are fastest and cost a core. Blocking calls sleep in the kernel instead, on
+//! the stream's doorbell (a futex in the reader-slot file) that the publisher rings after a
+//! commit only when someone sleeps: [`Subscription::poll_blocking`],
+//! [`Subscription::wait_readable`], [`Subscription::wait_any`] for several streams,
+//! [`Publication::offer_blocking`] for a back-pressured publisher, whole typed messages through
+//! [`Sender`] and [`Receiver`] (`recv_timeout`, a blocking iterator) with a [`Codec`], and an
+//! async `Stream` (feature `async`). See `docs/waiting.md`.
+//!
+//! # Features
+//! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver`, a
+//! `futures_core::Stream` of messages. `cli`: the `shmlog` tool. `aeron-compare`: the benches
+//! against aeron-rs. None is on by default.
+//!
 //! # Thread safety
 //! [`Publication`] and [`Subscription`] are `Send` but not `Sync`: move one to the thread that
 //! uses it; all their methods take `&mut self`. The single writer is enforced by the type (it is

@@ -28,9 +28,9 @@ const _: () = {
 
 /// The hot side's barrier of a doorbell (`stream::doorbell`): after publishing, before looking
 /// for sleepers. A compiler barrier where the process registered for asymmetric barriers
-/// (`sys::barrier`), a full fence otherwise, and always in the loom model. Decided once (a process registers
-/// before it creates a publication), so a hot path can keep the answer in a field it already
-/// reads instead of loading it each time.
+/// (`sys::barrier`), a full fence otherwise, and always in the loom model. Decided once (a
+/// process registers before it creates a publication), so a hot path can keep the answer in a
+/// field it already reads instead of loading it each time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LightBarrier {
     /// A compiler barrier: the process is registered, sleepers' heavy barriers do the rest.

@@ -35,6 +35,15 @@ fn publication(dir: &ShmDir, name: &str) -> Publication {
     Publication::builder(name).dir(dir.path()).term_length(64 * 1024).create().unwrap()
 }
 
+/// Waits (bounded, yielding) until the `i32` at `offset` of the file at `path` satisfies `ok`.
+fn await_word(path: &std::path::Path, offset: u64, ok: impl Fn(i32) -> bool, what: &str) {
+    let deadline = Instant::now() + T30;
+    while !ok(raw::file_i32(path, offset)) {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::yield_now();
+    }
+}
+
 /// CPU time this thread has used.
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -135,11 +144,7 @@ fn a_killed_sleeper_leaves_nothing_armed() {
     let mut peers = sleepers(1, &cfg);
     p.wait_connected(T30).unwrap();
     let slots = raw::readers_path(dir.path(), "heal");
-    let deadline = Instant::now() + T30;
-    while raw::file_i32(&slots, raw::slots::READERS_ARMED) == 0 {
-        assert!(Instant::now() < deadline, "the sleeper never armed the bell");
-        std::thread::yield_now();
-    }
+    await_word(&slots, raw::slots::READERS_ARMED, |armed| armed != 0, "the sleeper never armed the bell");
     peers[0].kill();
     let bell = raw::file_i32(&slots, raw::slots::READERS_BELL);
     p.offer(b"12345678").unwrap();
@@ -205,11 +210,7 @@ fn a_back_pressured_publisher_sleeps_until_the_reader_moves() {
     rx.recv().unwrap();
     // Let the writer go to sleep: wait (bounded) until it armed its bell, then read.
     let slots = raw::readers_path(dir.path(), "w");
-    let deadline = Instant::now() + T30;
-    while raw::file_i32(&slots, raw::slots::WRITER_ARMED) == 0 {
-        assert!(Instant::now() < deadline, "the writer never armed its bell");
-        std::thread::yield_now();
-    }
+    await_word(&slots, raw::slots::WRITER_ARMED, |armed| armed != 0, "the writer never armed its bell");
     let mut read = 0u64;
     while read < offered {
         read += sub.poll(|_: &[u8], _: &Header| {}, 100) as u64;
@@ -239,11 +240,7 @@ fn one_thread_waits_on_two_streams() {
         (woke, got, sa, sb)
     });
     // Once the waiter armed b's bell (it arms both), ring b only.
-    let deadline = Instant::now() + T30;
-    while raw::file_i32(&slots_b, raw::slots::READERS_ARMED) == 0 {
-        assert!(Instant::now() < deadline, "the waiter never armed");
-        std::thread::yield_now();
-    }
+    await_word(&slots_b, raw::slots::READERS_ARMED, |armed| armed != 0, "the waiter never armed");
     let started = Instant::now();
     b.offer(b"on b").unwrap();
     let (woke, got, _sa, _sb) = waiter.join().unwrap();
@@ -276,11 +273,13 @@ fn idle_sleepers_use_no_cpu() {
     for seq in 0..100u64 {
         p.offer(&seq.to_le_bytes()).unwrap();
         // Every reader asleep again before the next message (bounded wait).
-        let deadline = Instant::now() + T30;
-        while raw::file_i32(&slots, raw::slots::READERS_SLEEPING) < 8 {
-            assert!(Instant::now() < deadline, "the sleepers did not all go back to sleep");
-            std::thread::yield_now();
-        }
+        let all_asleep = |sleeping| sleeping >= 8;
+        await_word(
+            &slots,
+            raw::slots::READERS_SLEEPING,
+            all_asleep,
+            "the sleepers did not all go back to sleep",
+        );
     }
     let pids: Vec<u32> = peers.iter().map(|p| p.pid()).collect();
     let before: u64 = pids.iter().map(|&pid| cpu_ticks(pid)).sum();

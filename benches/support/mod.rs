@@ -13,6 +13,7 @@
 pub mod aeron_driver;
 pub mod bounds;
 pub mod clock;
+pub mod futex;
 pub mod shm;
 pub mod transport;
 

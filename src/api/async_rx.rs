@@ -10,7 +10,7 @@ use crate::region::{MmapRegion, Region, RegionMut};
 use crate::stream::doorbell::Doorbell;
 use futures_core::Stream;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -30,13 +30,15 @@ pub struct AsyncReceiver<T = Vec<u8>, C: Codec<T> = Bytes> {
     rx: Receiver<T, C>,
     /// The stream's doorbell page, mapped for the waiter thread (which may outlive a poll).
     bell: Arc<Doorbell<MmapRegion>>,
+    waiter: &'static Waiter,
 }
 
 impl<T, C: Codec<T>> AsyncReceiver<T, C> {
-    /// Wraps `rx`; maps the stream's doorbell page once more, for the waiter thread.
+    /// Wraps `rx`; maps the stream's doorbell page once more, for the waiter thread (started
+    /// with the first receiver of the process).
     pub fn new(mut rx: Receiver<T, C>) -> Result<Self, Error> {
         let bell = rx.subscription().map_doorbell()?;
-        Ok(Self { rx, bell: Arc::new(bell) })
+        Ok(Self { rx, bell: Arc::new(bell), waiter: waiter()? })
     }
 
     /// The receiver back (e.g. to read on blocking).
@@ -70,7 +72,7 @@ where
             // was refused): polls notice a dead publisher only when they run.
             let wait =
                 if exact { this.rx.subscription().liveness_interval() } else { Duration::from_millis(1) };
-            waiter().register(Sleeper {
+            this.waiter.register(Sleeper {
                 bell: Arc::clone(&this.bell),
                 off,
                 seen,
@@ -83,6 +85,7 @@ where
 }
 
 /// A task waiting for a bell.
+#[derive(Debug)]
 struct Sleeper {
     bell: Arc<Doorbell<MmapRegion>>,
     off: usize,
@@ -93,22 +96,29 @@ struct Sleeper {
 
 /// The process's waiter thread: sleeps on every registered bell and on its own control word
 /// (bumped by each registration so that it rebuilds its list).
+#[derive(Debug)]
 struct Waiter {
     sleepers: Mutex<Vec<Sleeper>>,
     control: MmapRegion,
 }
 
-fn waiter() -> &'static Waiter {
-    static WAITER: OnceLock<&'static Waiter> = OnceLock::new();
-    WAITER.get_or_init(|| {
-        let control = MmapRegion::anonymous(4096).expect("map the async waiter's control page");
-        let w: &'static Waiter = Box::leak(Box::new(Waiter { sleepers: Mutex::new(Vec::new()), control }));
-        std::thread::Builder::new()
-            .name("shmlog-async-waiter".into())
-            .spawn(move || w.run())
-            .expect("spawn the shmlog async waiter thread");
-        w
-    })
+/// The process's waiter, started by the first `AsyncReceiver` (an error, not a panic, if the
+/// system refuses the page or the thread; the next receiver tries again).
+fn waiter() -> Result<&'static Waiter, Error> {
+    static WAITER: Mutex<Option<&'static Waiter>> = Mutex::new(None);
+    let mut slot = WAITER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(w) = *slot {
+        return Ok(w);
+    }
+    let here = "shmlog async waiter";
+    let control = MmapRegion::anonymous(4096).map_err(|e| Error::io("map the control page of", here, e))?;
+    let w: &'static Waiter = Box::leak(Box::new(Waiter { sleepers: Mutex::new(Vec::new()), control }));
+    std::thread::Builder::new()
+        .name("shmlog-async-waiter".into())
+        .spawn(move || w.run())
+        .map_err(|e| Error::io("start the thread of", here, e))?;
+    *slot = Some(w);
+    Ok(w)
 }
 
 impl Waiter {

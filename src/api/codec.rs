@@ -112,26 +112,11 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned> Codec<T> for Postcard {
     type Error = postcard::Error;
 
     fn encode(&self, value: &T, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
-        let bytes = postcard::to_allocvec(value)?;
-        out.extend_from_slice(&bytes);
-        Ok(())
+        // Straight into `out` (a `Vec` is an `io::Write` that appends).
+        postcard::to_io(value, out).map(drop)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<T, postcard::Error> {
         postcard::from_bytes(bytes)
-    }
-
-    fn with_encoded<R>(
-        &self,
-        value: &T,
-        scratch: &mut Vec<u8>,
-        f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<R, postcard::Error> {
-        scratch.clear();
-        let taken = std::mem::take(scratch);
-        let bytes = postcard::to_extend(value, taken)?;
-        let r = f(&bytes);
-        *scratch = bytes;
-        Ok(r)
     }
 }

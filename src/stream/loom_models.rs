@@ -28,7 +28,6 @@
 //! - `g_forged_position_vs_joining_reader`: the session's only active slot holds a position far
 //!   past the writer (a stray or forged word) while a reader joins and reads: the writer must
 //!   neither trust the word nor lose sight of the joiner (S1).
-//!
 //! - `h_doorbell_sleeping_reader_vs_sleeping_writer`: nobody spins. The reader sleeps on the
 //!   doorbell whenever a poll finds nothing ([`Reader::wait_for_news`]); the writer, held back
 //!   by a window of one message, sleeps until the reader moves ([`Writer::wait_for_room`]). A
@@ -235,6 +234,18 @@ impl SlotReader {
         );
         if position == before {
             thread::yield_now();
+        }
+    }
+
+    /// Polls until the reader stands at `end`, sleeping on the doorbell (the modelled futex waits
+    /// for ever) whenever a poll finds nothing.
+    fn read_to_sleeping(&mut self, end: i64, fragment_limit: usize) {
+        while self.reader.position() < end {
+            let before = self.reader.position();
+            self.poll(fragment_limit);
+            if self.reader.position() == before {
+                self.reader.wait_for_news(std::time::Duration::MAX);
+            }
         }
     }
 
@@ -480,14 +491,7 @@ fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
                 }
             }
         });
-        let end = sent.last().unwrap().end;
-        while reader.reader.position() < end {
-            let before = reader.reader.position();
-            reader.poll(4);
-            if reader.reader.position() == before {
-                reader.reader.wait_for_news(std::time::Duration::MAX);
-            }
-        }
+        reader.read_to_sleeping(sent.last().unwrap().end, 4);
         writer.join().unwrap();
         assert_eq!(reader.got, sent);
     });
@@ -517,20 +521,11 @@ fn i_doorbell_one_wake_reaches_every_sleeper() {
                 offer(&mut writer, m);
             }
         });
-        let read_all = move |reader: &mut SlotReader| {
-            while reader.reader.position() < end {
-                let before = reader.reader.position();
-                reader.poll(4);
-                if reader.reader.position() == before {
-                    reader.reader.wait_for_news(std::time::Duration::MAX);
-                }
-            }
-        };
         let other = thread::spawn(move || {
-            read_all(&mut second);
+            second.read_to_sleeping(end, 4);
             second.got
         });
-        read_all(&mut first);
+        first.read_to_sleeping(end, 4);
         writer.join().unwrap();
         assert_eq!(other.join().unwrap(), sent);
         assert_eq!(first.got, sent);
