@@ -132,6 +132,22 @@ pub enum Error {
     },
     /// Waiting for a publisher or reader did not finish in time.
     Timeout,
+    /// The journal's catalog has no recording with this id.
+    NoSuchRecording {
+        /// The id asked for.
+        id: u32,
+    },
+    /// A recording's catalog record or segment file fails validation (damaged, truncated, or
+    /// foreign): the file, the stream position at which reading stopped (-1 for a catalog
+    /// record), and the check that failed. Everything before that position was delivered intact.
+    CorruptRecording {
+        /// The segment file or catalog.
+        path: PathBuf,
+        /// Stream position of the bad frame.
+        position: i64,
+        /// What check failed.
+        what: &'static str,
+    },
     /// Any other operating-system error, with what we were doing and on which file.
     Io {
         /// What was being done.
@@ -166,10 +182,15 @@ impl fmt::Display for Error {
             Self::PermissionDenied { path, reason } => {
                 write!(f, "{}: permission denied: {reason}", path.display())
             }
-            Self::InsufficientSpace { path, needed, available } => write!(
+            Self::InsufficientSpace { path, needed, available } if path.starts_with("/dev/shm") => write!(
                 f,
                 "{}: insufficient space: the log needs {needed} bytes, {available} are available \
                  (enlarge /dev/shm, e.g. docker --shm-size, or use a smaller term length)",
+                path.display()
+            ),
+            Self::InsufficientSpace { path, needed, available } => write!(
+                f,
+                "{}: insufficient space: {needed} bytes needed, {available} are available",
                 path.display()
             ),
             Self::VersionMismatch { path, found, expected } => write!(
@@ -193,6 +214,13 @@ impl fmt::Display for Error {
                  {oldest}..={newest}); the nearest one is {nearest}"
             ),
             Self::Timeout => f.write_str("timed out"),
+            Self::NoSuchRecording { id } => write!(f, "no recording with id {id} in the journal's catalog"),
+            Self::CorruptRecording { path, position: -1, what } => {
+                write!(f, "{}: damaged catalog record: {what}", path.display())
+            }
+            Self::CorruptRecording { path, position, what } => {
+                write!(f, "{}: damaged recording at stream position {position}: {what}", path.display())
+            }
             Self::Io { op, path, source } => write!(f, "{}: {op}: {source}", path.display()),
         }
     }

@@ -115,6 +115,7 @@ pub(crate) mod sync;
 // Under loom only the memory protocol is compiled (log, reader slots, flow control, assembler),
 // so the model checker runs the same code as the real build; files and system calls are left out.
 pub(crate) mod api;
+pub mod journal;
 pub(crate) mod stream;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod sys;

@@ -121,4 +121,8 @@ pub(crate) mod protocol {
 
     /// A sleeper looks once more after arming the bell, before it sleeps (no lost wake-up).
     pub(crate) const DOORBELL_RECHECK: bool = !cfg!(shmlog_mutant_no_doorbell_recheck);
+
+    /// The store of a catalog record's state that publishes the fields written before it.
+    pub(crate) const CATALOG_PUBLISH: Ordering =
+        if cfg!(shmlog_mutant_relaxed_catalog) { Ordering::Relaxed } else { Ordering::Release };
 }

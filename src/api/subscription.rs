@@ -113,6 +113,7 @@ impl SubscriptionBuilder {
             idle_polls: 0,
             next_check: Instant::now(),
             liveness_interval: self.liveness_interval,
+            ended: None,
             _not_sync: PhantomData,
         };
         sub.try_join()?;
@@ -192,7 +193,17 @@ pub struct Subscription {
     idle_polls: u32,
     next_check: Instant,
     liveness_interval: Duration,
+    /// How the last session this subscription left ended (for a recorder closing its recording).
+    ended: Option<Ended>,
     _not_sync: PhantomData<Cell<()>>,
+}
+
+/// A session a subscription left: which, where, and whether its publisher had closed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ended {
+    pub session_id: i32,
+    pub position: i64,
+    pub end_of_stream: bool,
 }
 
 impl Subscription {
@@ -451,11 +462,7 @@ impl Subscription {
             _ => None,
         };
         let Found::Live(next) = files::open_log(&self.log_path, current)? else { return Ok(()) };
-        let slot = match std::mem::replace(&mut self.state, State::Switching) {
-            State::Waiting(slot) => slot,
-            State::Reading(s) => s.reader.leave(),
-            State::Switching => unreachable!("only inside a method"),
-        };
+        let slot = self.leave_session();
         let rule = std::mem::replace(&mut self.next_join, JoinAt::Slowest);
         match Reader::join(next.log, &self.slots, slot, rule, self.copy_payloads) {
             Ok(reader) => {
@@ -477,6 +484,44 @@ impl Subscription {
                 })
             }
         }
+    }
+
+    /// Leaves the session being read (noting how it ended); returns the slot.
+    fn leave_session(&mut self) -> OwnSlot {
+        match std::mem::replace(&mut self.state, State::Switching) {
+            State::Waiting(slot) => slot,
+            State::Reading(s) => {
+                self.ended = Some(Ended {
+                    session_id: s.reader.log().session_id(),
+                    position: s.reader.position(),
+                    end_of_stream: s.reader.at_end_of_stream(),
+                });
+                s.reader.leave()
+            }
+            State::Switching => unreachable!("only inside a method"),
+        }
+    }
+
+    /// How the last session left ended, once.
+    pub(crate) fn take_ended(&mut self) -> Option<Ended> {
+        self.ended.take()
+    }
+
+    /// The log of the session being read.
+    pub(crate) fn log(&self) -> Option<&crate::log::Log<ReadOnlyRegion>> {
+        match &self.state {
+            State::Reading(s) => Some(s.reader.log()),
+            _ => None,
+        }
+    }
+
+    /// Leaves the session and joins the stream again at its publisher's position: a reader that
+    /// would rather lose messages than hold the publisher back (an untethered recorder).
+    pub(crate) fn skip_to_latest(&mut self) -> Result<(), Error> {
+        let slot = self.leave_session();
+        self.state = State::Waiting(slot);
+        self.next_join = JoinAt::Latest;
+        self.try_join()
     }
 
     /// Waits until connected to a live publisher's session, or `timeout` passes.

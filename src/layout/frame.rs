@@ -67,6 +67,40 @@ pub const fn framed_length(len: usize, max_payload: usize) -> usize {
     }
 }
 
+/// Checks a frame's length word against the `room` left in its term: `Ok(None)` if nothing is
+/// committed there (zero), else the length and the aligned length it takes.
+#[inline(always)]
+pub fn check_length(raw: i32, room: usize) -> Result<Option<(usize, usize)>, &'static str> {
+    if raw <= 0 {
+        return if raw == 0 { Ok(None) } else { Err("negative frame length") };
+    }
+    let len = raw as usize;
+    if len < HEADER_LEN {
+        return Err("frame length is shorter than a header");
+    }
+    let aligned = align(len, FRAME_ALIGNMENT);
+    if aligned > room {
+        return Err("frame runs past the end of its term");
+    }
+    Ok(Some((len, aligned)))
+}
+
+/// Checks that a header names the place it sits in (`offset` of term `term_id`) and is a frame
+/// this build knows.
+#[inline(always)]
+pub fn check_rest(rest: &HeaderRest, offset: usize, term_id: i32) -> Result<(), &'static str> {
+    if rest.term_offset as i64 != offset as i64 || rest.term_id != term_id {
+        return Err("frame header does not match its place in the log");
+    }
+    if rest.version != CURRENT_VERSION {
+        return Err("unknown frame version");
+    }
+    if rest.frame_type != TYPE_DATA && rest.frame_type != TYPE_PAD {
+        return Err("unknown frame type");
+    }
+    Ok(())
+}
+
 /// The header fields after the length word, decoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeaderRest {

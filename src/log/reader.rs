@@ -8,10 +8,8 @@
 
 use super::header::Header;
 use super::Log;
-use crate::layout::align;
 use crate::layout::frame::{
-    HeaderRest, BEGIN_FLAG, CURRENT_VERSION, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET,
-    TYPE_DATA, TYPE_PAD,
+    self, HeaderRest, BEGIN_FLAG, END_FLAG, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_PAD,
 };
 use crate::region::{Region, Span, Window};
 use crate::sync::Ordering;
@@ -97,29 +95,11 @@ fn next_frame<R: Region>(
     term_id: i32,
 ) -> Result<Option<Frame>, &'static str> {
     let raw = term.load_i32(offset, Ordering::Acquire);
-    if raw <= 0 {
-        return if raw == 0 { Ok(None) } else { Err("negative frame length") };
-    }
-    let len = raw as usize;
-    if len < HEADER_LEN {
-        return Err("frame length is shorter than a header");
-    }
-    let aligned = align(len, FRAME_ALIGNMENT);
-    if aligned > term.len() - offset {
-        return Err("frame runs past the end of its term");
-    }
+    let Some((len, aligned)) = frame::check_length(raw, term.len() - offset)? else { return Ok(None) };
     let mut bytes = [0u8; REST_LEN];
     term.copy_out_cell(offset, REST_OFFSET, &mut bytes);
     let rest = HeaderRest::decode(&bytes);
-    if rest.term_offset as i64 != offset as i64 || rest.term_id != term_id {
-        return Err("frame header does not match its place in the log");
-    }
-    if rest.version != CURRENT_VERSION {
-        return Err("unknown frame version");
-    }
-    if rest.frame_type != TYPE_DATA && rest.frame_type != TYPE_PAD {
-        return Err("unknown frame type");
-    }
+    frame::check_rest(&rest, offset, term_id)?;
     Ok(Some(Frame { len, aligned, rest }))
 }
 

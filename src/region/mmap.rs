@@ -56,6 +56,14 @@ impl MmapRegion {
 }
 
 impl MmapRegion {
+    /// Writes the mapping's dirty pages of `off..off + len` back to its file and waits
+    /// (`msync`), for a file on a disk whose words must survive a power loss.
+    pub fn flush(&self, off: usize, len: usize) -> io::Result<()> {
+        self.backing().0.flush_range(off, len)
+    }
+}
+
+impl MmapRegion {
     /// `len` zeroed bytes of private anonymous memory (a futex word of this process's own).
     #[cfg(feature = "async")]
     pub fn anonymous(len: usize) -> io::Result<Self> {

@@ -66,6 +66,11 @@ impl<B: Backing> RawRegion<B> {
         self.backing.base()
     }
 
+    /// The memory's owner.
+    pub(super) fn backing(&self) -> &B {
+        &self.backing
+    }
+
     #[inline(always)]
     fn atomic_i32(&self, off: usize) -> &AtomicI32 {
         check_range(self.len, off, 4, 4);

@@ -31,6 +31,7 @@ pub fn run_if_peer() {
         "open_default" => open_default(&cfg, &ctx),
         "sleeper" => sleeper(&cfg, &ctx),
         "idle_publisher" => idle_publisher(&cfg, &ctx),
+        "recorder" => recorder(&cfg, &ctx),
         other => ctx.fail(&format!("unknown role {other}")),
     }
 }
@@ -622,5 +623,65 @@ fn idle_publisher(cfg: &Settings, ctx: &Ctx) -> ! {
     }
     ctx.emit("published", &format!("position={}", p.position()));
     ctx.wait_command("never");
+    std::process::exit(0)
+}
+
+/// Records stream `name` into the journal directory `journal` until its session ends (or the
+/// `quit` command); `kill_us` kills it at a random point, `fsize` caps the size of files it
+/// may create (RLIMIT_FSIZE: a disk that cannot take another segment).
+fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
+    use shmlog::journal::{Fsync, Recorder};
+    if let Some(limit) = cfg.u64("fsize") {
+        let rl = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+        // SAFETY: plain integers and a valid pointer to a local; SIGXFSZ is ignored so the write
+        // fails with EFBIG instead of killing us.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            libc::setrlimit(libc::RLIMIT_FSIZE, &rl);
+        }
+    }
+    if let Some(us) = cfg.u64("kill_us") {
+        die_after(us);
+    }
+    let fsync = match cfg.u64("fsync_ms") {
+        Some(0) => Fsync::PerSegment,
+        Some(ms) => Fsync::Every(Duration::from_millis(ms)),
+        None => Fsync::Never,
+    };
+    let mut r = match Recorder::builder(cfg.name(), cfg.str("journal").expect("setting journal"))
+        .stream_dir(cfg.dir())
+        .segment_length(cfg.u64_or("segment", 1 << 20))
+        .fsync(fsync)
+        .tethered(!cfg.flag("untethered"))
+        .start()
+    {
+        Ok(r) => r,
+        Err(e) => ctx.fail(&format!("recorder start: {e}")),
+    };
+    ctx.emit("recording", &format!("resumed={}", r.recording_id().map_or(-1, i64::from)));
+    let mut started = false;
+    loop {
+        match r.poll() {
+            Ok(0) => {
+                started |= r.recording_id().is_some();
+                if started && r.recording_id().is_none() && cfg.flag("until_eos") {
+                    break;
+                }
+                r.wait(Duration::from_millis(20));
+            }
+            Ok(_) => started |= r.recording_id().is_some(),
+            Err(e) => {
+                ctx.emit("record_error", &format!("err={}", format!("{e:?}").replace(' ', "_")));
+                std::process::exit(4)
+            }
+        }
+        if ctx.try_command().as_deref() == Some("quit") {
+            break;
+        }
+        ctx.check_deadline();
+    }
+    let position = r.recorded_position();
+    let _ = r.stop();
+    ctx.emit("stopped", &format!("position={position}"));
     std::process::exit(0)
 }

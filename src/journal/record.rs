@@ -1,0 +1,444 @@
+//! One catalog record in memory: how a recorder publishes a recording's description and moves
+//! its positions, and how any process reads a consistent snapshot. Pure memory over any region,
+//! so the loom model runs this very code.
+//!
+//! Every word is an atomic `i64`. The recorder writes the fields that never change, then
+//! release-stores the state; a reader acquire-loads the state first, so it sees those fields
+//! whole. The positions only grow while the recording runs; `durable` is stored after the
+//! `recorded` it trails and `stopped` after the final `recorded`, and readers load them in the
+//! opposite order, so a snapshot always has `start <= durable <= recorded`.
+
+use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
+use crate::layout::log_meta::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
+use crate::region::{Region, RegionMut};
+use crate::sync::protocol::CATALOG_PUBLISH;
+use crate::sync::Ordering;
+
+/// Bytes of one record.
+pub const RECORD_LEN: usize = 512;
+/// Words of one record.
+pub const WORDS: usize = RECORD_LEN / 8;
+/// Longest stream name a record holds.
+pub const NAME_MAX: usize = 128;
+/// Largest segment file.
+pub const SEGMENT_MAX: u64 = 1 << 40;
+
+/// Word indices. Loaded in index order: the state first, `durable` before `recorded`.
+pub mod word {
+    pub const STATE: usize = 0;
+    pub const STOP_REASON: usize = 1;
+    pub const STOP_NS: usize = 2;
+    pub const DURABLE: usize = 3;
+    pub const RECORDED: usize = 4;
+    pub const START: usize = 5;
+    pub const SESSION_ID: usize = 6;
+    pub const STREAM_ID: usize = 7;
+    pub const TERM_LENGTH: usize = 8;
+    pub const SEGMENT_LENGTH: usize = 9;
+    pub const MTU: usize = 10;
+    pub const INITIAL_TERM_ID: usize = 11;
+    pub const START_NS: usize = 12;
+    pub const BOOT_ID: usize = 13;
+    pub const PID: usize = 14;
+    pub const GAP_BEFORE: usize = 15;
+    pub const PREVIOUS: usize = 16;
+    pub const NAME_LEN: usize = 17;
+    pub const NAME: usize = 18;
+}
+
+/// Record states.
+pub const FREE: i64 = 0;
+pub const RECORDING: i64 = 1;
+pub const STOPPED: i64 = 2;
+
+/// Why a recording stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The publisher closed its session (end of stream): everything it offered is recorded.
+    EndOfStream,
+    /// The publisher died; everything it committed is recorded.
+    PublisherDied,
+    /// The recorder was stopped (or dropped) by its owner.
+    Stopped,
+    /// An untethered recorder fell too far behind and skipped ahead: the next recording of the
+    /// stream starts after the gap it reports in [`Recording::gap_before`].
+    Lagged,
+    /// The disk was full: the recording holds everything before its stop position, intact.
+    DiskFull,
+    /// Writing failed for another reason (the error was returned to the recorder's owner).
+    WriteFailed,
+    /// The recorder died; a later recorder closed the recording at its last complete message.
+    RecorderDied,
+}
+
+impl StopReason {
+    fn code(self) -> i64 {
+        match self {
+            Self::EndOfStream => 1,
+            Self::PublisherDied => 2,
+            Self::Stopped => 3,
+            Self::Lagged => 4,
+            Self::DiskFull => 5,
+            Self::WriteFailed => 6,
+            Self::RecorderDied => 7,
+        }
+    }
+
+    fn from_code(code: i64) -> Option<Self> {
+        Some(match code {
+            1 => Self::EndOfStream,
+            2 => Self::PublisherDied,
+            3 => Self::Stopped,
+            4 => Self::Lagged,
+            5 => Self::DiskFull,
+            6 => Self::WriteFailed,
+            7 => Self::RecorderDied,
+            _ => return None,
+        })
+    }
+
+    /// A short name for tools.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EndOfStream => "end-of-stream",
+            Self::PublisherDied => "publisher-died",
+            Self::Stopped => "stopped",
+            Self::Lagged => "lagged",
+            Self::DiskFull => "disk-full",
+            Self::WriteFailed => "write-failed",
+            Self::RecorderDied => "recorder-died",
+        }
+    }
+}
+
+/// Where a recording stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecordingState {
+    /// A live recorder is extending it.
+    Recording,
+    /// Its recorder died; the next recorder of the directory (or `shmlog recordings --recover`)
+    /// closes it at its last complete message. Replays read it up to its stop position meanwhile.
+    Interrupted,
+    /// Closed, for the reason given.
+    Stopped(StopReason),
+}
+
+/// The catalog's description of one recording: which stream and session, which positions, in
+/// which segment files, in what state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Recording {
+    /// Its id in the catalog (part of its segment files' names).
+    pub id: u32,
+    /// Stream name.
+    pub stream: String,
+    /// Session recorded (one publisher's session; a new publisher starts a new recording).
+    pub session_id: i32,
+    /// Stream id in the frames.
+    pub stream_id: i32,
+    /// Term length of the session's log (frames never cross a term).
+    pub term_length: usize,
+    /// MTU of the session's log.
+    pub mtu: usize,
+    /// Term id at position 0.
+    pub initial_term_id: i32,
+    /// Bytes of each segment file (a power of two, a multiple of the term length).
+    pub segment_length: u64,
+    /// First position recorded (where a message starts).
+    pub start_position: i64,
+    /// Position after the last recorded frame: what has been written (and is in the page cache).
+    pub stop_position: i64,
+    /// Position up to which the recording is on the disk itself (fsynced); `start_position`
+    /// with the `Fsync::Never` policy.
+    pub durable_position: i64,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: i64,
+    /// Wall-clock stop, once stopped.
+    pub stop_unix_ns: Option<i64>,
+    /// Recording, interrupted or stopped.
+    pub state: RecordingState,
+    /// Process id of the recorder that started (or last resumed) it.
+    pub recorder_pid: i32,
+    /// Bytes of the stream lost just before `start_position` (an untethered recorder that
+    /// skipped ahead): 0 for a recording that continues its `previous` one without a gap.
+    pub gap_before: i64,
+    /// The recording of the same stream and session this one continues, if any.
+    pub previous: Option<u32>,
+    pub(crate) boot_id: i64,
+}
+
+impl Recording {
+    /// Bytes recorded.
+    pub fn length(&self) -> i64 {
+        self.stop_position - self.start_position
+    }
+
+    /// `true` once stopped: its stop position no longer moves.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.state, RecordingState::Stopped(_))
+    }
+}
+
+/// What a recorder writes once when it starts a recording.
+#[derive(Clone, Debug)]
+pub struct Fields<'a> {
+    pub stream: &'a str,
+    pub session_id: i32,
+    pub stream_id: i32,
+    pub term_length: usize,
+    pub mtu: usize,
+    pub initial_term_id: i32,
+    pub segment_length: u64,
+    pub start_position: i64,
+    pub start_unix_ns: i64,
+    pub boot_id: i64,
+    pub pid: i32,
+    pub gap_before: i64,
+    pub previous: Option<u32>,
+}
+
+fn at(base: usize, word: usize) -> usize {
+    base + word * 8
+}
+
+/// Writes a new recording's fields into the free record at `base`, then publishes it.
+pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
+    let put = |w: usize, v: i64| region.store_i64(at(base, w), v, Ordering::Relaxed);
+    put(word::STOP_REASON, 0);
+    put(word::STOP_NS, 0);
+    put(word::DURABLE, f.start_position);
+    put(word::RECORDED, f.start_position);
+    put(word::START, f.start_position);
+    put(word::SESSION_ID, f.session_id as i64);
+    put(word::STREAM_ID, f.stream_id as i64);
+    put(word::TERM_LENGTH, f.term_length as i64);
+    put(word::SEGMENT_LENGTH, f.segment_length as i64);
+    put(word::MTU, f.mtu as i64);
+    put(word::INITIAL_TERM_ID, f.initial_term_id as i64);
+    put(word::START_NS, f.start_unix_ns);
+    put(word::BOOT_ID, f.boot_id);
+    put(word::PID, f.pid as i64);
+    put(word::GAP_BEFORE, f.gap_before);
+    put(word::PREVIOUS, f.previous.map_or(-1, i64::from));
+    let name = f.stream.as_bytes();
+    debug_assert!(name.len() <= NAME_MAX);
+    put(word::NAME_LEN, name.len() as i64);
+    for (i, chunk) in name.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        put(word::NAME + i, i64::from_le_bytes(b));
+    }
+    // The fields above become visible with the state (CATALOG_PUBLISH is Release; a mutant
+    // makes it Relaxed, and loom model j fails).
+    region.store_i64(at(base, word::STATE), RECORDING, CATALOG_PUBLISH);
+}
+
+/// Moves the recorded position (after the bytes before it were written).
+pub fn set_recorded<R: RegionMut>(region: &R, base: usize, position: i64) {
+    region.store_i64(at(base, word::RECORDED), position, Ordering::Release);
+}
+
+/// Moves the durable position (after the bytes before it were synced to the disk).
+pub fn set_durable<R: RegionMut>(region: &R, base: usize, position: i64) {
+    region.store_i64(at(base, word::DURABLE), position, Ordering::Release);
+}
+
+/// Closes the recording at `stop` (at or below its recorded position).
+pub fn stop<R: RegionMut>(region: &R, base: usize, stop: i64, reason: StopReason, unix_ns: i64) {
+    let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
+    // Lowered in the order readers load them (durable, then recorded): never durable > recorded.
+    region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
+    region.store_i64(at(base, word::RECORDED), stop, Ordering::Release);
+    region.store_i64(at(base, word::STOP_REASON), reason.code(), Ordering::Relaxed);
+    region.store_i64(at(base, word::STOP_NS), unix_ns, Ordering::Relaxed);
+    region.store_i64(at(base, word::STATE), STOPPED, Ordering::Release);
+}
+
+/// Takes an interrupted recording over to extend it (a resumed recorder), cut back to `stop`.
+pub fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
+    let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
+    region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
+    region.store_i64(at(base, word::RECORDED), stop, Ordering::Release);
+    region.store_i64(at(base, word::PID), pid as i64, Ordering::Release);
+}
+
+/// The record's words, state first (acquire), each later word acquire-loaded in index order.
+pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
+    let mut words = [0i64; WORDS];
+    for (i, w) in words.iter_mut().enumerate() {
+        *w = region.load_i64(at(base, i), Ordering::Acquire);
+    }
+    words
+}
+
+/// Decodes a record's words: `Ok(None)` for a free record, an error naming the first field
+/// that cannot be true. `alive` says whether a recorder holds the record.
+pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording>, &'static str> {
+    let state = match w[word::STATE] {
+        FREE => return Ok(None),
+        RECORDING if alive => RecordingState::Recording,
+        RECORDING => RecordingState::Interrupted,
+        STOPPED => {
+            RecordingState::Stopped(StopReason::from_code(w[word::STOP_REASON]).ok_or("unknown stop reason")?)
+        }
+        _ => return Err("unknown record state"),
+    };
+    let term_length = w[word::TERM_LENGTH];
+    if term_length < TERM_MIN_LENGTH as i64
+        || term_length > TERM_MAX_LENGTH as i64
+        || !(term_length as u64).is_power_of_two()
+    {
+        return Err("term length is not a power of two from 64 KiB to 1 GiB");
+    }
+    let term_length = term_length as usize;
+    let segment_length = w[word::SEGMENT_LENGTH];
+    if segment_length < term_length as i64
+        || segment_length as u64 > SEGMENT_MAX
+        || !(segment_length as u64).is_power_of_two()
+    {
+        return Err("segment length is not a power of two from the term length to 1 TiB");
+    }
+    let mtu = w[word::MTU];
+    if mtu <= HEADER_LEN as i64
+        || mtu % FRAME_ALIGNMENT as i64 != 0
+        || mtu > max_message_len(term_length).max(2 * HEADER_LEN) as i64
+    {
+        return Err("MTU is not a multiple of 32 between 64 bytes and the largest message");
+    }
+    let (start, durable, recorded) = (w[word::START], w[word::DURABLE], w[word::RECORDED]);
+    let max_position = (term_length as i64) << 31;
+    if start < 0 || !(start <= durable && durable <= recorded && recorded <= max_position) {
+        return Err("positions are not ordered start <= durable <= recorded <= the largest position");
+    }
+    if [start, durable, recorded].iter().any(|p| p % FRAME_ALIGNMENT as i64 != 0) {
+        return Err("a position is not 32-byte aligned");
+    }
+    let i32_field = |i: usize, what: &'static str| i32::try_from(w[i]).map_err(|_| what);
+    let session_id = i32_field(word::SESSION_ID, "session id out of range")?;
+    let stream_id = i32_field(word::STREAM_ID, "stream id out of range")?;
+    let initial_term_id = i32_field(word::INITIAL_TERM_ID, "initial term id out of range")?;
+    let recorder_pid = i32_field(word::PID, "recorder pid out of range")?;
+    if recorder_pid <= 0 {
+        return Err("recorder pid out of range");
+    }
+    let gap_before = w[word::GAP_BEFORE];
+    if gap_before < 0 {
+        return Err("negative gap");
+    }
+    let previous = match w[word::PREVIOUS] {
+        -1 => None,
+        p => Some(u32::try_from(p).map_err(|_| "previous recording id out of range")?),
+    };
+    let name_len = w[word::NAME_LEN];
+    if !(1..=NAME_MAX as i64).contains(&name_len) {
+        return Err("stream name length out of range");
+    }
+    let mut name = Vec::with_capacity(NAME_MAX);
+    for i in 0..NAME_MAX / 8 {
+        name.extend_from_slice(&w[word::NAME + i].to_le_bytes());
+    }
+    name.truncate(name_len as usize);
+    let stream = String::from_utf8(name).map_err(|_| "stream name is not UTF-8")?;
+    if stream.contains(['/', '\0']) {
+        return Err("stream name contains '/' or NUL");
+    }
+    let stop_ns = w[word::STOP_NS];
+    Ok(Some(Recording {
+        id,
+        stream,
+        session_id,
+        stream_id,
+        term_length,
+        mtu: mtu as usize,
+        initial_term_id,
+        segment_length: segment_length as u64,
+        start_position: start,
+        stop_position: recorded,
+        durable_position: durable,
+        start_unix_ns: w[word::START_NS],
+        stop_unix_ns: matches!(state, RecordingState::Stopped(_)).then_some(stop_ns),
+        state,
+        recorder_pid,
+        gap_before,
+        previous,
+        boot_id: w[word::BOOT_ID],
+    }))
+}
+
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests {
+    use super::*;
+    use crate::region::HeapRegion;
+
+    pub(crate) fn fields(stream: &str) -> Fields<'_> {
+        Fields {
+            stream,
+            session_id: -5,
+            stream_id: 77,
+            term_length: 1 << 16,
+            mtu: 1408,
+            initial_term_id: 9,
+            segment_length: 1 << 20,
+            start_position: 4096,
+            start_unix_ns: 123,
+            boot_id: 42,
+            pid: 1000,
+            gap_before: 0,
+            previous: Some(3),
+        }
+    }
+
+    #[test]
+    fn a_published_record_decodes_to_its_fields_and_moves_as_recorded() {
+        let region = HeapRegion::new(RECORD_LEN);
+        assert_eq!(decode(0, &snapshot(&region, 0), true), Ok(None));
+        let name = "orders.eu-1";
+        publish(&region, 0, &fields(name));
+        let r = decode(7, &snapshot(&region, 0), true).unwrap().unwrap();
+        assert_eq!((r.id, r.stream.as_str(), r.session_id, r.stream_id), (7, name, -5, 77));
+        assert_eq!((r.start_position, r.stop_position, r.durable_position), (4096, 4096, 4096));
+        assert_eq!((r.previous, r.state, r.stop_unix_ns), (Some(3), RecordingState::Recording, None));
+        set_recorded(&region, 0, 8192);
+        set_durable(&region, 0, 6144);
+        let r = decode(7, &snapshot(&region, 0), false).unwrap().unwrap();
+        assert_eq!((r.stop_position, r.durable_position, r.state), (8192, 6144, RecordingState::Interrupted));
+        stop(&region, 0, 5120, StopReason::RecorderDied, 99);
+        let r = decode(7, &snapshot(&region, 0), false).unwrap().unwrap();
+        assert_eq!((r.stop_position, r.durable_position), (5120, 5120));
+        assert_eq!((r.state, r.stop_unix_ns), (RecordingState::Stopped(StopReason::RecorderDied), Some(99)));
+    }
+
+    #[test]
+    fn decode_refuses_every_field_that_cannot_be_true() {
+        let region = HeapRegion::new(RECORD_LEN);
+        publish(&region, 0, &fields("s"));
+        let good = snapshot(&region, 0);
+        let cases: &[(usize, i64)] = &[
+            (word::STATE, 9),
+            (word::TERM_LENGTH, 3 << 16),
+            (word::SEGMENT_LENGTH, 1 << 15),
+            (word::MTU, 100),
+            (word::RECORDED, 32),
+            (word::DURABLE, 1 << 40),
+            (word::START, -32),
+            (word::START, 4100),
+            (word::SESSION_ID, 1 << 40),
+            (word::PID, 0),
+            (word::GAP_BEFORE, -1),
+            (word::PREVIOUS, -2),
+            (word::NAME_LEN, 0),
+            (word::NAME_LEN, 129),
+            (word::NAME, i64::from_le_bytes(*b"/\0\0\0\0\0\0\0")),
+            (word::NAME, 0xff),
+        ];
+        for &(w, v) in cases {
+            let mut bad = good;
+            bad[w] = v;
+            assert!(decode(0, &bad, true).is_err(), "word {w} = {v} was accepted");
+        }
+        let mut stopped = good;
+        stopped[word::STATE] = STOPPED;
+        assert!(decode(0, &stopped, true).is_err(), "stopped without a reason");
+    }
+}

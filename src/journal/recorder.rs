@@ -1,0 +1,538 @@
+//! The recorder: a reader of the live stream that copies whole committed blocks of frames into
+//! segment files, and keeps the catalog's record of each recording up to date.
+//!
+//! It reads through an ordinary subscription (`block_poll`), so the publisher's path is what it
+//! is with any reader: the recorder's position holds it back (tethered) like any reader's, and
+//! the publisher never touches the disk. An untethered recorder skips ahead when it falls half a
+//! window behind instead, closing its recording as [`StopReason::Lagged`] and starting the next
+//! one with the gap in [`Recording::gap_before`].
+
+use super::catalog::{Catalog, DEFAULT_CAPACITY};
+use super::frames::{self, Expect};
+use super::record::{Fields, Recording, StopReason};
+use super::recovery;
+use super::segment::{self, Segment};
+use crate::api::subscription::{Subscription, SubscriptionBuilder};
+use crate::error::Error;
+use crate::log::position::Terms;
+use crate::region::MmapRegion;
+use crate::stream::join::JoinAt;
+use crate::sys::clock::now_ns;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Largest block written at once (Aeron Archive's default file I/O length).
+pub const BLOCK_LEN: usize = 1 << 20;
+/// Default segment file length.
+pub const DEFAULT_SEGMENT_LENGTH: u64 = 128 << 20;
+
+/// When recorded bytes are forced from the page cache to the disk.
+///
+/// Every policy survives the recorder's own crash (kill -9 included): what was written is in the
+/// page cache, and the next recorder closes the recording at its last complete message. Only the
+/// policy decides what survives a power loss or kernel crash: the recording up to its
+/// [`Recording::durable_position`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    /// Never: the page cache writes back when the kernel sees fit (~30 s). Fastest; a power loss
+    /// may lose the whole recording's unsynced tail (the catalog then trusts only its start).
+    Never,
+    /// At the end of each segment and when the recording stops: a power loss costs at most the
+    /// segment being written.
+    PerSegment,
+    /// At most this long after bytes were recorded (checked on every poll) and at each segment's
+    /// end: a power loss costs at most that interval (plus one poll).
+    Every(Duration),
+}
+
+/// Settings for a new recorder. Obtained from [`Recorder::builder`].
+#[derive(Clone, Debug)]
+pub struct RecorderBuilder {
+    stream: String,
+    journal: PathBuf,
+    live: SubscriptionBuilder,
+    segment_length: u64,
+    fsync: Fsync,
+    tethered: bool,
+    join: JoinAt,
+    catalog_capacity: usize,
+    resume: bool,
+}
+
+impl RecorderBuilder {
+    /// Directory of the stream's live files (default: [`crate::default_dir`]).
+    pub fn stream_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.live = self.live.dir(dir);
+        self
+    }
+
+    /// Bytes per segment file: a power of two from 64 KiB to 1 TiB, raised to the stream's term
+    /// length if below it (default 128 MiB).
+    pub fn segment_length(mut self, length: u64) -> Self {
+        self.segment_length = length;
+        self
+    }
+
+    /// When recorded bytes are forced to the disk (default [`Fsync::Never`]).
+    pub fn fsync(mut self, fsync: Fsync) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// `true` (the default): the recorder holds the publisher back like any reader, so nothing is
+    /// ever lost. `false`: it skips ahead when half a window behind, losing messages (reported
+    /// as a gap) rather than slowing the publisher.
+    pub fn tethered(mut self, tethered: bool) -> Self {
+        self.tethered = tethered;
+        self
+    }
+
+    /// Where to start in the first session recorded (default [`JoinAt::Latest`]: from now on;
+    /// [`JoinAt::Slowest`] records what the log still holds behind its slowest reader too).
+    pub fn join_at(mut self, join: JoinAt) -> Self {
+        self.join = join;
+        self
+    }
+
+    /// `true` (the default): a recording of this stream interrupted by a recorder's death is
+    /// extended where it was cut, when the same session is still live and still holds that
+    /// position; otherwise it is closed and a new recording starts.
+    pub fn resume(mut self, resume: bool) -> Self {
+        self.resume = resume;
+        self
+    }
+
+    /// Records a new catalog gets (default 4096).
+    pub fn catalog_capacity(mut self, records: usize) -> Self {
+        self.catalog_capacity = records;
+        self
+    }
+
+    /// Opens (or creates) the journal directory and its catalog, closes this stream's
+    /// interrupted recordings at their last complete message (or resumes the latest), and
+    /// subscribes to the stream. Records nothing until [`Recorder::poll`].
+    pub fn start(self) -> Result<Recorder, Error> {
+        crate::stream::name::validate(&self.stream)?;
+        if !self.segment_length.is_power_of_two()
+            || !(1 << 16..=super::record::SEGMENT_MAX).contains(&self.segment_length)
+        {
+            return Err(Error::InvalidConfig("segment length must be a power of two from 64 KiB to 1 TiB"));
+        }
+        let catalog = Catalog::open_or_create(&self.journal, self.catalog_capacity)?;
+        let interrupted = recovery::close_interrupted(&catalog, &self.journal, &self.stream)?;
+        let mut resumed = None;
+        let mut sub = None;
+        if let Some((recording, stop)) = interrupted {
+            if self.resume {
+                match self.live.clone().join_at(JoinAt::Position(stop)).open() {
+                    Ok(s) if s.session_id() == Some(recording.session_id) && s.position() == stop => {
+                        catalog.resume(recording.id, stop);
+                        sub = Some(s);
+                    }
+                    Ok(_) | Err(Error::PositionNotAvailable { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if sub.is_some() {
+                resumed = Some((recording, stop));
+            } else {
+                catalog.stop(recording.id, stop, StopReason::RecorderDied);
+                catalog.release(recording.id);
+            }
+        }
+        let sub = match sub {
+            Some(sub) => sub,
+            None => self.live.clone().join_at(self.join).open()?,
+        };
+        let mut writer = Writer {
+            dir: self.journal.clone(),
+            stream: self.stream,
+            catalog,
+            active: None,
+            segment_length: self.segment_length,
+            fsync: self.fsync,
+            previous: None,
+            lost: 0,
+            failed: false,
+        };
+        if let Some((recording, stop)) = resumed {
+            writer.active = Some(Active::resumed(&writer.dir, &recording, stop)?);
+        }
+        Ok(Recorder { sub: Some(sub), w: writer, tethered: self.tethered })
+    }
+}
+
+/// Records one stream into a journal directory: every session its publishers create, one
+/// recording per session (and per gap).
+///
+/// ```no_run
+/// use shmlog::journal::{Fsync, Recorder};
+/// # fn main() -> Result<(), shmlog::Error> {
+/// let mut recorder = Recorder::builder("orders", "/var/lib/orders-journal").fsync(Fsync::PerSegment).start()?;
+/// loop {
+///     if recorder.poll()? == 0 {
+///         recorder.wait(std::time::Duration::from_millis(100)); // sleeps on the stream's doorbell
+///     }
+/// #   break;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Recorder {
+    /// `None` once an error stopped the recorder.
+    sub: Option<Subscription>,
+    w: Writer,
+    tethered: bool,
+}
+
+impl Recorder {
+    /// Starts building a recorder of stream `name` into the journal directory `journal` (on a
+    /// real disk: not `/dev/shm`, which is memory).
+    pub fn builder(name: impl Into<String>, journal: impl Into<PathBuf>) -> RecorderBuilder {
+        let stream = name.into();
+        RecorderBuilder {
+            live: Subscription::builder(stream.clone()),
+            stream,
+            journal: journal.into(),
+            segment_length: DEFAULT_SEGMENT_LENGTH,
+            fsync: Fsync::Never,
+            tethered: true,
+            join: JoinAt::Latest,
+            catalog_capacity: DEFAULT_CAPACITY,
+            resume: true,
+        }
+    }
+
+    /// Records what the stream committed since the last call (up to 1 MiB), closes the
+    /// recording when its session ends, and syncs as the [`Fsync`] policy says. Returns the
+    /// bytes the recorder's position moved.
+    ///
+    /// An error (a full disk: [`Error::InsufficientSpace`]; any other write failure) closes the
+    /// recording at its last whole write, intact, and stops the recorder: it leaves the stream
+    /// (holding the publisher back no longer) and records nothing more.
+    pub fn poll(&mut self) -> Result<usize, Error> {
+        let Some(sub) = &mut self.sub else { return Ok(0) };
+        follow_session(sub, &mut self.w);
+        if !self.tethered {
+            skip_if_behind(sub, &mut self.w)?;
+        }
+        let mut result = Ok(());
+        let w = &mut self.w;
+        let log = sub.log().map(LogFacts::of);
+        let moved = sub.block_poll(
+            |block, position| {
+                if let Some(log) = &log {
+                    result = w.write(block, position, log);
+                }
+            },
+            BLOCK_LEN,
+        );
+        if let Err(e) = result {
+            self.fail(&e);
+            return Err(e);
+        }
+        if let Err(e) = self.w.sync_due(false) {
+            self.fail(&e);
+            return Err(e);
+        }
+        Ok(moved)
+    }
+
+    /// Sleeps until the stream has something to record, or `timeout` passes (the subscription's
+    /// doorbell: no spinning).
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        match &mut self.sub {
+            Some(sub) => sub.wait_readable(timeout),
+            None => false,
+        }
+    }
+
+    /// Records until `stop` returns `true`, sleeping on the stream's doorbell when idle (and
+    /// looking at `stop` at least every 100 ms).
+    pub fn run_until(&mut self, mut stop: impl FnMut() -> bool) -> Result<(), Error> {
+        while !stop() {
+            if self.poll()? == 0 {
+                self.wait(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    /// The recording being extended, if any.
+    pub fn recording_id(&self) -> Option<u32> {
+        self.w.active.as_ref().map(|a| a.id)
+    }
+
+    /// Position recorded so far in the current recording (0 if none).
+    pub fn recorded_position(&self) -> i64 {
+        self.w.active.as_ref().map_or(0, |a| a.recorded)
+    }
+
+    /// Bytes of the stream an untethered recorder skipped, over its life.
+    pub fn lost_bytes(&self) -> i64 {
+        self.w.lost
+    }
+
+    /// `true` once an error stopped the recorder.
+    pub fn is_failed(&self) -> bool {
+        self.w.failed
+    }
+
+    /// Closes the current recording ([`StopReason::Stopped`]), syncing it unless the policy is
+    /// [`Fsync::Never`].
+    pub fn stop(mut self) -> Result<(), Error> {
+        self.w.close(StopReason::Stopped)
+    }
+
+    fn fail(&mut self, e: &Error) {
+        let reason = match e {
+            Error::InsufficientSpace { .. } => StopReason::DiskFull,
+            _ => StopReason::WriteFailed,
+        };
+        let _ = self.w.close(reason);
+        self.w.failed = true;
+        // Leave the stream: a recorder that records nothing must not hold the publisher back.
+        self.sub = None;
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.w.close(StopReason::Stopped);
+    }
+}
+
+/// Closes the recording when its session ended or a new one was joined.
+fn follow_session(sub: &mut Subscription, w: &mut Writer) {
+    let ended = sub.take_ended();
+    let Some(active) = &w.active else { return };
+    let live = sub.session_id();
+    let reason = match ended {
+        Some(e) if e.session_id == active.expect.session_id => {
+            if e.end_of_stream {
+                StopReason::EndOfStream
+            } else {
+                StopReason::PublisherDied
+            }
+        }
+        _ if live != Some(active.expect.session_id) => StopReason::PublisherDied,
+        _ if sub.is_closed() => {
+            if sub.is_end_of_stream() {
+                StopReason::EndOfStream
+            } else {
+                StopReason::PublisherDied
+            }
+        }
+        _ => return,
+    };
+    let _ = w.close(reason);
+    w.previous = None;
+}
+
+/// An untethered recorder half a window behind the publisher jumps to its position.
+fn skip_if_behind(sub: &mut Subscription, w: &mut Writer) -> Result<(), Error> {
+    let Some(log) = sub.log() else { return Ok(()) };
+    let Ok(producer) = log.producer_position() else { return Ok(()) };
+    let from = sub.position();
+    if producer - from <= (log.geometry().window / 2) as i64 {
+        return Ok(());
+    }
+    sub.skip_to_latest()?;
+    let _ = sub.take_ended();
+    // Skipping again before the next recording began keeps the first gap's start.
+    if let Some(a) = &w.active {
+        w.previous = Some((a.id, a.recorded));
+    }
+    let _ = w.close(StopReason::Lagged);
+    Ok(())
+}
+
+/// What a recording needs to know of the session's log.
+#[derive(Clone, Copy, Debug)]
+struct LogFacts {
+    expect: Expect,
+    mtu: usize,
+}
+
+impl LogFacts {
+    fn of(log: &crate::log::Log<crate::region::ReadOnlyRegion>) -> Self {
+        let terms = log.terms();
+        Self {
+            expect: Expect { terms, session_id: log.session_id(), stream_id: log.stream_id() },
+            mtu: log.geometry().mtu,
+        }
+    }
+}
+
+/// The recording being extended.
+#[derive(Debug)]
+struct Active {
+    id: u32,
+    expect: Expect,
+    segment_length: u64,
+    segment: Option<Segment>,
+    recorded: i64,
+    durable: i64,
+    last_sync: Instant,
+}
+
+impl Active {
+    fn resumed(dir: &Path, r: &Recording, stop: i64) -> Result<Self, Error> {
+        let expect = Expect {
+            terms: Terms::new(r.term_length, r.initial_term_id),
+            session_id: r.session_id,
+            stream_id: r.stream_id,
+        };
+        let base = segment::base_of(stop, r.segment_length);
+        Ok(Self {
+            id: r.id,
+            expect,
+            segment_length: r.segment_length,
+            segment: Some(Segment::open(dir, r.id, base, r.segment_length)?),
+            recorded: stop,
+            durable: r.durable_position.min(stop),
+            last_sync: Instant::now(),
+        })
+    }
+}
+
+/// The recorder's state apart from its subscription (borrowed separately while a block is lent).
+#[derive(Debug)]
+struct Writer {
+    dir: PathBuf,
+    stream: String,
+    catalog: Catalog<MmapRegion>,
+    active: Option<Active>,
+    segment_length: u64,
+    fsync: Fsync,
+    /// The recording the next one continues, and the position it stopped at.
+    previous: Option<(u32, i64)>,
+    /// Bytes skipped between recordings, over the recorder's life.
+    lost: i64,
+    failed: bool,
+}
+
+impl Writer {
+    /// Writes a block of whole frames that starts at `position` into the current recording
+    /// (starting one if there is none).
+    fn write(&mut self, block: &[u8], position: i64, log: &LogFacts) -> Result<(), Error> {
+        let continues = matches!(&self.active, Some(a) if a.expect == log.expect);
+        if !continues {
+            self.close(StopReason::PublisherDied)?;
+            self.begin(position, log)?;
+        }
+        let a = self.active.as_mut().expect("begun above");
+        if position != a.recorded {
+            let terms = a.expect.terms;
+            if position == terms.term_begin(a.recorded) + terms.term_length as i64 {
+                // The log had padding to the term's end here, which reads skip.
+                let (pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
+                Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_at(&pad, at)?;
+            } else {
+                // Not contiguous (cannot happen to a tethered reader): a new recording.
+                let previous = (a.id, a.recorded);
+                self.close(StopReason::Lagged)?;
+                self.previous = Some(previous);
+                self.begin(position, log)?;
+            }
+        }
+        let a = self.active.as_mut().expect("begun above");
+        Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?.write_at(block, position)?;
+        a.recorded = position + block.len() as i64;
+        self.catalog.set_recorded(a.id, a.recorded);
+        Ok(())
+    }
+
+    /// Starts a recording at `position` (where a message starts).
+    fn begin(&mut self, position: i64, log: &LogFacts) -> Result<(), Error> {
+        let e = log.expect;
+        let segment_length = self.segment_length.max(e.terms.term_length as u64);
+        let previous = self.previous.take();
+        let gap = previous.map_or(0, |(_, stopped)| (position - stopped).max(0));
+        self.lost += gap;
+        let id = self.catalog.allocate(&Fields {
+            stream: &self.stream,
+            session_id: e.session_id,
+            stream_id: e.stream_id,
+            term_length: e.terms.term_length,
+            mtu: log.mtu,
+            initial_term_id: e.terms.initial_term_id,
+            segment_length,
+            start_position: position,
+            start_unix_ns: now_ns(),
+            boot_id: super::recovery::boot_id(),
+            pid: std::process::id() as i32,
+            gap_before: gap,
+            previous: previous.map(|(id, _)| id),
+        })?;
+        self.active = Some(Active {
+            id,
+            expect: e,
+            segment_length,
+            segment: None,
+            recorded: position,
+            durable: position,
+            last_sync: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// The segment holding `position`, rolling to it (syncing the one left) if needed.
+    fn segment_for<'a>(
+        dir: &Path,
+        a: &'a mut Active,
+        position: i64,
+        fsync: Fsync,
+        catalog: &Catalog<MmapRegion>,
+    ) -> Result<&'a Segment, Error> {
+        let base = segment::base_of(position, a.segment_length);
+        if a.segment.as_ref().map(|s| s.base) != Some(base) {
+            if let Some(old) = a.segment.take() {
+                if fsync != Fsync::Never {
+                    old.sync()?;
+                    a.durable = a.recorded;
+                    catalog.set_durable(a.id, a.durable);
+                    catalog.sync(a.id)?;
+                    a.last_sync = Instant::now();
+                }
+            }
+            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length)?);
+        }
+        Ok(a.segment.as_ref().expect("opened above"))
+    }
+
+    /// Syncs if the policy says it is time (or `now`, for any policy but `Never`).
+    fn sync_due(&mut self, now: bool) -> Result<(), Error> {
+        let Some(a) = &mut self.active else { return Ok(()) };
+        let due = match self.fsync {
+            Fsync::Never => false,
+            Fsync::PerSegment => now,
+            Fsync::Every(interval) => now || a.last_sync.elapsed() >= interval,
+        };
+        if !due || a.durable == a.recorded {
+            return Ok(());
+        }
+        if let Some(s) = &a.segment {
+            s.sync()?;
+        }
+        a.durable = a.recorded;
+        a.last_sync = Instant::now();
+        self.catalog.set_durable(a.id, a.durable);
+        self.catalog.sync(a.id)
+    }
+
+    /// Closes the current recording, if any, at what it recorded.
+    fn close(&mut self, reason: StopReason) -> Result<(), Error> {
+        let synced = if matches!(reason, StopReason::DiskFull | StopReason::WriteFailed) {
+            Ok(())
+        } else {
+            self.sync_due(true)
+        };
+        if let Some(a) = self.active.take() {
+            self.catalog.stop(a.id, a.recorded, reason);
+            let _ = self.catalog.sync(a.id);
+            self.catalog.release(a.id);
+        }
+        synced
+    }
+}

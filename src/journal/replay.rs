@@ -1,0 +1,243 @@
+//! Replaying a recording: its fragments, in order, through the same handler shapes as a live
+//! subscription, from any position where a message starts, at full speed or paced. A recording
+//! still being recorded is followed as it grows.
+
+use super::catalog::Catalog;
+use super::record::Recording;
+use super::segment_reader::SegmentReader;
+use crate::api::handler::{ControlledFragmentHandler, FragmentHandler};
+use crate::error::Error;
+use crate::layout::frame::HEADER_LEN;
+use crate::log::header::Header;
+use crate::log::reader::Action;
+use crate::region::ReadOnlyRegion;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Settings for a replay. Obtained from [`Replay::builder`].
+#[derive(Clone, Debug)]
+pub struct ReplayBuilder {
+    journal: PathBuf,
+    id: u32,
+    from: Option<i64>,
+    to: Option<i64>,
+    rate: Option<f64>,
+}
+
+impl ReplayBuilder {
+    /// Start at `position`, where a message starts in the recording (default: its start).
+    /// Anything else is refused with [`Error::PositionNotAvailable`], naming the nearest one.
+    pub fn from(mut self, position: i64) -> Self {
+        self.from = Some(position);
+        self
+    }
+
+    /// Stop at `position` (default: follow the recording to its stop position).
+    pub fn to(mut self, position: i64) -> Self {
+        self.to = Some(position);
+        self
+    }
+
+    /// Deliver at most `messages_per_second` fragments a second (default: as fast as the disk
+    /// and the handler go).
+    pub fn pace(mut self, messages_per_second: f64) -> Self {
+        self.rate = Some(messages_per_second);
+        self
+    }
+
+    /// Opens the recording and checks the start position.
+    pub fn open(self) -> Result<Replay, Error> {
+        if matches!(self.rate, Some(r) if !(r > 0.0 && r.is_finite())) {
+            return Err(Error::InvalidConfig(
+                "a replay's pace must be a positive number of messages a second",
+            ));
+        }
+        let catalog = Catalog::open(&self.journal)?;
+        let recording = catalog.get(self.id)?;
+        let mut reader = SegmentReader::new(&self.journal, &recording);
+        let (start, stop) = (recording.start_position, recording.stop_position);
+        let from = self.from.unwrap_or(start);
+        if from != start {
+            let walk_start = reader.terms().term_begin(from).max(start);
+            let (exact, nearest) = if (start..=stop).contains(&from) && from % 32 == 0 {
+                reader.message_start(walk_start, from, stop)?
+            } else {
+                (false, if from < start { start } else { stop })
+            };
+            if !exact {
+                return Err(Error::PositionNotAvailable {
+                    requested: from,
+                    oldest: start,
+                    newest: stop,
+                    nearest,
+                });
+            }
+        }
+        Ok(Replay {
+            catalog,
+            limit: stop,
+            stopped: recording.is_stopped(),
+            recording,
+            reader,
+            position: from,
+            to: self.to.unwrap_or(i64::MAX),
+            boundary: true,
+            pacing: self.rate.map(|rate| Pacing { rate, start: Instant::now(), delivered: 0 }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Pacing {
+    rate: f64,
+    start: Instant,
+    delivered: u64,
+}
+
+impl Pacing {
+    fn budget(&self) -> usize {
+        let allowed = (self.start.elapsed().as_secs_f64() * self.rate) as u64 + 1;
+        allowed.saturating_sub(self.delivered) as usize
+    }
+}
+
+/// Reads one recording back.
+///
+/// ```no_run
+/// use shmlog::journal::Replay;
+/// use shmlog::{FragmentAssembler, Header};
+/// # fn main() -> Result<(), shmlog::Error> {
+/// let mut replay = Replay::builder("/var/lib/orders-journal", 0).open()?;
+/// let mut assembler = FragmentAssembler::new(|msg: &[u8], h: &Header| println!("{} bytes at {}", msg.len(), h.position()));
+/// while !replay.is_done() {
+///     replay.poll(&mut assembler, 100)?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Replay {
+    catalog: Catalog<ReadOnlyRegion>,
+    recording: Recording,
+    reader: SegmentReader,
+    position: i64,
+    to: i64,
+    /// The recorded end as last seen, and whether the recording had stopped then.
+    limit: i64,
+    stopped: bool,
+    /// Whether `position` is where a message starts.
+    boundary: bool,
+    pacing: Option<Pacing>,
+}
+
+impl Replay {
+    /// Starts building a replay of recording `id` of the journal directory `journal`.
+    pub fn builder(journal: impl AsRef<Path>, id: u32) -> ReplayBuilder {
+        ReplayBuilder { journal: journal.as_ref().to_path_buf(), id, from: None, to: None, rate: None }
+    }
+
+    /// Delivers up to `fragment_limit` fragments to `handler`; returns how many (0 at the
+    /// recorded end: a recording still recording may grow, see [`Replay::is_done`]). Wrap the
+    /// handler in a [`crate::FragmentAssembler`] for whole messages.
+    pub fn poll(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+        self.controlled_poll(
+            |payload: &[u8], header: &Header| {
+                handler.on_fragment(payload, header);
+                Action::Continue
+            },
+            fragment_limit,
+        )
+    }
+
+    /// Like [`Replay::poll`], the handler steering with an [`Action`] (`Abort` leaves the
+    /// fragment for the next poll, `Break` stops after it).
+    pub fn controlled_poll(
+        &mut self,
+        mut handler: impl ControlledFragmentHandler,
+        fragment_limit: usize,
+    ) -> Result<usize, Error> {
+        let mut limit = fragment_limit;
+        if let Some(p) = &self.pacing {
+            limit = limit.min(p.budget());
+        }
+        let mut fragments = 0;
+        while fragments < limit {
+            let end = self.end();
+            if self.position >= end {
+                if self.stopped || self.position >= self.to || !self.refresh() {
+                    break;
+                }
+                continue;
+            }
+            let frame = self.reader.frame(self.position, end)?;
+            let next = self.position + frame.aligned as i64;
+            if frame.is_padding() {
+                self.position = next;
+                self.boundary = true;
+                continue;
+            }
+            let header = Header { frame_length: frame.len as i32, rest: frame.rest, position: next };
+            let payload = self.reader.bytes(self.position + HEADER_LEN as i64, frame.len - HEADER_LEN);
+            let action = handler.on_fragment(payload, &header);
+            if action == Action::Abort {
+                break;
+            }
+            self.position = next;
+            self.boundary = frame.ends_message();
+            fragments += 1;
+            if action == Action::Break {
+                break;
+            }
+        }
+        if let Some(p) = &mut self.pacing {
+            p.delivered += fragments as u64;
+        }
+        Ok(fragments)
+    }
+
+    /// Where reading must stop for now.
+    fn end(&self) -> i64 {
+        self.limit.min(self.to)
+    }
+
+    /// Looks at the catalog for more recorded bytes; `true` if there are.
+    fn refresh(&mut self) -> bool {
+        let (limit, stopped) = self.catalog.progress(self.recording.id);
+        let grew = limit > self.limit;
+        // A stopped recording's end is final (a recovered one may have been cut back).
+        self.limit = if stopped { limit } else { limit.max(self.limit) };
+        self.stopped = stopped;
+        grew
+    }
+
+    /// `true` once everything up to the stop position (or the `to` position) was delivered.
+    pub fn is_done(&mut self) -> bool {
+        if self.position >= self.to {
+            return true;
+        }
+        if !self.stopped {
+            self.refresh();
+        }
+        self.stopped && self.position >= self.limit
+    }
+
+    /// Position after the last fragment delivered.
+    pub fn position(&self) -> i64 {
+        self.position
+    }
+
+    /// `true` if the next fragment starts a message (a handover point).
+    pub fn at_message_boundary(&self) -> bool {
+        self.boundary
+    }
+
+    /// Position up to which the recording is recorded, as of the last look.
+    pub fn recorded_position(&mut self) -> i64 {
+        self.refresh();
+        self.limit
+    }
+
+    /// The recording, as described when the replay opened.
+    pub fn recording(&self) -> &Recording {
+        &self.recording
+    }
+}

@@ -1,0 +1,82 @@
+//! Segment files: `<recording id>-<base position>.seg`, each `segment_length` bytes covering the
+//! stream positions `base .. base + segment_length`, frames at the file offset `position - base`
+//! exactly as they were in the log. Space is reserved when a segment is created, so a full disk
+//! shows at a segment's start with a typed error, never halfway through a frame.
+
+use super::catalog::space_error;
+use crate::error::Error;
+use crate::sys::fs::{create_new, open_existing, reserve};
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The path of recording `id`'s segment starting at stream position `base`.
+pub fn path(dir: &Path, id: u32, base: i64) -> PathBuf {
+    dir.join(format!("{id}-{base}.seg"))
+}
+
+/// Base position of the segment holding `position`.
+pub fn base_of(position: i64, segment_length: u64) -> i64 {
+    position & !(segment_length as i64 - 1)
+}
+
+/// The segment files of recording `id` in `dir`, as (base, path), sorted by base.
+pub fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
+    let prefix = format!("{id}-");
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let base = name.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".seg"));
+        if let Some(base) = base.and_then(|b| b.parse::<i64>().ok()) {
+            found.push((base, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// A segment open for writing.
+#[derive(Debug)]
+pub struct Segment {
+    pub base: i64,
+    pub file: File,
+    pub path: PathBuf,
+}
+
+impl Segment {
+    /// Creates the segment of recording `id` at `base` with all its space reserved, or opens it
+    /// if it exists (a resumed recording).
+    pub fn open(dir: &Path, id: u32, base: i64, length: u64) -> Result<Self, Error> {
+        let path = path(dir, id, base);
+        let file = match create_new(&path, 0o600) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                open_existing(&path, true).map_err(|e| Error::io("open segment", &path, e))?
+            }
+            Err(e) => return Err(Error::io("create segment", &path, e)),
+        };
+        if let Err(e) = reserve(&file, length) {
+            let error = space_error(&path, length, e);
+            // A segment that could not be sized holds nothing: leave no stub behind.
+            if file.metadata().map(|m| m.len() < length).unwrap_or(false) {
+                let _ = fs::remove_file(&path);
+            }
+            return Err(error);
+        }
+        Ok(Self { base, file, path })
+    }
+
+    /// Writes `bytes` at stream `position`.
+    pub fn write_at(&self, bytes: &[u8], position: i64) -> Result<(), Error> {
+        let offset = (position - self.base) as u64;
+        self.file.write_all_at(bytes, offset).map_err(|e| space_error(&self.path, bytes.len() as u64, e))
+    }
+
+    /// Writes the segment's data to the disk itself and waits (`fdatasync`).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.file.sync_data().map_err(|e| Error::io("sync segment", &self.path, e))
+    }
+}

@@ -1,0 +1,545 @@
+//! The journal: recording a live stream into segment files, replaying it, merging a replay into
+//! the live stream, and what crashes, damage and a full disk do to it (docs/journal.md).
+
+mod support;
+
+use shmlog::journal::{self, Fsync, Recorder, RecordingState, Replay, ReplayMerge, StopReason};
+use shmlog::{Error, FragmentAssembler, Header, Publication, Subscription};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::peer::{Cfg, Peer};
+use support::wire::{seed_of, Shape, Verifier};
+use support::ShmDir;
+
+#[test]
+fn peer_process() {
+    support::roles::run_if_peer();
+}
+
+/// A journal directory on a real disk (the temp dir), removed on drop.
+struct DiskDir(PathBuf);
+
+impl DiskDir {
+    fn new(tag: &str) -> Self {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        Self(std::env::temp_dir().join(format!("shmlog-journal-{tag}-{}-{nanos:x}", std::process::id())))
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DiskDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const MTU: usize = 1024;
+
+fn shape() -> Shape {
+    Shape::new(MTU, 3000)
+}
+
+/// Publishes `count` self-describing messages (some fragmented) on a thread; returns the session.
+fn publish(dir: &Path, name: &str, count: u64) -> std::thread::JoinHandle<i32> {
+    let (dir, name) = (dir.to_path_buf(), name.to_owned());
+    std::thread::spawn(move || {
+        let mut p = Publication::builder(&name).dir(&dir).term_length(64 * 1024).mtu(MTU).create().unwrap();
+        p.wait_connected(Duration::from_secs(10)).unwrap();
+        let session = p.session_id();
+        let (shape, seed, mut buf) = (shape(), seed_of(session), Vec::new());
+        for seq in 0..count {
+            support::wire::fill(seed, seq, shape.len(seed, seq), &mut buf);
+            while let Err(e) = p.offer(&buf) {
+                assert!(e.is_retryable(), "{e}");
+                std::thread::yield_now();
+            }
+        }
+        p.close();
+        session
+    })
+}
+
+/// Replays recording `id` to its end through a verifier (strict from message 0 if `from_start`).
+fn verify_replay(journal: &Path, id: u32, session: i32, from_start: bool) -> Verifier {
+    let mut v = Verifier::new(shape());
+    v.begin_session(session, from_start);
+    let mut replay = Replay::builder(journal, id).open().unwrap();
+    let mut assembler = FragmentAssembler::new(|msg: &[u8], h: &Header| {
+        v.on_message(msg, h.session_id());
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !replay.is_done() {
+        replay.poll(&mut assembler, 256).unwrap();
+        assert!(Instant::now() < deadline, "replay did not finish");
+    }
+    drop(assembler);
+    assert_eq!(v.failure, None);
+    v
+}
+
+/// Polls `recorder` until `done()` and the recording it started is closed (end of stream).
+fn record_until_closed(recorder: &mut Recorder, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut started = false;
+    loop {
+        started |= recorder.recording_id().is_some();
+        if recorder.poll().unwrap() == 0 {
+            if started && recorder.recording_id().is_none() && done() {
+                return;
+            }
+            recorder.wait(Duration::from_millis(10));
+        }
+        assert!(Instant::now() < deadline, "recording did not finish");
+    }
+}
+
+#[test]
+fn a_recording_replays_exactly_what_was_published() {
+    let (shm, disk) = (ShmDir::new("journal-basic"), DiskDir::new("basic"));
+    let count = 20_000;
+    let mut recorder = Recorder::builder("orders", disk.path())
+        .stream_dir(shm.path())
+        .segment_length(128 * 1024)
+        .fsync(Fsync::PerSegment)
+        .start()
+        .unwrap();
+    let publisher = publish(shm.path(), "orders", count);
+    record_until_closed(&mut recorder, || publisher.is_finished());
+    let session = publisher.join().unwrap();
+    let recordings = journal::recordings(disk.path()).unwrap();
+    assert_eq!(recordings.len(), 1);
+    let r = recordings[0].as_ref().unwrap();
+    assert_eq!((r.session_id, r.start_position), (session, 0));
+    assert_eq!(r.state, RecordingState::Stopped(StopReason::EndOfStream));
+    assert_eq!(r.durable_position, r.stop_position, "per-segment fsync syncs at the stop");
+    let v = verify_replay(disk.path(), r.id, session, true);
+    assert_eq!(v.total, count);
+}
+
+/// Records `count` messages of a publisher thread into a new journal; returns the session and
+/// the recording's id.
+fn record_messages(shm: &Path, journal: &Path, name: &str, count: u64, segment: u64) -> (i32, u32) {
+    let mut recorder =
+        Recorder::builder(name, journal).stream_dir(shm).segment_length(segment).start().unwrap();
+    let publisher = publish(shm, name, count);
+    let mut id = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        id = id.or(recorder.recording_id());
+        if recorder.poll().unwrap() == 0 {
+            if id.is_some() && recorder.recording_id().is_none() && publisher.is_finished() {
+                break;
+            }
+            recorder.wait(Duration::from_millis(10));
+        }
+        assert!(Instant::now() < deadline, "recording did not finish");
+    }
+    (publisher.join().unwrap(), id.unwrap())
+}
+
+/// Every message's end position in recording `id` (the positions a replay may start at).
+fn message_ends(journal: &Path, id: u32) -> Vec<i64> {
+    let mut ends = Vec::new();
+    let mut replay = Replay::builder(journal, id).open().unwrap();
+    let mut assembler = FragmentAssembler::new(|_: &[u8], h: &Header| ends.push(h.position()));
+    while !replay.is_done() {
+        replay.poll(&mut assembler, 1024).unwrap();
+    }
+    drop(assembler);
+    ends
+}
+
+#[test]
+fn a_replay_starts_where_a_message_starts_and_nowhere_else() {
+    let (shm, disk) = (ShmDir::new("journal-from"), DiskDir::new("from"));
+    let (session, id) = record_messages(shm.path(), disk.path(), "from", 3_000, 64 * 1024);
+    let ends = message_ends(disk.path(), id);
+    assert_eq!(ends.len(), 3_000);
+    let r = journal::recording(disk.path(), id).unwrap();
+    assert_eq!(*ends.last().unwrap(), r.stop_position);
+    for k in [0usize, 1, 999, 1_500, 2_998] {
+        // Message k ends where message k + 1 starts.
+        let mut v = Verifier::new(shape());
+        v.begin_session(session, true);
+        v.next_seq = k as u64 + 1;
+        let mut replay = Replay::builder(disk.path(), id).from(ends[k]).open().unwrap();
+        let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+            v.on_message(m, h.session_id());
+        });
+        while !replay.is_done() {
+            replay.poll(&mut assembler, 64).unwrap();
+        }
+        drop(assembler);
+        assert_eq!((v.failure.as_deref(), v.total), (None, 3_000 - k as u64 - 1), "from message {}", k + 1);
+    }
+    // Inside a message: refused, naming the next message start.
+    let inside = ends[10] + 32;
+    match Replay::builder(disk.path(), id).from(inside).open() {
+        Err(Error::PositionNotAvailable { requested, oldest, newest, nearest }) => {
+            assert_eq!((requested, oldest, newest, nearest), (inside, 0, r.stop_position, ends[11]));
+        }
+        other => panic!("a position inside a message was not refused: {other:?}"),
+    }
+    for outside in [-32, r.stop_position + 32, 7] {
+        assert!(matches!(
+            Replay::builder(disk.path(), id).from(outside).open(),
+            Err(Error::PositionNotAvailable { .. })
+        ));
+    }
+    // `to` stops at a message end; pacing delivers no faster than asked.
+    let mut replay = Replay::builder(disk.path(), id).to(ends[99]).pace(20_000.0).open().unwrap();
+    let (mut n, start) = (0, Instant::now());
+    while !replay.is_done() {
+        n += replay.poll(|_: &[u8], _: &Header| {}, 1000).unwrap();
+    }
+    assert_eq!(replay.position(), ends[99]);
+    assert!(
+        n >= 100 && start.elapsed() >= Duration::from_millis(4),
+        "{n} fragments in {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn replay_merge_hands_over_to_the_live_stream_with_no_gap_and_no_duplicate() {
+    let (shm, disk) = (ShmDir::new("journal-merge"), DiskDir::new("merge"));
+    let count = 400_000;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recorder = {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r =
+                Recorder::builder("merge", disk).stream_dir(shm).segment_length(1 << 20).start().unwrap();
+            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
+        })
+    };
+    let publisher = publish(shm.path(), "merge", count);
+    // Once something is recorded, replay it from the start and merge into the live stream while
+    // the publisher keeps going.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let id = loop {
+        match journal::recordings(disk.path()) {
+            Ok(list) if list.first().is_some_and(|r| r.as_ref().is_ok_and(|r| r.length() > 1 << 20)) => {
+                break list[0].as_ref().unwrap().id
+            }
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "nothing was recorded");
+        std::thread::yield_now();
+    };
+    let mut merge =
+        ReplayMerge::new(Replay::builder(disk.path(), id), Subscription::builder("merge").dir(shm.path()))
+            .unwrap();
+    let session = merge.replay().unwrap().recording().session_id;
+    let mut v = Verifier::new(shape());
+    v.begin_session(session, true);
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.on_message(m, h.session_id());
+    });
+    let mut closed = false;
+    while !closed {
+        merge.poll(&mut assembler, 256).unwrap();
+        closed = merge.live().is_some_and(|live| live.is_closed());
+        assert!(Instant::now() < deadline, "replay-merge did not reach the end of the stream");
+    }
+    drop(assembler);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(publisher.join().unwrap(), session);
+    recorder.join().unwrap();
+    let merged_at = merge.merged_at().expect("merged into the live stream");
+    assert_eq!(v.failure, None);
+    assert_eq!(v.total, count, "every message once, in order, across the handover at {merged_at}");
+    assert!(merged_at > 1 << 20, "merged at {merged_at}, after replaying what was recorded");
+}
+
+#[test]
+fn damage_to_a_segment_is_an_error_naming_the_file_and_position() {
+    let (shm, disk) = (ShmDir::new("journal-damage"), DiskDir::new("damage"));
+    let (_, id) = record_messages(shm.path(), disk.path(), "damage", 3_000, 64 * 1024);
+    let ends = message_ends(disk.path(), id);
+    let victim = ends[1_000]; // a message start in the middle of the recording
+    let seg_len = 64 * 1024;
+    let base = victim & !(seg_len - 1);
+    let path = disk.path().join(format!("{id}-{base}.seg"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = (victim - base) as usize;
+    bytes[at + 12] ^= 0xff; // the session id in the header
+    std::fs::write(&path, &bytes).unwrap();
+    let mut replay = Replay::builder(disk.path(), id).open().unwrap();
+    let mut delivered = 0;
+    let error = loop {
+        match replay.poll(|_: &[u8], _: &Header| delivered += 1, 64) {
+            Ok(_) => assert!(!replay.is_done(), "the damaged frame was replayed"),
+            Err(e) => break e,
+        }
+    };
+    match &error {
+        Error::CorruptRecording { path: p, position, .. } => assert_eq!((p, *position), (&path, victim)),
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert!(error.to_string().contains(&path.display().to_string()), "{error}");
+    assert_eq!(replay.position(), victim, "everything before the damage was delivered");
+    assert!(delivered >= 1_000);
+    // Truncated: the file is shorter than the recording says.
+    let r = journal::recording(disk.path(), id).unwrap();
+    let last_base = r.stop_position & !(seg_len - 1);
+    let last = disk.path().join(format!("{id}-{last_base}.seg"));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(((r.stop_position - last_base) / 2) as u64)
+        .unwrap();
+    let mut replay = Replay::builder(disk.path(), id).from(ends[1_500]).open().unwrap();
+    let error = loop {
+        if let Err(e) = replay.poll(|_: &[u8], _: &Header| {}, 64) {
+            break e;
+        }
+        assert!(!replay.is_done(), "a truncated segment was replayed to its end");
+    };
+    assert!(
+        matches!(&error, Error::CorruptRecording { path, what, .. } if *path == last && what.contains("shorter")),
+        "{error:?}"
+    );
+}
+
+fn publisher_cfg(shm: &Path, name: &str) -> Cfg {
+    Cfg::new()
+        .set("name", name)
+        .set("dir", shm.display())
+        .set("term", 64 * 1024)
+        .set("mtu", MTU)
+        .set("max_len", 3000)
+}
+
+fn recorder_cfg(shm: &Path, journal: &Path, name: &str) -> Cfg {
+    Cfg::new()
+        .set("name", name)
+        .set("dir", shm.display())
+        .set("journal", journal.display())
+        .set("segment", 1 << 20)
+        .set("mtu", MTU)
+}
+
+/// Replays every recording of `session` in order; returns the recordings and the messages
+/// replayed. Each recording must replay whole, valid messages in order; consecutive recordings
+/// may have gaps between them (reported in the catalog), never overlaps.
+fn replay_all(journal: &Path, session: i32) -> (Vec<journal::Recording>, u64) {
+    let list: Vec<_> = journal::recordings(journal).unwrap().into_iter().map(Result::unwrap).collect();
+    let mut total = 0;
+    let mut last_stop = 0;
+    for r in list.iter().filter(|r| r.session_id == session) {
+        assert!(r.is_stopped(), "recording {} left in state {:?}", r.id, r.state);
+        assert!(r.start_position >= last_stop, "recording {} overlaps the one before", r.id);
+        last_stop = r.stop_position;
+        let v = verify_replay(journal, r.id, session, r.start_position == 0);
+        total += v.total;
+    }
+    (list, total)
+}
+
+#[test]
+fn a_recorder_process_records_a_publisher_process_message_for_message() {
+    let _x = support::exclusive();
+    let (shm, disk) = (ShmDir::new("journal-mp"), DiskDir::new("mp"));
+    let count = support::iterations(300_000, 3_000_000);
+    let mut recorder =
+        Peer::spawn("recorder", "recorder", &recorder_cfg(shm.path(), disk.path(), "mp").set("until_eos", 1));
+    recorder.expect("recording", Duration::from_secs(10));
+    let mut publisher =
+        Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "mp").set("count", count));
+    let session = publisher.expect("ready", Duration::from_secs(10)).num("session") as i32;
+    publisher.expect("closed", Duration::from_secs(120));
+    recorder.expect("stopped", Duration::from_secs(30));
+    let (list, total) = replay_all(disk.path(), session);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].state, RecordingState::Stopped(StopReason::EndOfStream));
+    assert_eq!(total, count as u64);
+}
+
+#[test]
+fn a_recorder_killed_anywhere_resumes_where_its_last_complete_message_ended() {
+    let _x = support::exclusive();
+    let mut rng = support::Rng::new("journal-kill");
+    for round in 0..support::iterations(3, 30) {
+        let (shm, disk) = (ShmDir::new("journal-kill"), DiskDir::new("kill"));
+        let count = 150_000u64;
+        let mut first = Peer::spawn("recorder-0", "recorder", &recorder_cfg(shm.path(), disk.path(), "kill"));
+        first.expect("recording", Duration::from_secs(10));
+        // The dead recorder's slot holds the publisher until evicted (2 s), so the log still
+        // holds where it stopped when the next one starts: every restart can resume.
+        let mut publisher = Peer::spawn(
+            "publisher",
+            "publisher",
+            &publisher_cfg(shm.path(), "kill").set("count", count).set("liveness_ms", 2000),
+        );
+        let session = publisher.expect("ready", Duration::from_secs(10)).num("session") as i32;
+        // Once the recording exists (a recorder killed before it starts one leaves nothing to
+        // resume: the next joins at the publisher's position), kill -9 the first recorder.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !journal::recordings(disk.path())
+            .is_ok_and(|l| l.first().is_some_and(|r| r.as_ref().is_ok_and(|r| r.length() > 0)))
+        {
+            assert!(Instant::now() < deadline, "round {round}: nothing recorded");
+            std::thread::yield_now();
+        }
+        drop(first);
+        let kills = 4;
+        for k in 0..kills {
+            let at = rng.range(1_000, 60_000);
+            let mut r = Peer::spawn(
+                &format!("recorder-{}", k + 1),
+                "recorder",
+                &recorder_cfg(shm.path(), disk.path(), "kill").set("kill_us", at),
+            );
+            let status = r.wait_exit(Duration::from_secs(30));
+            assert!(!status.success(), "round {round}: recorder {k} was not killed: {status:?}");
+        }
+        let mut last =
+            Peer::spawn("recorder-last", "recorder", &recorder_cfg(shm.path(), disk.path(), "kill"));
+        publisher.expect("closed", Duration::from_secs(120));
+        // The end of stream closes the recording (a recorder killed late may have got there).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !journal::recordings(disk.path())
+            .unwrap()
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|r| r.is_stopped()))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the end of stream did not close the recording"
+            );
+            std::thread::yield_now();
+        }
+        last.send("quit");
+        last.wait_success(Duration::from_secs(10));
+        let (list, total) = replay_all(disk.path(), session);
+        println!("round {round}: {} recording(s), {total} messages", list.len());
+        assert_eq!(list.len(), 1, "round {round}: every restart resumed the one recording: {list:#?}");
+        assert_eq!(total, count, "round {round}: no message lost or repeated across {kills} kills");
+    }
+}
+
+#[test]
+fn a_torn_frame_after_a_crash_is_cut_and_never_replayed() {
+    let _x = support::exclusive();
+    let (shm, disk) = (ShmDir::new("journal-torn"), DiskDir::new("torn"));
+    let mut recorder = Peer::spawn("recorder", "recorder", &recorder_cfg(shm.path(), disk.path(), "torn"));
+    recorder.expect("recording", Duration::from_secs(10));
+    let mut publisher =
+        Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "torn").set("pause_at", 5_000));
+    let session = publisher.expect("ready", Duration::from_secs(10)).num("session") as i32;
+    let paused_at = publisher.expect("paused", Duration::from_secs(60)).num("position");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = journal::recording(disk.path(), 0);
+        match r {
+            Ok(r) if r.stop_position == paused_at => break r,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the recorder did not catch up");
+        std::thread::yield_now();
+    };
+    drop(recorder); // kill -9 while idle
+    assert_eq!(journal::recording(disk.path(), 0).unwrap().state, RecordingState::Interrupted);
+    // What a write cut short by the crash would leave: a header claiming 1000 bytes, half of them.
+    let base = r.stop_position & !((1 << 20) - 1);
+    let path = disk.path().join(format!("0-{base}.seg"));
+    let torn_at = (r.stop_position - base) as u64;
+    let mut torn = vec![0xA5u8; 500];
+    torn[..4].copy_from_slice(&1000i32.to_le_bytes());
+    {
+        use std::os::unix::fs::FileExt;
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all_at(&torn, torn_at).unwrap();
+    }
+    // A new recorder that does not resume closes it at its last complete message.
+    let next = Recorder::builder("torn", disk.path()).stream_dir(shm.path()).resume(false).start().unwrap();
+    let closed = journal::recording(disk.path(), 0).unwrap();
+    assert_eq!(closed.state, RecordingState::Stopped(StopReason::RecorderDied));
+    assert_eq!(closed.stop_position, r.stop_position);
+    let mut after = vec![0u8; 500];
+    {
+        use std::os::unix::fs::FileExt;
+        std::fs::File::open(&path).unwrap().read_exact_at(&mut after, torn_at).unwrap();
+    }
+    assert!(after.iter().all(|&b| b == 0), "the torn frame was left in the segment");
+    assert_eq!(verify_replay(disk.path(), 0, session, true).total, 5_000);
+    drop(next);
+    publisher.send("quit");
+}
+
+#[test]
+fn a_full_disk_stops_recording_with_a_typed_error_and_keeps_what_was_recorded() {
+    let _x = support::exclusive();
+    let (shm, disk) = (ShmDir::new("journal-full"), DiskDir::new("full"));
+    let (session, id) = record_messages(shm.path(), disk.path(), "full", 2_000, 4 << 20);
+    // A recorder that may not create files of 4 MiB (RLIMIT_FSIZE: EFBIG, as ENOSPC would).
+    let mut recorder = Peer::spawn(
+        "recorder",
+        "recorder",
+        &recorder_cfg(shm.path(), disk.path(), "full").set("segment", 4 << 20).set("fsize", 2 << 20),
+    );
+    recorder.expect("recording", Duration::from_secs(10));
+    // A reader besides the recorder, so the publisher has someone to deliver to once it is gone.
+    let mut reader = Peer::spawn("reader", "subscriber", &publisher_cfg(shm.path(), "full"));
+    reader.expect("opened", Duration::from_secs(10));
+    let mut publisher =
+        Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "full").set("count", 100_000));
+    let error = recorder.expect("record_error", Duration::from_secs(30));
+    assert!(error.get("err").unwrap().starts_with("InsufficientSpace"), "{}", error.raw);
+    // The recorder left the stream: the publisher is not held back by it.
+    publisher.expect("closed", Duration::from_secs(60));
+    let done = reader.expect("done", Duration::from_secs(30));
+    assert_eq!(done.get("reason"), Some("eos"), "{}", done.raw);
+    let failed = journal::recording(disk.path(), id + 1).unwrap();
+    assert_eq!(failed.state, RecordingState::Stopped(StopReason::DiskFull));
+    assert_eq!(failed.length(), 0);
+    let stubs: Vec<_> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{}-", id + 1)))
+        .collect();
+    assert!(stubs.is_empty(), "a segment that could not be sized was left behind: {stubs:?}");
+    assert_eq!(verify_replay(disk.path(), id, session, true).total, 2_000);
+}
+
+#[test]
+fn an_untethered_recorder_reports_the_gaps_it_skipped_and_never_a_torn_message() {
+    let (shm, disk) = (ShmDir::new("journal-untethered"), DiskDir::new("untethered"));
+    let count = 60_000u64;
+    let mut recorder =
+        Recorder::builder("loose", disk.path()).stream_dir(shm.path()).tethered(false).start().unwrap();
+    let publisher = publish(shm.path(), "loose", count);
+    // A recorder that falls behind: it polls once, then lets the publisher run into it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut started = false;
+    loop {
+        started |= recorder.recording_id().is_some();
+        let n = recorder.poll().unwrap();
+        if n == 0 {
+            if started && recorder.recording_id().is_none() && publisher.is_finished() {
+                break;
+            }
+            recorder.wait(Duration::from_millis(10));
+        } else {
+            // Let the publisher get half a window ahead before the next poll: a disk stall.
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        assert!(Instant::now() < deadline, "recording did not finish");
+    }
+    let session = publisher.join().unwrap();
+    let list: Vec<_> = journal::recordings(disk.path()).unwrap().into_iter().map(Result::unwrap).collect();
+    assert!(list.len() > 1, "the slow recorder never skipped");
+    let gaps: i64 = list.iter().map(|r| r.gap_before).sum();
+    assert_eq!(gaps, recorder.lost_bytes());
+    for pair in list.windows(2) {
+        assert_eq!(pair[0].state, RecordingState::Stopped(StopReason::Lagged));
+        assert_eq!(pair[1].previous, Some(pair[0].id));
+        assert_eq!(pair[1].start_position - pair[0].stop_position, pair[1].gap_before);
+    }
+    let (_, total) = replay_all(disk.path(), session);
+    assert!(total > 0 && total < count, "{total} of {count} messages recorded");
+}
