@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loom model checking of the log and stream protocols: src/log/loom_models.rs and
-# src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader) over
-# src/region/loom.rs.
+# src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader), and of the journal's
+# catalog record (src/journal/loom_models.rs), over src/region/loom.rs.
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
 #    unless set in the environment).
@@ -26,7 +26,9 @@
 #      shmlog_mutant_no_doorbell_recheck  a sleeper does not look again after arming: h;
 #      shmlog_mutant_doorbell_arm_first   a sleeper arms before it reads the bell: h;
 #      shmlog_mutant_no_doorbell_pass_on  a reader woken by the writer's single wake-up does not
-#                                         wake the other sleepers: i deadlocks.
+#                                         wake the other sleepers: i deadlocks;
+#      shmlog_mutant_relaxed_catalog      a catalog record's state is published with Relaxed: the
+#                                         journal model j sees a state before its fields.
 #    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
@@ -95,5 +97,6 @@ mutant shmlog_mutant_no_doorbell_barrier stream::loom_models::h_
 mutant shmlog_mutant_no_doorbell_recheck stream::loom_models::h_
 mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
 mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_
+mutant shmlog_mutant_relaxed_catalog journal::loom_models::j_
 
 step "done in $((SECONDS - start))s"

@@ -221,6 +221,7 @@ pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
     put(word::PID, f.pid as i64);
     put(word::GAP_BEFORE, f.gap_before);
     put(word::PREVIOUS, f.previous.map_or(-1, i64::from));
+    // Words past the name stay zero (a record is allocated once, from zeroed bytes).
     let name = f.stream.as_bytes();
     debug_assert!(name.len() <= NAME_MAX);
     put(word::NAME_LEN, name.len() as i64);
@@ -263,10 +264,15 @@ pub fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
     region.store_i64(at(base, word::PID), pid as i64, Ordering::Release);
 }
 
-/// The record's words, state first (acquire), each later word acquire-loaded in index order.
+/// The record's words, state first (acquire), each later word acquire-loaded in index order, as
+/// far as the name's length says (the rest read as zero).
 pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
     let mut words = [0i64; WORDS];
-    for (i, w) in words.iter_mut().enumerate() {
+    for (i, w) in words.iter_mut().enumerate().take(word::NAME) {
+        *w = region.load_i64(at(base, i), Ordering::Acquire);
+    }
+    let name_words = (words[word::NAME_LEN].clamp(0, NAME_MAX as i64) as usize).div_ceil(8);
+    for (i, w) in words.iter_mut().enumerate().skip(word::NAME).take(name_words) {
         *w = region.load_i64(at(base, i), Ordering::Acquire);
     }
     words

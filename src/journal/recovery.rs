@@ -101,3 +101,108 @@ fn scrub(dir: &Path, r: &Recording, stop: i64, trusted: i64) -> Result<(), Error
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::frame::{HeaderRest, BEGIN_FLAG, END_FLAG, TYPE_DATA, UNFRAGMENTED};
+    use crate::log::position::Terms;
+    use crate::testing::TempDir;
+
+    const T: usize = 1 << 16;
+
+    fn recording(stop: i64) -> Recording {
+        Recording {
+            id: 3,
+            stream: "s".into(),
+            session_id: 5,
+            stream_id: 6,
+            term_length: T,
+            mtu: 1024,
+            initial_term_id: 0,
+            segment_length: 1 << 20,
+            start_position: 0,
+            stop_position: stop,
+            durable_position: 0,
+            start_unix_ns: 0,
+            stop_unix_ns: None,
+            state: RecordingState::Interrupted,
+            recorder_pid: 1,
+            gap_before: 0,
+            previous: None,
+            boot_id: boot_id(),
+        }
+    }
+
+    /// Appends a data frame of `len` bytes with `flags` at the end of `seg`.
+    fn frame(seg: &mut Vec<u8>, len: usize, flags: u8) {
+        let position = seg.len() as i64;
+        let terms = Terms::new(T, 0);
+        let rest = HeaderRest {
+            flags,
+            frame_type: TYPE_DATA,
+            term_offset: terms.term_offset(position) as i32,
+            session_id: 5,
+            stream_id: 6,
+            term_id: terms.term_id(position),
+            ..Default::default()
+        };
+        let start = seg.len();
+        seg.resize(start + crate::layout::align(len, 32), 0x77);
+        seg[start..start + 4].copy_from_slice(&(len as i32).to_le_bytes());
+        seg[start + 4..start + 32].copy_from_slice(&rest.encode());
+    }
+
+    #[test]
+    fn an_interrupted_recording_is_cut_at_its_last_complete_message_and_its_tail_zeroed() {
+        let dir = TempDir::new("recovery");
+        let mut seg = Vec::new();
+        frame(&mut seg, 100, UNFRAGMENTED);
+        frame(&mut seg, 64, UNFRAGMENTED);
+        let whole = seg.len() as i64;
+        frame(&mut seg, 1024, BEGIN_FLAG);
+        frame(&mut seg, 1024, 0);
+        let recorded = seg.len() as i64; // the recorder wrote up to here, mid-message
+        seg.extend_from_slice(&[0xEE; 200]); // and a write cut short after it
+        let path = segment::path(dir.path(), 3, 0);
+        fs::write(&path, &seg).unwrap();
+        let r = recording(recorded);
+        assert_eq!(cut(dir.path(), &r).unwrap(), whole);
+        let after = fs::read(&path).unwrap();
+        assert_eq!(&after[..whole as usize], &seg[..whole as usize]);
+        assert!(
+            after[whole as usize..].iter().all(|&b| b == 0),
+            "the unfinished message and torn tail were left"
+        );
+    }
+
+    #[test]
+    fn a_message_whose_last_fragment_was_written_is_kept() {
+        let dir = TempDir::new("recovery-whole");
+        let mut seg = Vec::new();
+        frame(&mut seg, 1024, BEGIN_FLAG);
+        frame(&mut seg, 40, END_FLAG);
+        fs::write(segment::path(dir.path(), 3, 0), &seg).unwrap();
+        assert_eq!(cut(dir.path(), &recording(seg.len() as i64)).unwrap(), seg.len() as i64);
+    }
+
+    #[test]
+    fn a_damaged_frame_ends_the_recording_before_it_and_later_segments_go() {
+        let dir = TempDir::new("recovery-damage");
+        let mut seg = Vec::new();
+        frame(&mut seg, 100, UNFRAGMENTED);
+        let good = seg.len() as i64;
+        frame(&mut seg, 100, UNFRAGMENTED);
+        seg[good as usize + 12] ^= 1; // another session's frame
+        frame(&mut seg, 100, UNFRAGMENTED);
+        fs::write(segment::path(dir.path(), 3, 0), &seg).unwrap();
+        fs::write(segment::path(dir.path(), 3, 1 << 20), [1u8; 64]).unwrap();
+        let r = recording(seg.len() as i64);
+        assert_eq!(cut(dir.path(), &r).unwrap(), good);
+        assert!(!segment::path(dir.path(), 3, 1 << 20).exists(), "a segment begun after the cut was kept");
+        // After a reboot only the durable position is trusted.
+        let rebooted =
+            Recording { boot_id: boot_id().wrapping_add(1), durable_position: 0, ..recording(good) };
+        assert_eq!(cut(dir.path(), &rebooted).unwrap(), 0);
+    }
+}
