@@ -21,6 +21,18 @@ pub mod slot_layout {
 pub mod reader {
     pub use crate::log::reader::*;
 }
+/// The journal's catalog records, segment frames and recovery.
+pub mod journal {
+    pub use crate::journal::catalog::Catalog;
+    pub use crate::journal::frames::{frame_at, padding_header, Expect};
+    pub use crate::journal::record::{Fields, WORDS};
+    pub use crate::journal::recovery::{boot_id, cut};
+    pub use crate::journal::segment::path as segment_path;
+    /// One catalog record's memory protocol.
+    pub mod record {
+        pub use crate::journal::record::{decode, publish, snapshot, RECORD_LEN};
+    }
+}
 /// Creating and opening a stream's files.
 pub mod files {
     pub use crate::stream::files::*;

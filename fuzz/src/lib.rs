@@ -11,12 +11,14 @@
 //! - [`file_validation`]: log and reader-slot validation over hostile bytes, sizes and files.
 //! - [`ops_oracle`]: random operations on the shipped writer and readers against an oracle.
 //! - [`assembler`]: `FragmentAssembler` over arbitrary fragment sequences against a reference.
+//! - [`journal`]: catalog records, segment frames and damaged recordings on disk.
 
 #![allow(clippy::disallowed_types)]
 
 mod assembler;
 mod file_validation;
 mod input;
+mod journal;
 mod ops_oracle;
 mod term_reader;
 #[cfg(test)]
@@ -24,5 +26,6 @@ mod tests;
 
 pub use assembler::assembler;
 pub use file_validation::file_validation;
+pub use journal::journal;
 pub use ops_oracle::ops_oracle;
 pub use term_reader::term_reader;

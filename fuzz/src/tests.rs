@@ -5,17 +5,18 @@
 use crate::file_validation::run_file_validation;
 use crate::ops_oracle::run_ops;
 use crate::term_reader::run_term_reader;
-use crate::{assembler, file_validation, ops_oracle, term_reader};
+use crate::{assembler, file_validation, journal, ops_oracle, term_reader};
 use shmlog::{BEGIN_FLAG, UNFRAGMENTED};
 use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
     ("term_reader", term_reader),
     ("file_validation", file_validation),
     ("ops_oracle", ops_oracle),
     ("assembler", assembler),
+    ("journal", journal),
 ];
 
 /// Bytes of a seed, written in the order the decoders read them.
@@ -290,8 +291,34 @@ fn assembler_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![("plain", plain.0), ("controlled", controlled.0)]
 }
 
+// --- journal seeds.
+
+fn journal_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    // A damaged record: two words overwritten.
+    let mut words = Seed::default();
+    words.b(&[0, 2, 4, 4, 3, 9, 1]);
+    // Recordings: scenario 2, message count - 1, then each length (u16), then damage, then where
+    // the replay starts (0: the recording's start).
+    let mut intact = Seed::default();
+    intact.b(&[2, 39]);
+    for k in 0..40u16 {
+        intact.u16(k * 97 % 3000);
+    }
+    intact.b(&[0, 0]);
+    let mut damaged = Seed::default();
+    damaged.b(&[2, 9]);
+    for k in 0..10u16 {
+        damaged.u16(1000 + k * 300);
+    }
+    damaged.b(&[1, 0]).b(&[0x40, 0x1f, 0, 0]).b(&[0x77, 1, 3]);
+    let mut truncated = Seed::default();
+    truncated.b(&[2, 3]).u16(2900).u16(10).u16(2000).u16(64).b(&[1, 1]).b(&[0, 0x10, 0, 0]).b(&[0]);
+    vec![("record_words", words.0), ("intact", intact.0), ("damaged", damaged.0), ("truncated", truncated.0)]
+}
+
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
+        "journal" => journal_seeds(),
         "term_reader" => term_seeds(),
         "file_validation" => file_seeds(),
         "ops_oracle" => ops_seeds(),
