@@ -347,6 +347,89 @@ fn stat_of_an_empty_directory_and_watch_mode() {
 }
 
 /// Checks that every element of an XML document is closed, in order.
+#[test]
+fn record_recordings_and_replay_from_the_command_line() {
+    let dir = ShmDir::new("cli-journal");
+    let journal = std::env::temp_dir().join(format!("shmlog-cli-journal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&journal);
+    let j = journal.to_str().unwrap();
+    let recorder = spawn(&[
+        "record",
+        "ticks",
+        "--dir",
+        dir_arg(&dir),
+        "--journal",
+        j,
+        "--until-end",
+        "--fsync",
+        "segment",
+    ]);
+    let mut publication =
+        Publication::builder("ticks").dir(dir.path()).term_length(64 * 1024).create().unwrap();
+    publication.wait_connected(Duration::from_secs(30)).unwrap();
+    let count = 500u32;
+    for i in 0..count {
+        let msg = [i.to_le_bytes().as_slice(), &[0xAB; 20]].concat();
+        publication.offer_blocking(&msg, Duration::from_secs(10)).unwrap();
+    }
+    publication.close();
+    let (_, err, status) = finish(recorder);
+    assert!(status.success(), "record failed: {err}");
+    assert!(err.contains("recording 0 started") && err.contains("recording 0 stopped"), "{err}");
+
+    let doc = json::parse(&shmlog_ok(&["recordings", "--journal", j, "--json"]));
+    let list = doc.field("recordings").arr();
+    assert_eq!(list.len(), 1);
+    let r = &list[0];
+    assert_eq!((r.field("id").int(), r.field("stream").str()), (0, "ticks"));
+    assert_eq!(r.field("state").str(), "stopped:end-of-stream");
+    let stop = r.field("stop_position").int();
+    assert_eq!(r.field("bytes").int(), stop);
+    assert_eq!(r.field("durable_position").int(), stop, "--fsync segment syncs at the stop");
+    let text = shmlog_ok(&["recordings", "--journal", j]);
+    assert!(text.contains("ticks") && text.contains("stopped:end-of-stream"), "{text}");
+
+    // To stdout: one `position length hex` line per message.
+    let lines: Vec<String> = shmlog_ok(&["replay", "--journal", j, "0"]).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), count as usize);
+    let fields: Vec<&str> = lines[7].split(' ').collect();
+    assert_eq!(fields[1], "24");
+    assert!(fields[2].starts_with("07000000abab"), "{}", lines[7]);
+    let from: i64 = lines[9].split(' ').next().unwrap().parse().unwrap();
+    let tail = shmlog_ok(&["replay", "--journal", j, "0", "--from", &from.to_string()]);
+    assert_eq!(tail.lines().count(), count as usize - 10);
+    assert!(tail.lines().next().unwrap().contains(" 0a000000"), "{tail}");
+
+    // Into a new stream, read here.
+    let into = spawn(&["replay", "--journal", j, "0", "--dir", dir_arg(&dir), "--into", "ticks-copy"]);
+    let mut copy = Subscription::builder("ticks-copy")
+        .dir(dir.path())
+        .wait_for_publisher(Duration::from_secs(30))
+        .open()
+        .unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !copy.is_closed() {
+        copy.poll_blocking(
+            |m: &[u8], _: &Header| got.push(u32::from_le_bytes(m[..4].try_into().unwrap())),
+            100,
+            Duration::from_millis(50),
+        );
+        assert!(Instant::now() < deadline, "the replayed stream did not end");
+    }
+    assert_eq!(got, (0..count).collect::<Vec<_>>());
+    let (_, err, status) = finish(into);
+    assert!(status.success(), "replay --into failed: {err}");
+
+    // Errors name what is wrong and exit non-zero.
+    let out = shmlog(&["replay", "--journal", j, "9"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no recording with id 9"));
+    let out = shmlog(&["replay", "--journal", j, "0", "--from", "33"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nearest one is"), "{out:?}");
+    let _ = std::fs::remove_dir_all(&journal);
+}
+
 fn assert_balanced_tags(xml: &str) {
     let mut stack = Vec::new();
     let mut rest = xml;

@@ -59,10 +59,10 @@ impl ReplayBuilder {
         let from = self.from.unwrap_or(start);
         if from != start {
             let walk_start = reader.terms().term_begin(from).max(start);
-            let (exact, nearest) = if (start..=stop).contains(&from) && from % 32 == 0 {
+            let (exact, nearest) = if (start..=stop).contains(&from) {
                 reader.message_start(walk_start, from, stop)?
             } else {
-                (false, if from < start { start } else { stop })
+                (false, from.clamp(start, stop))
             };
             if !exact {
                 return Err(Error::PositionNotAvailable {
