@@ -1,0 +1,453 @@
+//! The journal against what a user would do by hand, side by side in the same run, rounds taking
+//! turns (medians of per-round ratios):
+//!
+//! - `record`: a recorder copying a publisher thread's 1 KiB messages into segment files, MB/s,
+//!   against `pwrite` of the same number of bytes in 1 MiB writes to a file of the same disk
+//!   (both sized up front, both left to the page cache; then both with an fdatasync per 64 MiB).
+//!   Goal: >= 0.8x.
+//! - `live`: what attaching a recorder (polling every millisecond) costs the live path: the round
+//!   trip of 32-byte ping-pong (p50/p99) and a publisher's streaming throughput to a spinning
+//!   subscriber, with and without it. Goal: >= 0.9x, where the disk keeps up.
+//! - `replay`: replaying a recording from the page cache, bytes of messages delivered a second,
+//!   against `memcpy` of the same bytes in 1 MiB copies. Goal: >= 0.5x.
+//!
+//! Journals go to `$SHMLOG_BENCH_DISK` or the temp dir (a real disk, not `/dev/shm`).
+
+mod support;
+
+use criterion::Criterion;
+use shmlog::journal::{Fsync, Recorder, Replay};
+use shmlog::{Header, Publication};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::shm::{offer_spin, pair, round_trip, Counter, Echo};
+use support::{Args, Pcts, ShmDir};
+
+const B: &str = "journal";
+const SEGMENT: u64 = 64 << 20;
+
+/// A fresh directory on a real disk, removed on drop.
+struct Disk(PathBuf);
+
+impl Disk {
+    fn new(tag: &str) -> Self {
+        let base =
+            std::env::var_os("SHMLOG_BENCH_DISK").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+        let path =
+            base.join(format!("shmlog-bench-{tag}-{}-{}", std::process::id(), support::loadavg().to_bits()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Disk(path)
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes back what earlier lanes left dirty in the page cache, so the kernel's flusher threads
+/// do not run during the next measurement (they would take a core from it).
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// Polls `recorder` until it has joined `p`'s session.
+fn connect(recorder: &mut Recorder, p: &mut Publication) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.is_connected() {
+        recorder.poll().unwrap();
+        recorder.wait(Duration::from_millis(1));
+        assert!(Instant::now() < deadline, "the recorder did not join");
+    }
+}
+
+/// Records `bytes` of 1 KiB messages offered by a publisher thread; MB/s of the recorder.
+fn record_round(bytes: u64, fsync: Fsync) -> f64 {
+    let (shm, disk) = (ShmDir::new("journal-rec"), Disk::new("rec"));
+    let mut recorder = Recorder::builder("rec", &disk.0)
+        .stream_dir(shm.path())
+        .segment_length(SEGMENT)
+        .fsync(fsync)
+        .start()
+        .unwrap();
+    let mut p = Publication::builder("rec").dir(shm.path()).term_length(16 << 20).create().unwrap();
+    connect(&mut recorder, &mut p);
+    let messages = bytes / 1056; // a 1 KiB message takes 1056 bytes of log
+    let publisher = std::thread::spawn(move || {
+        let msg = [5u8; 1024];
+        for _ in 0..messages {
+            offer_spin(&mut p, &msg);
+        }
+        p
+    });
+    let target = messages * 1056;
+    let start = Instant::now();
+    while recorder.recorded_position() < target as i64 {
+        if recorder.poll().unwrap() == 0 {
+            std::hint::spin_loop();
+        }
+    }
+    let elapsed = start.elapsed();
+    recorder.stop().unwrap();
+    drop(publisher.join().unwrap());
+    target as f64 / elapsed.as_secs_f64() / 1e6
+}
+
+/// Bytes of the recorded stream's log (3 terms of 16 MiB): where the recorder's writes come from.
+const LOG_BYTES: usize = 48 << 20;
+
+/// Writes `bytes` to a file sized up front in 1 MiB `pwrite`s (fdatasync per 64 MiB if `sync`),
+/// from a buffer the size of the recorder's log (so from memory, not from a cache-hot block).
+fn write_round(bytes: u64, sync: bool) -> f64 {
+    let disk = Disk::new("write");
+    let source = vec![5u8; LOG_BYTES];
+    let start = Instant::now();
+    let mut written = 0u64;
+    let mut file = None;
+    while written < bytes {
+        if written % SEGMENT == 0 {
+            if let Some(f) = file.take() {
+                if sync {
+                    std::fs::File::sync_data(&f).unwrap();
+                }
+            }
+            let f = std::fs::File::create(disk.0.join(format!("{written}.seg"))).unwrap();
+            f.set_len(SEGMENT).unwrap();
+            file = Some(f);
+        }
+        let n = (1 << 20).min((bytes - written) as usize);
+        let from = (written as usize) % LOG_BYTES;
+        file.as_ref().unwrap().write_all_at(&source[from..from + n], written % SEGMENT).unwrap();
+        written += n as u64;
+    }
+    if sync {
+        file.unwrap().sync_data().unwrap();
+    }
+    bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn record_lanes(args: &Args) {
+    let bytes: u64 = if args.test { 8 << 20 } else { 256 << 20 };
+    for (label, fsync, sync) in
+        [("page_cache", Fsync::Never, false), ("fsync_per_segment", Fsync::PerSegment, true)]
+    {
+        let name = format!("journal/record/{label}");
+        if !args.wants(&name) {
+            continue;
+        }
+        let (mut rec, mut wr, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.n(5, 1) {
+            settle();
+            let r = record_round(bytes, fsync);
+            settle();
+            let w = write_round(bytes, sync);
+            rec.push(r);
+            wr.push(w);
+            ratio.push(r / w);
+        }
+        let (r, w, q) = (median(&mut rec), median(&mut wr), median(&mut ratio));
+        eprintln!(
+            "[{B}] {name}: recorder {r:.0} MB/s, sequential pwrite {w:.0} MB/s, ratio {q:.2} (goal >= 0.8)"
+        );
+        support::record(B, &name, &[("recorder_mbps", r), ("write_mbps", w), ("ratio", q)], &[]);
+    }
+}
+
+/// Round trips of 32-byte ping-pong, optionally with a recorder on the ping stream.
+fn rtt_round(n: usize, recorded: bool) -> Vec<f64> {
+    let (shm, disk) = (ShmDir::new("journal-rtt"), Disk::new("rtt"));
+    let (mut ping, ping_sub) = pair(shm.path(), "ping", 1 << 20);
+    let (pong, mut pong_sub) = pair(shm.path(), "pong", 1 << 20);
+    let stop = Arc::new(AtomicBool::new(false));
+    let recorder = recorded.then(|| {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.0.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r = Recorder::builder("ping", disk)
+                .stream_dir(shm)
+                .join_at(shmlog::JoinAt::Slowest)
+                .start()
+                .unwrap();
+            r.run_until(|| stop.load(Ordering::Relaxed)).unwrap();
+        })
+    });
+    let echo = Echo::start(ping_sub, pong, 1);
+    support::pin(0);
+    let msg = [1u8; 32];
+    for _ in 0..1000 {
+        round_trip(&mut ping, &mut pong_sub, &msg);
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        round_trip(&mut ping, &mut pong_sub, &msg);
+        samples.push(t.elapsed().as_nanos() as f64);
+    }
+    support::unpin();
+    echo.stop(&mut ping);
+    stop.store(true, Ordering::Relaxed);
+    if let Some(r) = recorder {
+        r.join().unwrap();
+    }
+    samples
+}
+
+/// Streaming throughput of 64-byte messages to a spinning subscriber, msgs/s.
+fn stream_round(n: u64, recorded: bool) -> f64 {
+    let (shm, disk) = (ShmDir::new("journal-tp"), Disk::new("tp"));
+    let (mut p, sub) = pair(shm.path(), "tp", 16 << 20);
+    let stop = Arc::new(AtomicBool::new(false));
+    let recorder = recorded.then(|| {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.0.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r = Recorder::builder("tp", disk)
+                .stream_dir(shm)
+                .join_at(shmlog::JoinAt::Slowest)
+                .segment_length(SEGMENT)
+                .start()
+                .unwrap();
+            r.run_until(|| stop.load(Ordering::Relaxed)).unwrap();
+        })
+    });
+    let counter = Counter::start(sub, 1, 256);
+    support::pin(0);
+    let msg = [3u8; 64];
+    let t = Instant::now();
+    for _ in 0..n {
+        offer_spin(&mut p, &msg);
+    }
+    counter.wait_for(n);
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    support::unpin();
+    drop(counter.stop());
+    stop.store(true, Ordering::Relaxed);
+    if let Some(r) = recorder {
+        r.join().unwrap();
+    }
+    rate
+}
+
+/// Streaming throughput of 64-byte messages with one reader: a spinning subscriber, or a
+/// recorder (polling without a pause) as the only reader; msgs/s. Two threads: fits 2 cores.
+fn sole_reader_round(n: u64, recorder_reads: bool) -> f64 {
+    if !recorder_reads {
+        let shm = ShmDir::new("journal-sole");
+        let (mut p, sub) = pair(shm.path(), "sole", 16 << 20);
+        let counter = Counter::start(sub, 1, 256);
+        support::pin(0);
+        let msg = [3u8; 64];
+        let t = Instant::now();
+        for _ in 0..n {
+            offer_spin(&mut p, &msg);
+        }
+        counter.wait_for(n);
+        let rate = n as f64 / t.elapsed().as_secs_f64();
+        support::unpin();
+        drop(counter.stop());
+        return rate;
+    }
+    let (shm, disk) = (ShmDir::new("journal-sole"), Disk::new("sole"));
+    let mut recorder =
+        Recorder::builder("sole", &disk.0).stream_dir(shm.path()).segment_length(SEGMENT).start().unwrap();
+    let mut p = Publication::builder("sole").dir(shm.path()).term_length(16 << 20).create().unwrap();
+    connect(&mut recorder, &mut p);
+    let end = n as i64 * 96; // a 64-byte message takes 96 bytes of log
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let thread = support::spawn_on(1, move || {
+        support::pin(1);
+        while recorder.recorded_position() < end {
+            recorder.poll().unwrap();
+        }
+        d.store(true, Ordering::Release);
+        recorder
+    });
+    support::pin(0);
+    let msg = [3u8; 64];
+    let t = Instant::now();
+    for _ in 0..n {
+        offer_spin(&mut p, &msg);
+    }
+    while !done.load(Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    support::unpin();
+    thread.join().unwrap().stop().unwrap();
+    rate
+}
+
+fn live_lanes(args: &Args) {
+    if args.wants("journal/live/sole_reader") {
+        let n = args.n(20_000_000, 200_000) as u64;
+        let (mut plain, mut rec, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.n(5, 1) {
+            settle();
+            let a = sole_reader_round(n, false);
+            let b = sole_reader_round(n, true);
+            plain.push(a);
+            rec.push(b);
+            ratio.push(b / a);
+        }
+        let (a, b, q) = (median(&mut plain), median(&mut rec), median(&mut ratio));
+        eprintln!(
+            "[{B}] journal/live/sole_reader: publisher {:.1} M msgs/s (64 B) to a subscriber, {:.1} M msgs/s to a \
+             recorder as its only reader (ratio {q:.2}: the recorder keeps the publisher going as a reader does)",
+            a / 1e6,
+            b / 1e6
+        );
+        support::record(
+            B,
+            "journal/live/sole_reader",
+            &[("subscriber_msgs_per_s", a), ("recorder_msgs_per_s", b), ("ratio", q)],
+            &[],
+        );
+    }
+    if args.wants("journal/live/rtt") {
+        let (mut p50, mut p99, mut p50r, mut p99r) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.n(5, 1) {
+            for recorded in [false, true] {
+                settle();
+                let mut s = rtt_round(args.n(100_000, 2_000), recorded);
+                let pc = Pcts::of(&mut s);
+                if recorded {
+                    p50r.push(pc.p50);
+                    p99r.push(pc.p99);
+                } else {
+                    p50.push(pc.p50);
+                    p99.push(pc.p99);
+                }
+            }
+        }
+        let (a50, a99, b50, b99) = (median(&mut p50), median(&mut p99), median(&mut p50r), median(&mut p99r));
+        eprintln!(
+            "[{B}] journal/live/rtt: p50 {a50:.0} -> {b50:.0} ns, p99 {a99:.0} -> {b99:.0} ns with a recorder \
+             (speed ratio p50 {:.2}, p99 {:.2}; goal >= 0.9)",
+            a50 / b50,
+            a99 / b99
+        );
+        support::record(
+            B,
+            "journal/live/rtt",
+            &[("p50_ns", a50), ("p99_ns", a99), ("p50_recorded_ns", b50), ("p99_recorded_ns", b99)],
+            &[],
+        );
+    }
+    if args.wants("journal/live/throughput") {
+        let n = args.n(20_000_000, 200_000) as u64;
+        let (mut plain, mut rec, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.n(5, 1) {
+            settle();
+            let a = stream_round(n, false);
+            let b = stream_round(n, true);
+            plain.push(a);
+            rec.push(b);
+            ratio.push(b / a);
+        }
+        let (a, b, q) = (median(&mut plain), median(&mut rec), median(&mut ratio));
+        eprintln!(
+            "[{B}] journal/live/throughput: {:.1} -> {:.1} M msgs/s (64 B) with a recorder, ratio {q:.2} \
+             (goal >= 0.9 where the recorder has a core; here {} cores are shared by a spinning publisher, a spinning \
+             subscriber and the recorder)",
+            a / 1e6,
+            b / 1e6,
+            support::cores()
+        );
+        support::record(
+            B,
+            "journal/live/throughput",
+            &[("msgs_per_s", a), ("recorded_msgs_per_s", b), ("ratio", q)],
+            &[],
+        );
+    }
+}
+
+/// Records `bytes` of 1 KiB messages once; returns the journal and the recording's id.
+fn recorded(bytes: u64) -> (ShmDir, Disk, u32) {
+    let (shm, disk) = (ShmDir::new("journal-replay"), Disk::new("replay"));
+    let mut recorder =
+        Recorder::builder("rp", &disk.0).stream_dir(shm.path()).segment_length(SEGMENT).start().unwrap();
+    let mut p = Publication::builder("rp").dir(shm.path()).term_length(16 << 20).create().unwrap();
+    connect(&mut recorder, &mut p);
+    let messages = bytes / 1056;
+    let publisher = std::thread::spawn(move || {
+        for i in 0..messages {
+            offer_spin(&mut p, &[i as u8; 1024]);
+        }
+        p
+    });
+    while recorder.recorded_position() < (messages * 1056) as i64 {
+        recorder.poll().unwrap();
+    }
+    let id = recorder.recording_id().unwrap();
+    recorder.stop().unwrap();
+    drop(publisher.join().unwrap());
+    (shm, disk, id)
+}
+
+fn replay_round(journal: &Path, id: u32) -> f64 {
+    let mut replay = Replay::builder(journal, id).open().unwrap();
+    let mut bytes = 0u64;
+    let start = Instant::now();
+    while !replay.is_done() {
+        replay.poll(|m: &[u8], _: &Header| bytes += m.len() as u64, 1024).unwrap();
+    }
+    bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+/// Copies `src` (as big as the recording: in memory, as the page cache is) into a 1 MiB buffer,
+/// 1 MiB at a time, as the replay's `pread`s do.
+fn memcpy_round(src: &[u8]) -> f64 {
+    let mut dst = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    for chunk in src.chunks(1 << 20) {
+        dst[..chunk.len()].copy_from_slice(std::hint::black_box(chunk));
+        std::hint::black_box(&mut dst);
+    }
+    src.len() as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+fn replay_lanes(args: &Args) {
+    if !args.wants("journal/replay") {
+        return;
+    }
+    let bytes: u64 = if args.test { 8 << 20 } else { 256 << 20 };
+    let (_shm, disk, id) = recorded(bytes);
+    replay_round(&disk.0, id); // into the page cache
+    let source = vec![9u8; bytes as usize];
+    let (mut rp, mut mc, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..args.n(7, 1) {
+        let r = replay_round(&disk.0, id);
+        let m = memcpy_round(&source);
+        rp.push(r);
+        mc.push(m);
+        ratio.push(r / m);
+    }
+    let (r, m, q) = (median(&mut rp), median(&mut mc), median(&mut ratio));
+    eprintln!("[{B}] journal/replay: {r:.0} MB/s of messages from the page cache, memcpy {m:.0} MB/s, ratio {q:.2} (goal >= 0.5)");
+    support::record(B, "journal/replay", &[("replay_mbps", r), ("memcpy_mbps", m), ("ratio", q)], &[]);
+}
+
+fn main() {
+    let args = Args::parse();
+    support::banner(B);
+    live_lanes(&args);
+    record_lanes(&args);
+    settle();
+    replay_lanes(&args);
+    // Criterion's own report of the replay, for its statistics and baselines.
+    let (_shm, disk, id) = recorded(if args.test { 1 << 20 } else { 32 << 20 });
+    let mut c: Criterion = support::criterion(Duration::from_millis(200), Duration::from_secs(2));
+    c.bench_function("journal/replay_32MiB", |b| b.iter(|| replay_round(&disk.0, id)));
+    c.final_summary();
+}
