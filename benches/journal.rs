@@ -72,8 +72,9 @@ fn connect(recorder: &mut Recorder, p: &mut Publication) {
     }
 }
 
-/// Records `bytes` of 1 KiB messages offered by a publisher thread; MB/s of the recorder.
-fn record_round(bytes: u64, fsync: Fsync) -> f64 {
+/// Records `bytes` of 1 KiB messages a publisher thread offers into a new journal; returns the
+/// directories, the recording's id and how long the recorder took from the first offer on.
+fn record_stream(bytes: u64, fsync: Fsync) -> (ShmDir, Disk, u32, Duration) {
     let (shm, disk) = (ShmDir::new("journal-rec"), Disk::new("rec"));
     let mut recorder = Recorder::builder("rec", &disk.0)
         .stream_dir(shm.path())
@@ -85,23 +86,28 @@ fn record_round(bytes: u64, fsync: Fsync) -> f64 {
     connect(&mut recorder, &mut p);
     let messages = bytes / 1056; // a 1 KiB message takes 1056 bytes of log
     let publisher = std::thread::spawn(move || {
-        let msg = [5u8; 1024];
-        for _ in 0..messages {
-            offer_spin(&mut p, &msg);
+        for i in 0..messages {
+            offer_spin(&mut p, &[i as u8; 1024]);
         }
         p
     });
-    let target = messages * 1056;
     let start = Instant::now();
-    while recorder.recorded_position() < target as i64 {
+    while recorder.recorded_position() < (messages * 1056) as i64 {
         if recorder.poll().unwrap() == 0 {
             std::hint::spin_loop();
         }
     }
     let elapsed = start.elapsed();
+    let id = recorder.recording_id().unwrap();
     recorder.stop().unwrap();
     drop(publisher.join().unwrap());
-    target as f64 / elapsed.as_secs_f64() / 1e6
+    (shm, disk, id, elapsed)
+}
+
+/// MB/s of a recorder recording `bytes`.
+fn record_round(bytes: u64, fsync: Fsync) -> f64 {
+    let (_, _, _, elapsed) = record_stream(bytes, fsync);
+    (bytes / 1056 * 1056) as f64 / elapsed.as_secs_f64() / 1e6
 }
 
 /// Bytes of the recorded stream's log (3 terms of 16 MiB): where the recorder's writes come from.
@@ -372,29 +378,6 @@ fn live_lanes(args: &Args) {
     }
 }
 
-/// Records `bytes` of 1 KiB messages once; returns the journal and the recording's id.
-fn recorded(bytes: u64) -> (ShmDir, Disk, u32) {
-    let (shm, disk) = (ShmDir::new("journal-replay"), Disk::new("replay"));
-    let mut recorder =
-        Recorder::builder("rp", &disk.0).stream_dir(shm.path()).segment_length(SEGMENT).start().unwrap();
-    let mut p = Publication::builder("rp").dir(shm.path()).term_length(16 << 20).create().unwrap();
-    connect(&mut recorder, &mut p);
-    let messages = bytes / 1056;
-    let publisher = std::thread::spawn(move || {
-        for i in 0..messages {
-            offer_spin(&mut p, &[i as u8; 1024]);
-        }
-        p
-    });
-    while recorder.recorded_position() < (messages * 1056) as i64 {
-        recorder.poll().unwrap();
-    }
-    let id = recorder.recording_id().unwrap();
-    recorder.stop().unwrap();
-    drop(publisher.join().unwrap());
-    (shm, disk, id)
-}
-
 fn replay_round(journal: &Path, id: u32) -> f64 {
     let mut replay = Replay::builder(journal, id).open().unwrap();
     let mut bytes = 0u64;
@@ -422,7 +405,7 @@ fn replay_lanes(args: &Args) {
         return;
     }
     let bytes: u64 = if args.test { 8 << 20 } else { 256 << 20 };
-    let (_shm, disk, id) = recorded(bytes);
+    let (_shm, disk, id, _) = record_stream(bytes, Fsync::Never);
     replay_round(&disk.0, id); // into the page cache
     let source = vec![9u8; bytes as usize];
     let (mut rp, mut mc, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
@@ -446,7 +429,7 @@ fn main() {
     settle();
     replay_lanes(&args);
     // Criterion's own report of the replay, for its statistics and baselines.
-    let (_shm, disk, id) = recorded(if args.test { 1 << 20 } else { 32 << 20 });
+    let (_shm, disk, id, _) = record_stream(if args.test { 1 << 20 } else { 32 << 20 }, Fsync::Never);
     let mut c: Criterion = support::criterion(Duration::from_millis(200), Duration::from_secs(2));
     c.bench_function("journal/replay_32MiB", |b| b.iter(|| replay_round(&disk.0, id)));
     c.final_summary();

@@ -51,64 +51,51 @@ pub const FREE: i64 = 0;
 pub const RECORDING: i64 = 1;
 pub const STOPPED: i64 = 2;
 
-/// Why a recording stopped.
+/// Why a recording stopped. The discriminant is the code stored in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[repr(u8)]
 pub enum StopReason {
     /// The publisher closed its session (end of stream): everything it offered is recorded.
-    EndOfStream,
+    EndOfStream = 1,
     /// The publisher died; everything it committed is recorded.
-    PublisherDied,
+    PublisherDied = 2,
     /// The recorder was stopped (or dropped) by its owner.
-    Stopped,
+    Stopped = 3,
     /// An untethered recorder fell too far behind and skipped ahead: the next recording of the
     /// stream starts after the gap it reports in [`Recording::gap_before`].
-    Lagged,
+    Lagged = 4,
     /// The disk was full: the recording holds everything before its stop position, intact.
-    DiskFull,
+    DiskFull = 5,
     /// Writing failed for another reason (the error was returned to the recorder's owner).
-    WriteFailed,
+    WriteFailed = 6,
     /// The recorder died; a later recorder closed the recording at its last complete message.
-    RecorderDied,
+    RecorderDied = 7,
 }
+
+/// Every reason with its name for tools, in code order.
+const REASONS: [(StopReason, &str); 7] = [
+    (StopReason::EndOfStream, "end-of-stream"),
+    (StopReason::PublisherDied, "publisher-died"),
+    (StopReason::Stopped, "stopped"),
+    (StopReason::Lagged, "lagged"),
+    (StopReason::DiskFull, "disk-full"),
+    (StopReason::WriteFailed, "write-failed"),
+    (StopReason::RecorderDied, "recorder-died"),
+];
 
 impl StopReason {
     fn code(self) -> i64 {
-        match self {
-            Self::EndOfStream => 1,
-            Self::PublisherDied => 2,
-            Self::Stopped => 3,
-            Self::Lagged => 4,
-            Self::DiskFull => 5,
-            Self::WriteFailed => 6,
-            Self::RecorderDied => 7,
-        }
+        self as i64
     }
 
     fn from_code(code: i64) -> Option<Self> {
-        Some(match code {
-            1 => Self::EndOfStream,
-            2 => Self::PublisherDied,
-            3 => Self::Stopped,
-            4 => Self::Lagged,
-            5 => Self::DiskFull,
-            6 => Self::WriteFailed,
-            7 => Self::RecorderDied,
-            _ => return None,
-        })
+        REASONS.iter().map(|&(r, _)| r).find(|&r| r.code() == code)
     }
 
     /// A short name for tools.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::EndOfStream => "end-of-stream",
-            Self::PublisherDied => "publisher-died",
-            Self::Stopped => "stopped",
-            Self::Lagged => "lagged",
-            Self::DiskFull => "disk-full",
-            Self::WriteFailed => "write-failed",
-            Self::RecorderDied => "recorder-died",
-        }
+        REASONS.iter().find(|&&(r, _)| r == self).map_or("unknown", |&(_, name)| name)
     }
 }
 
@@ -412,6 +399,13 @@ mod tests {
         stop(&region, 0, 5120, StopReason::RecorderDied, 99);
         let r = decode(7, &snapshot(&region, 0), false).unwrap().unwrap();
         assert_eq!((r.stop_position, r.durable_position), (5120, 5120));
+        for (code, &(reason, name)) in REASONS.iter().enumerate() {
+            assert_eq!(
+                (reason.code(), StopReason::from_code(code as i64 + 1)),
+                (code as i64 + 1, Some(reason))
+            );
+            assert_eq!(reason.as_str(), name);
+        }
         assert_eq!((r.state, r.stop_unix_ns), (RecordingState::Stopped(StopReason::RecorderDied), Some(99)));
     }
 
