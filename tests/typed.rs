@@ -139,3 +139,61 @@ fn the_async_stream_does_not_block_the_runtime() {
     assert_eq!(got, (0..50).collect::<Vec<u64>>());
     assert!(ticks > 10, "the runtime's other task ran only {ticks} times while the stream waited");
 }
+
+/// A recording replayed as an async stream of typed values: it follows the recording while the
+/// recorder extends it, without blocking the runtime, and ends when the recording stops.
+#[cfg(feature = "async")]
+#[test]
+fn an_async_replay_follows_a_growing_recording_to_its_end() {
+    use futures_core::Stream;
+    use shmlog::journal::{AsyncReplay, Recorder, Replay};
+    use std::pin::Pin;
+    let dir = ShmDir::new("typed-replay");
+    let journal = std::env::temp_dir().join(format!("shmlog-typed-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&journal);
+    let mut recorder = Recorder::builder("rp", &journal).stream_dir(dir.path()).start().unwrap();
+    let p = Publication::builder("rp").dir(dir.path()).term_length(1 << 20).create().unwrap();
+    let mut tx: Sender<u64, PodCodec> = Sender::new(p, PodCodec);
+    let deadline = Instant::now() + T30;
+    while !tx.publication().is_connected() {
+        recorder.poll().unwrap();
+        recorder.wait(Duration::from_millis(1));
+        assert!(Instant::now() < deadline, "the recorder did not join");
+    }
+    tx.send(&0).unwrap();
+    while recorder.recorded_position() == 0 {
+        recorder.poll().unwrap();
+        assert!(Instant::now() < deadline, "nothing recorded");
+    }
+    // The recorder and the sender go on while the replay follows.
+    let recording = recorder.recording_id().unwrap();
+    let worker = std::thread::spawn(move || {
+        for i in 1..200u64 {
+            tx.send_timeout(&i, T30).unwrap();
+            if i % 20 == 0 {
+                std::thread::sleep(Duration::from_millis(2)); // paces the sender, not a sync
+            }
+            recorder.poll().unwrap();
+        }
+        drop(tx); // end of stream: the recorder closes the recording
+        let deadline = Instant::now() + T30;
+        while recorder.recording_id().is_some() {
+            recorder.poll().unwrap();
+            recorder.wait(Duration::from_millis(1));
+            assert!(Instant::now() < deadline, "the end of stream did not close the recording");
+        }
+    });
+    let replay = Replay::builder(&journal, recording).open().unwrap();
+    let mut rx: AsyncReplay<u64, PodCodec> = AsyncReplay::new(replay, PodCodec).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let got = runtime.block_on(async move {
+        let mut got = Vec::new();
+        while let Some(v) = std::future::poll_fn(|cx| Pin::new(&mut rx).poll_next(cx)).await {
+            got.push(v.unwrap());
+        }
+        got
+    });
+    worker.join().unwrap();
+    assert_eq!(got, (0..200).collect::<Vec<u64>>());
+    let _ = std::fs::remove_dir_all(&journal);
+}

@@ -73,7 +73,7 @@ where
             let wait =
                 if exact { this.rx.subscription().liveness_interval() } else { Duration::from_millis(1) };
             this.waiter.register(Sleeper {
-                bell: Arc::clone(&this.bell),
+                bell: Some(Arc::clone(&this.bell)),
                 off,
                 seen,
                 waker: cx.waker().clone(),
@@ -84,10 +84,10 @@ where
     }
 }
 
-/// A task waiting for a bell.
+/// A task waiting for a bell (or, without one, for its time to come).
 #[derive(Debug)]
 struct Sleeper {
-    bell: Arc<Doorbell<MmapRegion>>,
+    bell: Option<Arc<Doorbell<MmapRegion>>>,
     off: usize,
     seen: i32,
     waker: Waker,
@@ -97,14 +97,14 @@ struct Sleeper {
 /// The process's waiter thread: sleeps on every registered bell and on its own control word
 /// (bumped by each registration so that it rebuilds its list).
 #[derive(Debug)]
-struct Waiter {
+pub(crate) struct Waiter {
     sleepers: Mutex<Vec<Sleeper>>,
     control: MmapRegion,
 }
 
 /// The process's waiter, started by the first `AsyncReceiver` (an error, not a panic, if the
 /// system refuses the page or the thread; the next receiver tries again).
-fn waiter() -> Result<&'static Waiter, Error> {
+pub(crate) fn waiter() -> Result<&'static Waiter, Error> {
     static WAITER: Mutex<Option<&'static Waiter>> = Mutex::new(None);
     let mut slot = WAITER.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(w) = *slot {
@@ -122,6 +122,12 @@ fn waiter() -> Result<&'static Waiter, Error> {
 }
 
 impl Waiter {
+    /// Wakes `waker` at `until` (a task with nothing to sleep on but time: a replay that caught
+    /// up with a recording still being recorded).
+    pub(crate) fn wake_at(&self, waker: Waker, until: Instant) {
+        self.register(Sleeper { bell: None, off: 0, seen: 0, waker, until });
+    }
+
     fn register(&self, sleeper: Sleeper) {
         self.sleepers.lock().unwrap_or_else(|e| e.into_inner()).push(sleeper);
         self.control.fetch_add_i32(0, 1);
@@ -136,7 +142,10 @@ impl Waiter {
             let mut next = now + Duration::from_secs(1);
             let mut sleepers = std::mem::take(&mut *self.sleepers.lock().unwrap_or_else(|e| e.into_inner()));
             sleepers.retain(|s| {
-                let rang = s.bell.region().load_i32(s.off, crate::sync::Ordering::Acquire) != s.seen;
+                let rang = s
+                    .bell
+                    .as_ref()
+                    .is_some_and(|b| b.region().load_i32(s.off, crate::sync::Ordering::Acquire) != s.seen);
                 if rang || now >= s.until {
                     s.waker.wake_by_ref();
                     return false;
@@ -145,7 +154,8 @@ impl Waiter {
                 true
             });
             let mut words: Vec<(&MmapRegion, usize, i32)> = vec![(&self.control, 0, control)];
-            words.extend(sleepers.iter().map(|s| (s.bell.region(), s.off, s.seen)));
+            words
+                .extend(sleepers.iter().filter_map(|s| s.bell.as_ref().map(|b| (b.region(), s.off, s.seen))));
             let timeout = next.saturating_duration_since(now);
             if crate::region::wait_any_i32(&words, timeout).is_err() {
                 // No futex_waitv: look again every millisecond.

@@ -13,6 +13,8 @@
 //! or resumes it); what survives a power loss is what the [`Fsync`] policy synced, up to
 //! [`Recording::durable_position`].
 
+#[cfg(all(feature = "async", not(shmlog_loom)))]
+mod async_replay;
 pub(crate) mod record;
 
 #[cfg(not(shmlog_loom))]
@@ -35,6 +37,8 @@ pub(crate) mod segment_reader;
 #[cfg(all(test, shmlog_loom))]
 mod loom_models;
 
+#[cfg(all(feature = "async", not(shmlog_loom)))]
+pub use async_replay::{AsyncReplay, ReplayError};
 pub use record::{Recording, RecordingState, StopReason};
 #[cfg(not(shmlog_loom))]
 pub use {
