@@ -402,14 +402,12 @@ fn record_recordings_and_replay_from_the_command_line() {
 
     // Into a new stream, read here.
     let into = spawn(&["replay", "--journal", j, "0", "--dir", dir_arg(&dir), "--into", "ticks-copy"]);
-    let mut copy = Subscription::builder("ticks-copy")
-        .dir(dir.path())
-        .wait_for_publisher(Duration::from_secs(30))
-        .open()
-        .unwrap();
+    // No `wait_for_publisher`: the replay may publish everything and close before `open` would
+    // see it connected. It waits for a reader, so nothing is sent before we join.
+    let mut copy = Subscription::builder("ticks-copy").dir(dir.path()).open().unwrap();
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !copy.is_closed() {
+    while !(copy.is_closed() && got.len() == count as usize) {
         copy.poll_blocking(
             |m: &[u8], _: &Header| got.push(u32::from_le_bytes(m[..4].try_into().unwrap())),
             100,
