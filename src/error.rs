@@ -182,15 +182,15 @@ impl fmt::Display for Error {
             Self::PermissionDenied { path, reason } => {
                 write!(f, "{}: permission denied: {reason}", path.display())
             }
-            Self::InsufficientSpace { path, needed, available } if path.starts_with("/dev/shm") => write!(
+            Self::InsufficientSpace { path, needed, available } if is_journal_file(path) => write!(
                 f,
-                "{}: insufficient space: the log needs {needed} bytes, {available} are available \
-                 (enlarge /dev/shm, e.g. docker --shm-size, or use a smaller term length)",
+                "{}: insufficient space: {needed} bytes needed, {available} are available (the journal's disk is full)",
                 path.display()
             ),
             Self::InsufficientSpace { path, needed, available } => write!(
                 f,
-                "{}: insufficient space: {needed} bytes needed, {available} are available",
+                "{}: insufficient space: the log needs {needed} bytes, {available} are available \
+                 (enlarge /dev/shm, e.g. docker --shm-size, or use a smaller term length)",
                 path.display()
             ),
             Self::VersionMismatch { path, found, expected } => write!(
@@ -224,6 +224,12 @@ impl fmt::Display for Error {
             Self::Io { op, path, source } => write!(f, "{}: {op}: {source}", path.display()),
         }
     }
+}
+
+/// A journal's segment or catalog (whose full disk is not a `/dev/shm` matter).
+fn is_journal_file(path: &std::path::Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.ends_with(".seg") || name.starts_with("catalog") || name.starts_with(".catalog.")
 }
 
 impl std::error::Error for Error {

@@ -198,11 +198,10 @@ pub struct Subscription {
     _not_sync: PhantomData<Cell<()>>,
 }
 
-/// A session a subscription left: which, where, and whether its publisher had closed it.
+/// A session a subscription left: which, and whether its publisher had closed it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ended {
     pub session_id: i32,
-    pub position: i64,
     pub end_of_stream: bool,
 }
 
@@ -493,7 +492,6 @@ impl Subscription {
             State::Reading(s) => {
                 self.ended = Some(Ended {
                     session_id: s.reader.log().session_id(),
-                    position: s.reader.position(),
                     end_of_stream: s.reader.at_end_of_stream(),
                 });
                 s.reader.leave()

@@ -268,7 +268,11 @@ impl Recorder {
                 std::thread::sleep(timeout.min(IDLE_SLEEP));
                 true
             }
-            None => false,
+            // Stopped by an error: nothing will come, but a caller's loop must not spin.
+            None => {
+                std::thread::sleep(timeout.min(IDLE_SLEEP));
+                false
+            }
         }
     }
 
