@@ -75,9 +75,16 @@
 //! [`Sender`] and [`Receiver`] (`recv_timeout`, a blocking iterator) with a [`Codec`], and an
 //! async `Stream` (feature `async`). See `docs/waiting.md`.
 //!
+//! # Recording and replay
+//! The [`journal`] records a stream into segment files on disk (a [`journal::Recorder`] is a
+//! reader of the live log; the publisher never writes to disk), replays a recording from any
+//! message start with the same handler shapes ([`journal::Replay`]), and merges a replay into
+//! the live stream with no gap and no duplicate ([`journal::ReplayMerge`]). See
+//! `docs/journal.md`.
+//!
 //! # Features
 //! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver`, a
-//! `futures_core::Stream` of messages. `cli`: the `shmlog` tool. `aeron-compare`: the benches
+//! `futures_core::Stream` of messages (and `journal::AsyncReplay`, one of a recording). `cli`: the `shmlog` tool. `aeron-compare`: the benches
 //! against aeron-rs. None is on by default.
 //!
 //! # Thread safety
