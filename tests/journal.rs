@@ -525,8 +525,18 @@ fn an_untethered_recorder_reports_the_gaps_it_skipped_and_never_a_torn_message()
             }
             recorder.wait(Duration::from_millis(10));
         } else {
-            // Let the publisher get half a window ahead before the next poll: a disk stall.
-            std::thread::sleep(Duration::from_micros(300));
+            // A disk stall: no poll until the publisher is more than half a window past what was
+            // recorded, or done.
+            let ahead = || {
+                shmlog::inspect::streams(shm.path())
+                    .ok()
+                    .and_then(|s| s.into_iter().find_map(|s| s.log))
+                    .is_some_and(|log| log.position - recorder.recorded_position() > (log.window / 2) as i64)
+            };
+            while !publisher.is_finished() && !ahead() {
+                assert!(Instant::now() < deadline, "the publisher did not get ahead");
+                std::thread::yield_now();
+            }
         }
         assert!(Instant::now() < deadline, "recording did not finish");
     }
