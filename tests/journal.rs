@@ -196,6 +196,14 @@ fn a_replay_starts_where_a_message_starts_and_nowhere_else() {
         n += replay.poll(|_: &[u8], _: &Header| {}, 1000).unwrap();
     }
     assert_eq!(replay.position(), ends[99]);
+    // A `to` inside a message's frame ends the replay before that frame.
+    let mut cut = Replay::builder(disk.path(), id).to(ends[5] + 32).open().unwrap();
+    let mut delivered = 0;
+    while !cut.is_done() {
+        delivered += cut.poll(|_: &[u8], _: &Header| {}, 1000).unwrap();
+    }
+    assert!(cut.position() <= ends[5] + 32 && cut.position() >= ends[5], "{}", cut.position());
+    assert!(delivered >= 6);
     assert!(
         n >= 100 && start.elapsed() >= Duration::from_millis(4),
         "{n} fragments in {:?}",

@@ -453,7 +453,8 @@ impl Writer {
         let a = self.active.as_mut().expect("begun above");
         if position != a.recorded {
             let terms = a.expect.terms;
-            if position == terms.term_begin(a.recorded) + terms.term_length as i64 {
+            let next_term = terms.term_begin(a.recorded) + terms.term_length as i64;
+            if terms.term_offset(a.recorded) != 0 && position == next_term {
                 // The log had padding to the term's end here, which reads skip.
                 let (pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
                 Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_at(&pad, at)?;

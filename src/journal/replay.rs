@@ -32,7 +32,8 @@ impl ReplayBuilder {
         self
     }
 
-    /// Stop at `position` (default: follow the recording to its stop position).
+    /// Stop at `position` (default: follow the recording to its stop position); a position
+    /// inside a frame stops the replay before that frame.
     pub fn to(mut self, position: i64) -> Self {
         self.to = Some(position);
         self
@@ -168,8 +169,13 @@ impl Replay {
                 }
                 continue;
             }
-            let frame = self.reader.frame(self.position, end)?;
+            let frame = self.reader.frame(self.position, self.limit)?;
             let next = self.position + frame.aligned as i64;
+            if next > self.to {
+                // `to` falls inside this frame: the replay ends before it.
+                self.to = self.position;
+                break;
+            }
             if frame.is_padding() {
                 self.position = next;
                 self.boundary = true;
