@@ -1,5 +1,5 @@
 //! The journal against what a user would do by hand, side by side in the same run, rounds taking
-//! turns (medians of per-round ratios):
+//! turns (medians of per-round ratios; `sync(2)` before each side of a round):
 //!
 //! - `record`: a recorder copying a publisher thread's 1 KiB messages into segment files, MB/s,
 //!   against `pwrite` of the same number of bytes in 1 MiB writes to a file of the same disk
@@ -60,6 +60,22 @@ fn settle() {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
+}
+
+/// `rounds` rounds of `a` then `b` (each after `settle`): the medians of `a`, of `b`, and of the
+/// per-round ratios `b / a`.
+fn alternate(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64, f64) {
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        settle();
+        let x = a();
+        settle();
+        let y = b();
+        xs.push(x);
+        ys.push(y);
+        ratios.push(y / x);
+    }
+    (median(&mut xs), median(&mut ys), median(&mut ratios))
 }
 
 /// Polls `recorder` until it has joined `p`'s session.
@@ -152,17 +168,7 @@ fn record_lanes(args: &Args) {
         if !args.wants(&name) {
             continue;
         }
-        let (mut rec, mut wr, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..args.n(5, 1) {
-            settle();
-            let r = record_round(bytes, fsync);
-            settle();
-            let w = write_round(bytes, sync);
-            rec.push(r);
-            wr.push(w);
-            ratio.push(r / w);
-        }
-        let (r, w, q) = (median(&mut rec), median(&mut wr), median(&mut ratio));
+        let (w, r, q) = alternate(args.n(5, 1), || write_round(bytes, sync), || record_round(bytes, fsync));
         eprintln!(
             "[{B}] {name}: recorder {r:.0} MB/s, sequential pwrite {w:.0} MB/s, ratio {q:.2} (goal >= 0.8)"
         );
@@ -296,16 +302,8 @@ fn sole_reader_round(n: u64, recorder_reads: bool) -> f64 {
 fn live_lanes(args: &Args) {
     if args.wants("journal/live/sole_reader") {
         let n = args.n(20_000_000, 200_000) as u64;
-        let (mut plain, mut rec, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..args.n(5, 1) {
-            settle();
-            let a = sole_reader_round(n, false);
-            let b = sole_reader_round(n, true);
-            plain.push(a);
-            rec.push(b);
-            ratio.push(b / a);
-        }
-        let (a, b, q) = (median(&mut plain), median(&mut rec), median(&mut ratio));
+        let (a, b, q) =
+            alternate(args.n(5, 1), || sole_reader_round(n, false), || sole_reader_round(n, true));
         eprintln!(
             "[{B}] journal/live/sole_reader: publisher {:.1} M msgs/s (64 B) to a subscriber, {:.1} M msgs/s to a \
              recorder as its only reader (ratio {q:.2}: the recorder keeps the publisher going as a reader does)",
@@ -351,16 +349,7 @@ fn live_lanes(args: &Args) {
     }
     if args.wants("journal/live/throughput") {
         let n = args.n(20_000_000, 200_000) as u64;
-        let (mut plain, mut rec, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..args.n(5, 1) {
-            settle();
-            let a = stream_round(n, false);
-            let b = stream_round(n, true);
-            plain.push(a);
-            rec.push(b);
-            ratio.push(b / a);
-        }
-        let (a, b, q) = (median(&mut plain), median(&mut rec), median(&mut ratio));
+        let (a, b, q) = alternate(args.n(5, 1), || stream_round(n, false), || stream_round(n, true));
         eprintln!(
             "[{B}] journal/live/throughput: {:.1} -> {:.1} M msgs/s (64 B) with a recorder, ratio {q:.2} \
              (goal >= 0.9 where the recorder has a core; here {} cores are shared by a spinning publisher, a spinning \
@@ -408,15 +397,7 @@ fn replay_lanes(args: &Args) {
     let (_shm, disk, id, _) = record_stream(bytes, Fsync::Never);
     replay_round(&disk.0, id); // into the page cache
     let source = vec![9u8; bytes as usize];
-    let (mut rp, mut mc, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..args.n(7, 1) {
-        let r = replay_round(&disk.0, id);
-        let m = memcpy_round(&source);
-        rp.push(r);
-        mc.push(m);
-        ratio.push(r / m);
-    }
-    let (r, m, q) = (median(&mut rp), median(&mut mc), median(&mut ratio));
+    let (m, r, q) = alternate(args.n(7, 1), || memcpy_round(&source), || replay_round(&disk.0, id));
     eprintln!("[{B}] journal/replay: {r:.0} MB/s of messages from the page cache, memcpy {m:.0} MB/s, ratio {q:.2} (goal >= 0.5)");
     support::record(B, "journal/replay", &[("replay_mbps", r), ("memcpy_mbps", m), ("ratio", q)], &[]);
 }

@@ -138,6 +138,28 @@ pub struct Receiver<T = Vec<u8>, C: Codec<T> = Bytes> {
 /// Messages taken per poll into the receiver's queue.
 const BATCH: usize = 64;
 
+/// A fragment handler that decodes whole messages with `codec` into `ready`, gathering a
+/// fragmented message's payload in `partial` (a live receiver and an async replay share it).
+pub(crate) fn whole_messages<'a, T, C: Codec<T>>(
+    codec: &'a C,
+    partial: &'a mut Vec<u8>,
+    ready: &'a mut VecDeque<Result<T, C::Error>>,
+) -> impl FnMut(&[u8], &Header) + 'a {
+    move |payload: &[u8], header: &Header| match (header.is_begin(), header.is_end()) {
+        (true, true) => ready.push_back(codec.decode(payload)),
+        (true, false) => {
+            partial.clear();
+            partial.extend_from_slice(payload);
+        }
+        (false, end) => {
+            partial.extend_from_slice(payload);
+            if end {
+                ready.push_back(codec.decode(partial));
+            }
+        }
+    }
+}
+
 impl<T, C: Codec<T>> Receiver<T, C> {
     /// Receives from `subscription`, decoding with `codec`.
     pub fn new(subscription: Subscription, codec: C) -> Self {
@@ -177,22 +199,7 @@ impl<T, C: Codec<T>> Receiver<T, C> {
     /// Polls once, decoding whole messages into the queue; returns the fragments taken.
     fn fill(&mut self) -> usize {
         let Self { subscription, codec, partial, ready } = self;
-        subscription.poll(
-            |payload: &[u8], header: &Header| match (header.is_begin(), header.is_end()) {
-                (true, true) => ready.push_back(codec.decode(payload)),
-                (true, false) => {
-                    partial.clear();
-                    partial.extend_from_slice(payload);
-                }
-                (false, end) => {
-                    partial.extend_from_slice(payload);
-                    if end {
-                        ready.push_back(codec.decode(partial));
-                    }
-                }
-            },
-            BATCH,
-        )
+        subscription.poll(whole_messages(codec, partial, ready), BATCH)
     }
 
     /// The subscription underneath (position, session, ...).

@@ -5,9 +5,9 @@
 
 use super::replay::Replay;
 use crate::api::async_rx::{waiter, Waiter};
+use crate::api::channel::whole_messages;
 use crate::api::codec::{Bytes, Codec};
 use crate::error::Error;
-use crate::log::header::Header;
 use futures_core::Stream;
 use std::collections::VecDeque;
 use std::fmt;
@@ -80,22 +80,7 @@ impl<T, C: Codec<T>> AsyncReplay<T, C> {
     /// Reads up to 64 fragments into `ready`.
     fn fill(&mut self) -> Result<usize, Error> {
         let Self { replay, codec, partial, ready, .. } = self;
-        replay.poll(
-            |payload: &[u8], header: &Header| match (header.is_begin(), header.is_end()) {
-                (true, true) => ready.push_back(codec.decode(payload)),
-                (true, false) => {
-                    partial.clear();
-                    partial.extend_from_slice(payload);
-                }
-                (false, end) => {
-                    partial.extend_from_slice(payload);
-                    if end {
-                        ready.push_back(codec.decode(partial));
-                    }
-                }
-            },
-            64,
-        )
+        replay.poll(whole_messages(codec, partial, ready), 64)
     }
 }
 

@@ -41,7 +41,6 @@ pub fn close_interrupted(
         }
         let stop = cut(dir, &recording)?;
         if let Some((older, older_stop)) = latest.replace((recording, stop)) {
-            let older: Recording = older;
             catalog.stop(older.id, older_stop, StopReason::RecorderDied);
             catalog.release(older.id);
         }

@@ -1,6 +1,8 @@
 //! `shmlog record`, `shmlog replay` and `shmlog recordings`: the journal from the command line.
 
 use crate::sys::stop_requested;
+use crate::DirArg;
+use clap::Args;
 use serde_json::json;
 use shmlog::journal::{self, Fsync, Recorder, Recording, RecordingState, Replay};
 use shmlog::{Error, FragmentAssembler, Header, JoinAt, Publication};
@@ -9,22 +11,50 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+#[derive(Args, Debug)]
 pub struct RecordArgs {
-    pub dir: PathBuf,
-    pub journal: PathBuf,
-    pub stream: String,
-    pub segment_length: u64,
+    #[command(flatten)]
+    dir: DirArg,
+    /// Stream name.
+    stream: String,
+    /// Journal directory (on a real disk, not /dev/shm).
+    #[arg(long, value_name = "DIR")]
+    journal: PathBuf,
+    /// Bytes per segment file (power of two).
+    #[arg(long, value_name = "BYTES", default_value_t = 128 << 20)]
+    segment_length: u64,
+    /// When to force recorded bytes to the disk: never, segment, or a number of milliseconds.
+    #[arg(long, value_name = "POLICY", default_value = "never", value_parser = parse_fsync)]
     pub fsync: Fsync,
-    pub untethered: bool,
-    pub from_slowest: bool,
-    pub duration: Option<f64>,
-    pub until_end: bool,
+    /// Never hold the publisher back: skip ahead (and report the gap) when behind.
+    #[arg(long)]
+    untethered: bool,
+    /// Start with what the log still holds behind its slowest reader, not at the publisher.
+    #[arg(long)]
+    from_slowest: bool,
+    /// Stop after SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Stop when the first recorded session ends.
+    #[arg(long)]
+    until_end: bool,
+}
+
+fn parse_fsync(s: &str) -> Result<Fsync, String> {
+    match s {
+        "never" => Ok(Fsync::Never),
+        "segment" => Ok(Fsync::PerSegment),
+        ms => match ms.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Fsync::Every(Duration::from_millis(ms))),
+            _ => Err(format!("{s:?}: expected never, segment or a number of milliseconds")),
+        },
+    }
 }
 
 /// Records until Ctrl-C, `--duration`, or (with `--until-end`) the end of the first session.
 pub fn record(a: &RecordArgs) -> Result<(), Error> {
     let mut recorder = Recorder::builder(&a.stream, &a.journal)
-        .stream_dir(&a.dir)
+        .stream_dir(a.dir.path())
         .segment_length(a.segment_length)
         .fsync(a.fsync)
         .tethered(!a.untethered)
@@ -59,15 +89,30 @@ pub fn record(a: &RecordArgs) -> Result<(), Error> {
     Ok(())
 }
 
+#[derive(Args, Debug)]
 pub struct ReplayArgs {
-    pub journal: PathBuf,
+    #[command(flatten)]
+    dir: DirArg,
+    /// Journal directory.
+    #[arg(long, value_name = "DIR")]
+    journal: PathBuf,
+    /// Recording id (see `shmlog recordings`).
     pub id: u32,
+    /// Start at this position (where a message starts) [default: the recording's start].
+    #[arg(long, value_name = "POSITION")]
     pub from: Option<i64>,
-    pub to: Option<i64>,
-    pub rate: Option<f64>,
-    pub into: Option<String>,
-    pub dir: PathBuf,
-    pub follow: bool,
+    /// Stop at this position.
+    #[arg(long, value_name = "POSITION")]
+    to: Option<i64>,
+    /// At most this many messages per second.
+    #[arg(long, value_name = "MSGS")]
+    rate: Option<f64>,
+    /// Publish into this new stream (in --dir) instead of printing.
+    #[arg(long, value_name = "STREAM")]
+    into: Option<String>,
+    /// Keep following a recording that is still recording.
+    #[arg(long)]
+    follow: bool,
 }
 
 /// Replays to stdout (one `position length hex` line per message) or into a new stream.
@@ -111,7 +156,7 @@ fn replay_inner(a: &ReplayArgs) -> Result<(), Failure> {
         Some(name) => {
             let recording = replay.recording();
             let p = Publication::builder(name)
-                .dir(&a.dir)
+                .dir(a.dir.path())
                 .term_length(recording.term_length)
                 .mtu(recording.mtu)
                 .create()?;

@@ -48,58 +48,9 @@ enum Command {
     #[command(subcommand)]
     Latency(LatencyCommand),
     /// Record a stream into segment files of a journal directory on disk, until Ctrl-C.
-    Record {
-        #[command(flatten)]
-        dir: DirArg,
-        /// Stream name.
-        stream: String,
-        /// Journal directory (on a real disk, not /dev/shm).
-        #[arg(long, value_name = "DIR")]
-        journal: PathBuf,
-        /// Bytes per segment file (power of two).
-        #[arg(long, value_name = "BYTES", default_value_t = 128 << 20)]
-        segment_length: u64,
-        /// When to force recorded bytes to the disk: never, segment, or a number of milliseconds.
-        #[arg(long, value_name = "POLICY", default_value = "never", value_parser = parse_fsync)]
-        fsync: shmlog::journal::Fsync,
-        /// Never hold the publisher back: skip ahead (and report the gap) when behind.
-        #[arg(long)]
-        untethered: bool,
-        /// Start with what the log still holds behind its slowest reader, not at the publisher.
-        #[arg(long)]
-        from_slowest: bool,
-        /// Stop after SECS seconds.
-        #[arg(long, value_name = "SECS")]
-        duration: Option<f64>,
-        /// Stop when the first recorded session ends.
-        #[arg(long)]
-        until_end: bool,
-    },
+    Record(journal::RecordArgs),
     /// Replay a recording to stdout (`position length hex` per message) or into a new stream.
-    Replay {
-        #[command(flatten)]
-        dir: DirArg,
-        /// Journal directory.
-        #[arg(long, value_name = "DIR")]
-        journal: PathBuf,
-        /// Recording id (see `shmlog recordings`).
-        id: u32,
-        /// Start at this position (where a message starts) [default: the recording's start].
-        #[arg(long, value_name = "POSITION")]
-        from: Option<i64>,
-        /// Stop at this position.
-        #[arg(long, value_name = "POSITION")]
-        to: Option<i64>,
-        /// At most this many messages per second.
-        #[arg(long, value_name = "MSGS")]
-        rate: Option<f64>,
-        /// Publish into this new stream (in --dir) instead of printing.
-        #[arg(long, value_name = "STREAM")]
-        into: Option<String>,
-        /// Keep following a recording that is still recording.
-        #[arg(long)]
-        follow: bool,
-    },
+    Replay(journal::ReplayArgs),
     /// List the recordings of a journal directory: streams, positions, sizes, rates, states.
     Recordings {
         /// Journal directory.
@@ -109,18 +60,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-}
-
-fn parse_fsync(s: &str) -> Result<shmlog::journal::Fsync, String> {
-    use shmlog::journal::Fsync;
-    match s {
-        "never" => Ok(Fsync::Never),
-        "segment" => Ok(Fsync::PerSegment),
-        ms => match ms.parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(Fsync::Every(std::time::Duration::from_millis(ms))),
-            _ => Err(format!("{s:?}: expected never, segment or a number of milliseconds")),
-        },
-    }
 }
 
 #[derive(Args, Debug)]
@@ -234,40 +173,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Clean { dir, dry_run, json } => {
             stat::clean(&dir.path(), dry_run, json).map_err(|e| e.to_string())
         }
-        Command::Record {
-            dir,
-            stream,
-            journal,
-            segment_length,
-            fsync,
-            untethered,
-            from_slowest,
-            duration,
-            until_end,
-        } => journal::record(&journal::RecordArgs {
-            dir: dir.path(),
-            journal,
-            stream,
-            segment_length,
-            fsync,
-            untethered,
-            from_slowest,
-            duration,
-            until_end,
-        })
-        .map_err(|e| e.to_string()),
-        Command::Replay { dir, journal, id, from, to, rate, into, follow } => {
-            journal::replay(&journal::ReplayArgs {
-                journal,
-                id,
-                from,
-                to,
-                rate,
-                into,
-                dir: dir.path(),
-                follow,
-            })
-        }
+        Command::Record(args) => journal::record(&args).map_err(|e| e.to_string()),
+        Command::Replay(args) => journal::replay(&args),
         Command::Recordings { journal, json } => {
             journal::recordings(&journal, json).map_err(|e| e.to_string())
         }
@@ -375,10 +282,10 @@ mod tests {
         let cli =
             Cli::try_parse_from(["shmlog", "record", "s", "--journal", "/j", "--fsync", "250"]).unwrap();
         assert!(
-            matches!(cli.command, Command::Record { fsync: shmlog::journal::Fsync::Every(d), .. } if d.as_millis() == 250)
+            matches!(&cli.command, Command::Record(a) if a.fsync == shmlog::journal::Fsync::Every(std::time::Duration::from_millis(250)))
         );
         assert!(Cli::try_parse_from(["shmlog", "record", "s", "--journal", "/j", "--fsync", "0"]).is_err());
         let cli = Cli::try_parse_from(["shmlog", "replay", "--journal", "/j", "3", "--from", "64"]).unwrap();
-        assert!(matches!(cli.command, Command::Replay { id: 3, from: Some(64), .. }));
+        assert!(matches!(&cli.command, Command::Replay(a) if a.id == 3 && a.from == Some(64)));
     }
 }
