@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Loom model checking of the log and stream protocols: src/log/loom_models.rs and
+# Loom model checking of the log and stream protocols: src/log/loom_models.rs,
+# src/log/loom_concurrent.rs (many writers and the unblocker) and
 # src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader), and of the journal's
 # catalog record (src/journal/loom_models.rs), over src/region/loom.rs.
 #
@@ -28,7 +29,14 @@
 #      shmlog_mutant_no_doorbell_pass_on  a reader woken by the writer's single wake-up does not
 #                                         wake the other sleepers: i deadlocks;
 #      shmlog_mutant_relaxed_catalog      a catalog record's state is published with Relaxed: the
-#                                         journal model j sees a state before its fields.
+#                                         journal model j sees a state before its fields;
+#      shmlog_mutant_pending_after_reserve a concurrent writer publishes its pending position after
+#                                         its tail CAS: another writer enters the next term over a
+#                                         range not yet zeroed (k1);
+#      shmlog_mutant_release_before_clean a concurrent writer clears its pending position before
+#                                         zeroing its share of the next partition: k1;
+#      shmlog_mutant_unblock_over_live    the unblocker pads a frame a live (stopped) writer owns:
+#                                         k3. (relaxed_commit must also fail k1-k3.)
 #    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
@@ -86,7 +94,7 @@ mutant() {
     step "mutant $cfg: $failed of $total models failed, as they must"
 }
 
-mutant shmlog_mutant_relaxed_commit log::loom_models stream::loom_models::d stream::loom_models::g_
+mutant shmlog_mutant_relaxed_commit log::loom_models log::loom_concurrent stream::loom_models::d stream::loom_models::g_
 mutant shmlog_mutant_skip_clean log::loom_models::c2_ stream::loom_models::d1_
 mutant shmlog_mutant_relaxed_position stream::loom_models::d
 mutant shmlog_mutant_no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
@@ -98,5 +106,8 @@ mutant shmlog_mutant_no_doorbell_recheck stream::loom_models::h_
 mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
 mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_
 mutant shmlog_mutant_relaxed_catalog journal::loom_models::j_
+mutant shmlog_mutant_pending_after_reserve log::loom_concurrent::k1_
+mutant shmlog_mutant_release_before_clean log::loom_concurrent::k1_
+mutant shmlog_mutant_unblock_over_live log::loom_concurrent::k3_
 
 step "done in $((SECONDS - start))s"

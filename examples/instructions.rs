@@ -1,19 +1,42 @@
 //! A fixed amount of hot-path work for instruction counting under callgrind
 //! (`scripts/instructions.sh`): one thread, 32-byte messages, `offer` then `poll`.
 //!
-//! `instructions <mode> <count>`: `alternating` (one offer, one poll, `count` times) or
-//! `batched` (1000 offers, then polls until all are read, `count / 1000` times). Run it twice with
+//! `instructions <mode> <count> [exclusive|concurrent]`: `alternating` (one offer, one poll,
+//! `count` times) or `batched` (1000 offers, then polls until all are read, `count / 1000`
+//! times), through a `Publication` (default) or a `ConcurrentPublication`. Run it twice with
 //! different counts and divide the difference of the instruction totals by the difference of the
 //! counts: setup (file creation, page faults, warm-up) cancels out.
 
-use shmlog::{Header, Publication, Subscription};
+use shmlog::{ConcurrentPublication, Header, OfferError, Publication, Subscription};
+
+/// Either kind of writer.
+enum Writer {
+    Exclusive(Publication),
+    Concurrent(ConcurrentPublication),
+}
+
+impl Writer {
+    #[inline(always)]
+    fn offer(&mut self, msg: &[u8]) -> Result<i64, OfferError> {
+        match self {
+            Self::Exclusive(p) => p.offer(msg),
+            Self::Concurrent(p) => p.offer(msg),
+        }
+    }
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mode = args.next().unwrap_or_else(|| "alternating".into());
     let count: u64 = args.next().and_then(|c| c.parse().ok()).unwrap_or(1_000_000);
+    let kind = args.next().unwrap_or_else(|| "exclusive".into());
     let dir = std::env::temp_dir().join(format!("shmlog-instructions-{}", std::process::id()));
-    let mut p = Publication::builder("i").dir(&dir).term_length(1 << 20).create().expect("publication");
+    let b = Publication::builder("i").dir(&dir).term_length(1 << 20);
+    let mut p = match kind.as_str() {
+        "exclusive" => Writer::Exclusive(b.create().expect("publication")),
+        "concurrent" => Writer::Concurrent(b.open_concurrent().expect("concurrent publication")),
+        other => panic!("unknown writer kind {other}"),
+    };
     let mut s = Subscription::builder("i").dir(&dir).open().expect("subscription");
     let msg = [7u8; 32];
     let mut seen = 0u64;

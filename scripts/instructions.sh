@@ -4,6 +4,7 @@
 # divided by the difference of the counts cancels setup.
 #
 #   scripts/instructions.sh            # this checkout
+#   KIND=concurrent scripts/instructions.sh   # through a ConcurrentPublication
 #   TARGET_DIR=... scripts/instructions.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,12 @@ export CARGO_TARGET_DIR="${TARGET_DIR:-target}"
 cargo build -q --profile bench --example instructions
 bin="$CARGO_TARGET_DIR/release/examples/instructions"
 total() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" "${KIND:-exclusive}" 2>&1 |
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 for mode in alternating batched; do
     small=$(total "$mode" 100000)
     large=$(total "$mode" 300000)
     awk -v m="$mode" -v s="$small" -v l="$large" \
-        'BEGIN { printf "%s: %.1f instructions per message (offer + poll)\n", m, (l - s) / 200000 }'
+        -v k="${KIND:-exclusive}" 'BEGIN { printf "%s, %s: %.1f instructions per message (offer + poll)\n", k, m, (l - s) / 200000 }'
 done

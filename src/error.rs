@@ -25,6 +25,9 @@ pub enum OfferError {
         /// Largest length accepted for this operation.
         max: usize,
     },
+    /// The log's tail counters never described a position while a `ConcurrentPublication`
+    /// reserved space: a process other than its writers wrote the log. Never clears.
+    Corrupt,
 }
 
 impl OfferError {
@@ -42,6 +45,9 @@ impl fmt::Display for OfferError {
             Self::MaxPositionExceeded => f.write_str("the stream reached its maximum position"),
             Self::MessageTooLarge { len, max } => {
                 write!(f, "message of {len} bytes exceeds the maximum of {max} bytes")
+            }
+            Self::Corrupt => {
+                f.write_str("the log's tail counters are inconsistent (written by a non-writer)")
             }
         }
     }
@@ -62,7 +68,8 @@ pub enum Error {
     },
     /// A builder setting is out of range.
     InvalidConfig(&'static str),
-    /// A live publisher already owns this stream.
+    /// A live publisher already owns this stream (for a `ConcurrentPublication`: an exclusive
+    /// `Publication` does).
     AlreadyExists {
         /// The log file.
         path: PathBuf,
@@ -104,6 +111,14 @@ pub enum Error {
         /// The reader-slot file.
         path: PathBuf,
         /// Number of slots in it.
+        slots: usize,
+    },
+    /// Every writer slot of a concurrent stream's log is held by a live writer (or by a dead one
+    /// whose frame is not padded yet).
+    TooManyWriters {
+        /// The log file.
+        path: PathBuf,
+        /// Writer slots in a log.
         slots: usize,
     },
     /// The stream's reader-slot file, shared by live processes, has fewer slots than asked for.
@@ -201,6 +216,9 @@ impl fmt::Display for Error {
             Self::Corrupt { path, what } => write!(f, "{}: not a valid shmlog file: {what}", path.display()),
             Self::TooManyReaders { path, slots } => {
                 write!(f, "{}: all {slots} reader slots are in use by live readers", path.display())
+            }
+            Self::TooManyWriters { path, slots } => {
+                write!(f, "{}: all {slots} writer slots of the log are in use", path.display())
             }
             Self::ReaderSlots { path, slots, wanted } => write!(
                 f,

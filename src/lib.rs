@@ -163,6 +163,7 @@ pub use api::{
     channel::{Receiver, RecvError, SendError, Sender},
     claim::Claim,
     codec::{Bytes, Codec, PodCodec, WrongSize},
+    concurrent::{ConcurrentClaim, ConcurrentPublication},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Publication, PublicationBuilder},
     subscription::{Subscription, SubscriptionBuilder},

@@ -125,4 +125,14 @@ pub(crate) mod protocol {
     /// The store of a catalog record's state that publishes the fields written before it.
     pub(crate) const CATALOG_PUBLISH: Ordering =
         if cfg!(shmlog_mutant_relaxed_catalog) { Ordering::Relaxed } else { Ordering::Release };
+
+    /// A concurrent writer publishes its pending position before its tail CAS (not after).
+    pub(crate) const PENDING_BEFORE_RESERVE: bool = !cfg!(shmlog_mutant_pending_after_reserve);
+
+    /// A concurrent writer zeroes its share of the next partition before it clears its pending
+    /// position (not after).
+    pub(crate) const CLEAN_BEFORE_RELEASE: bool = !cfg!(shmlog_mutant_release_before_clean);
+
+    /// An unblocker waits while a live writer's pending position lies at or before the hole.
+    pub(crate) const UNBLOCK_SPARES_LIVE: bool = !cfg!(shmlog_mutant_unblock_over_live);
 }

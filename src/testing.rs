@@ -24,6 +24,7 @@ pub fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (S
         pid: 1,
         created_ns: 0,
         name: "heap",
+        concurrent: false,
     };
     let log = Log::initialize(Arc::clone(&region), &init);
     (region, log)

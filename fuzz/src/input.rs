@@ -172,6 +172,7 @@ pub fn fresh_log(g: Geometry, initial_term_id: i32, term_count: i32) -> Log<Heap
             pid: 1,
             created_ns: 0,
             name: "fuzz",
+            concurrent: false,
         },
     );
     if term_count > 0 {

@@ -120,6 +120,25 @@ pub struct LogInfo {
     /// Reader positions found past the publisher's own (impossible for an honest reader: a stray
     /// or forged word) and ignored by flow control.
     pub ignored_positions: i64,
+    /// `true` for the log of a `ConcurrentPublication` (any number of writers).
+    pub concurrent: bool,
+    /// The writer slots of a concurrent log that were ever claimed (empty for an exclusive log).
+    pub writers: Vec<WriterInfo>,
+}
+
+/// A writer slot of a concurrent log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterInfo {
+    /// Index of the slot.
+    pub slot: usize,
+    /// Process id its last owner wrote.
+    pub pid: i64,
+    /// `true` while a process holds the slot's lock.
+    pub alive: bool,
+    /// Where the writer is reserving or writing a frame (`None` between messages). On a dead
+    /// writer: a hole that the next held-back writer or waiting reader pads.
+    pub pending: Option<i64>,
 }
 
 /// What a claimed reader slot says.
@@ -251,6 +270,15 @@ fn log_info(path: &Path, file: &File, log: &Log<ReadOnlyRegion>) -> Result<LogIn
         readers_evicted: log.counter(Counter::ReadersEvicted),
         connected_readers: log.gauge(Gauge::ConnectedReaders),
         ignored_positions: log.counter(Counter::IgnoredPositions),
+        concurrent: log.is_concurrent(),
+        writers: (0..log.writers_high_water())
+            .map(|slot| WriterInfo {
+                slot,
+                pid: log.writer_pid(slot),
+                alive: crate::stream::liveness::writer_alive(file, slot),
+                pending: Some(log.writer_pending(slot)).filter(|&p| p != crate::layout::log_meta::NO_PENDING),
+            })
+            .collect(),
     })
 }
 

@@ -11,6 +11,8 @@ pub(crate) mod claim;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod codec;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod concurrent;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod defaults;
 pub(crate) mod handler;
 pub(crate) mod idle;

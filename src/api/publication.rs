@@ -2,6 +2,7 @@
 //! writer (`stream::writer`).
 
 use super::claim::Claim;
+use super::concurrent::ConcurrentPublication;
 use super::defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH};
 use super::idle::IdleStrategy;
 use crate::error::{Error, OfferError};
@@ -97,7 +98,41 @@ impl PublicationBuilder {
         self
     }
 
-    fn geometry(&self) -> Result<Geometry, Error> {
+    /// Joins the stream as one of any number of writers ([`ConcurrentPublication`]), creating
+    /// its log if no writer has one. The log's geometry is its creator's: the term length, MTU
+    /// and window set here apply only if this call creates it.
+    ///
+    /// Fails with [`Error::AlreadyExists`] if an exclusive [`Publication`] owns the stream, and
+    /// with [`Error::TooManyWriters`] if all 32 writer slots of the log are taken.
+    pub fn open_concurrent(self) -> Result<ConcurrentPublication, Error> {
+        ConcurrentPublication::open(self)
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn dir_setting(&self) -> Option<&PathBuf> {
+        self.dir.as_ref()
+    }
+
+    pub(crate) fn mode(&self) -> u32 {
+        self.file_mode
+    }
+
+    pub(crate) fn reader_slots(&self) -> usize {
+        self.max_readers
+    }
+
+    pub(crate) fn liveness(&self) -> Duration {
+        self.liveness_interval
+    }
+
+    pub(crate) fn keeps_files(&self) -> bool {
+        self.keep_files
+    }
+
+    pub(crate) fn geometry(&self) -> Result<Geometry, Error> {
         let t = self.term_length;
         let mtu = self.mtu.unwrap_or_else(|| (64 * 1024).min(max_message_len(t)));
         let g =
@@ -123,6 +158,7 @@ impl PublicationBuilder {
             name: &self.name,
             geometry,
             mode: self.file_mode,
+            concurrent: false,
         })?;
         // The slot file's last user may have removed it between our open and our publish.
         if !readers.0.is_current().unwrap_or(false) {

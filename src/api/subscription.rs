@@ -6,11 +6,14 @@ use super::handler::{ControlledFragmentHandler, FragmentHandler};
 use super::idle::{Backoff, IdleStrategy};
 use crate::error::Error;
 use crate::log::header::Header;
+use crate::log::Log;
 use crate::region::{MmapRegion, ReadOnlyRegion};
+use crate::stream::concurrent_files;
+use crate::stream::concurrent_writer;
 use crate::stream::doorbell::Rung;
 use crate::stream::files::{self, Found};
 use crate::stream::join::{JoinAt, JoinRefused};
-use crate::stream::liveness::{publisher_alive, SlotFile};
+use crate::stream::liveness::{publisher_alive, LogWriters, SlotFile};
 use crate::stream::name;
 use crate::stream::reader::Reader;
 use crate::stream::slots::{SlotMut, Slots};
@@ -168,6 +171,24 @@ struct Session {
     reader: Reader<ReadOnlyRegion, MmapRegion>,
     /// The publisher's liveness at the last check.
     publisher_alive: bool,
+    /// A concurrent log mapped read-write, opened the first time a dead writer's hole may hold
+    /// us (see `log::unblock`).
+    unblocker: Option<(LogWriters, Log<MmapRegion>)>,
+}
+
+impl Session {
+    /// Pads the holes of the log's dead writers, if any (a concurrent log whose writer may have
+    /// died with a frame reserved, or whose writers are all gone).
+    fn unblock(&mut self, path: &Path) {
+        if self.unblocker.is_none() {
+            if let Ok(Some((file, log))) = concurrent_files::open_for_unblock(path, &self.file) {
+                self.unblocker = Some((LogWriters { file, own: None }, log));
+            }
+        }
+        if let Some((writers, log)) = &self.unblocker {
+            concurrent_writer::unblock(log, writers);
+        }
+    }
 }
 
 /// A reader of a stream: maps the publisher's log read-only and reads it in place.
@@ -445,6 +466,10 @@ impl Subscription {
         if let State::Reading(s) = &mut self.state {
             s.reader.idle_check();
             s.publisher_alive = !s.reader.at_end_of_stream() && publisher_alive(&s.file);
+            let concurrent = s.reader.log().is_concurrent();
+            if concurrent && !s.reader.at_end_of_stream() && (s.reader.held() || !s.publisher_alive) {
+                s.unblock(&self.log_path);
+            }
             // Never leave committed messages of a dead session behind (an `Abort`, or a poll of
             // zero fragments, also lands here).
             if s.publisher_alive || !s.reader.drained() {
@@ -465,7 +490,12 @@ impl Subscription {
         let rule = std::mem::replace(&mut self.next_join, JoinAt::Slowest);
         match Reader::join(next.log, &self.slots, slot, rule, self.copy_payloads) {
             Ok(reader) => {
-                self.state = State::Reading(Session { file: next.file, reader, publisher_alive: true });
+                self.state = State::Reading(Session {
+                    file: next.file,
+                    reader,
+                    publisher_alive: true,
+                    unblocker: None,
+                });
                 Ok(())
             }
             Err((slot, refused)) => {

@@ -21,7 +21,7 @@ pub const PAGE_MAX: usize = 1 << 30;
 /// `b"SHMLOG\0L"` little-endian: the first thing checked when a file is opened as a log.
 pub const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
 /// Bumped whenever the layout of the log or reader-slot file changes incompatibly.
-pub const LAYOUT_VERSION: i32 = 3;
+pub const LAYOUT_VERSION: i32 = 4;
 
 // Aeron-compatible fields (offsets inside the metadata section).
 /// Three packed tail counters, `termId << 32 | offset`, one per partition.
@@ -48,10 +48,20 @@ pub const PUBLISHER_PID: usize = 528;
 pub const SESSION_ID: usize = 532;
 pub const STREAM_ID: usize = 536;
 pub const NAME_LEN: usize = 540;
+/// [`MODE_EXCLUSIVE`] or [`MODE_CONCURRENT`]: who may write the log.
+pub const WRITER_MODE: usize = 544;
+/// One past the highest writer slot ever claimed (`i32`), so scans stop early.
+pub const WRITERS_HIGH_WATER: usize = 548;
+
+/// One publication writes the log (`Publication`); a negative frame length is a fault.
+pub const MODE_EXCLUSIVE: i32 = 0;
+/// Any number of writers share the log (`ConcurrentPublication`): space is reserved with a CAS on
+/// the tail, and a negative frame length is a frame whose writer is still writing it.
+pub const MODE_CONCURRENT: i32 = 1;
 
 /// Every metadata field accessed as an `i32` (the others are `i64`, or the name's bytes).
 #[cfg(any(shmlog_fuzz, shmlog_loom))]
-pub const I32_FIELDS: [usize; 13] = [
+pub const I32_FIELDS: [usize; 15] = [
     ACTIVE_TERM_COUNT,
     INITIAL_TERM_ID,
     HEADER_LENGTH,
@@ -65,6 +75,8 @@ pub const I32_FIELDS: [usize; 13] = [
     SESSION_ID,
     STREAM_ID,
     NAME_LEN,
+    WRITER_MODE,
+    WRITERS_HIGH_WATER,
 ];
 
 // Counters the publisher keeps for `stat`, on their own block (i64 each).
@@ -93,7 +105,33 @@ pub const NAME: usize = 768;
 /// Longest name the metadata holds.
 pub const NAME_MAX: usize = 255;
 
-const _: () = assert!(NAME + NAME_MAX <= META_LEN);
+const _: () = assert!(NAME + NAME_MAX <= WRITERS);
+
+/// The writers table of a concurrent log: one slot per writer handle, each on its own 64-byte
+/// line (a writer stores into its slot twice per message). Whoever holds the kernel lock on the
+/// slot's byte (`stream::liveness`) owns it; the words only describe it.
+pub const WRITERS: usize = 2048;
+/// Bytes per writer slot.
+pub const WRITER_SLOT_LEN: usize = 64;
+/// Writer handles a concurrent log holds at once.
+pub const MAX_WRITERS: usize = 32;
+/// Writer slot field (`i64`): the position at which the writer is reserving or writing a frame,
+/// [`NO_PENDING`] between messages. Set before the reservation, cleared after the commit: flow
+/// control holds every writer within a window of it, and nobody pads over it while its owner lives.
+pub const W_PENDING: usize = 0;
+/// Writer slot field (`i64`): the owner's process id (0: never claimed).
+pub const W_PID: usize = 8;
+/// Writer slot field (`i64`): when the owner claimed the slot, ns since the Unix epoch.
+pub const W_CLAIMED_NS: usize = 16;
+/// A writer slot's pending word between messages.
+pub const NO_PENDING: i64 = i64::MAX;
+
+const _: () = assert!(WRITERS + MAX_WRITERS * WRITER_SLOT_LEN <= META_LEN);
+
+/// Offset (in the metadata) of `field` of writer slot `index`.
+pub const fn writer_field(index: usize, field: usize) -> usize {
+    WRITERS + index * WRITER_SLOT_LEN + field
+}
 
 /// Bytes of the next partition the writer zeroes at a time: at most 1 KiB, and at most `T / 8`
 /// so that the lapping margin below holds on small terms.

@@ -50,7 +50,7 @@ impl ClaimedFrame {
 }
 
 /// Reads a message gathered from several slices, fragment by fragment.
-struct Gather<'a> {
+pub(crate) struct Gather<'a> {
     parts: &'a [&'a [u8]],
     part: usize,
     at: usize,
@@ -62,7 +62,7 @@ impl Gather<'_> {
     /// # Safety
     /// As [`RegionMut::copy_in`] for `dst..dst + n`.
     #[inline(always)]
-    unsafe fn copy_next<R: RegionMut>(&mut self, region: &R, mut dst: usize, mut n: usize) {
+    pub(crate) unsafe fn copy_next<R: RegionMut>(&mut self, region: &R, mut dst: usize, mut n: usize) {
         while n > 0 {
             let part = self.parts[self.part];
             let take = n.min(part.len() - self.at);
@@ -79,8 +79,21 @@ impl Gather<'_> {
     }
 
     /// `parts` must hold at least as many bytes as will be copied out of it.
-    fn new<'a>(parts: &'a [&'a [u8]]) -> Gather<'a> {
+    pub(crate) fn new<'a>(parts: &'a [&'a [u8]]) -> Gather<'a> {
         Gather { parts, part: 0, at: 0 }
+    }
+
+    /// Passes over the next `n` bytes.
+    pub(crate) fn skip(&mut self, mut n: usize) {
+        while n > 0 {
+            let take = n.min(self.parts[self.part].len() - self.at);
+            n -= take;
+            self.at += take;
+            if self.at == self.parts[self.part].len() {
+                self.part += 1;
+                self.at = 0;
+            }
+        }
     }
 }
 
@@ -437,6 +450,7 @@ mod tests {
             pid: 3,
             created_ns: 0,
             name: "clean",
+            concurrent: false,
         };
         let mut w = Appender::new(Log::initialize(HeapRegion::new(geometry.file_length()), &init)).unwrap();
         let append = |w: &mut Appender<HeapRegion>| loop {

@@ -290,6 +290,7 @@ pub(crate) fn new_plain_log(term_length: usize, initial_term_id: i32) -> (Log<Sh
         pid: 1,
         created_ns: 2,
         name: "loom",
+        concurrent: false,
     };
     let log = Log::initialize(Arc::clone(&region), &init);
     (log, region)

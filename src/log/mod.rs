@@ -2,13 +2,17 @@
 //! files, heap memory and (under `--cfg shmlog_loom`) the model checker's memory.
 
 pub(crate) mod appender;
+pub(crate) mod concurrent;
 pub(crate) mod header;
+#[cfg(all(test, shmlog_loom))]
+mod loom_concurrent;
 #[cfg(all(test, shmlog_loom))]
 pub(crate) mod loom_models;
 pub(crate) mod position;
 pub(crate) mod reader;
 #[cfg(all(test, not(shmlog_loom)))]
 mod tests;
+pub(crate) mod unblock;
 
 use crate::error::Invalid;
 use crate::layout::frame::HEADER_LEN;
@@ -69,6 +73,8 @@ pub struct LogInit<'a> {
     pub pid: i32,
     pub created_ns: i64,
     pub name: &'a str,
+    /// Several writers share the log (see `log::concurrent`).
+    pub concurrent: bool,
 }
 
 /// A log buffer in a region: the three partitions and the metadata after them.
@@ -82,6 +88,8 @@ pub struct Log<R> {
     partitions: [Span; PARTITION_COUNT],
     session_id: i32,
     stream_id: i32,
+    /// Several writers share the log: a negative frame length is a frame still being written.
+    concurrent: bool,
 }
 
 /// The partitions of a log with a validated geometry (power-of-two terms of at least 128 bytes).
@@ -126,6 +134,13 @@ impl<R: RegionMut> Log<R> {
         }
         r.store_i32(m + meta::ACTIVE_TERM_COUNT, 0, Ordering::Relaxed);
         r.store_i64(m + meta::EOS_POSITION, i64::MAX, Ordering::Relaxed);
+        let mode = if init.concurrent { meta::MODE_CONCURRENT } else { meta::MODE_EXCLUSIVE };
+        r.store_i32(m + meta::WRITER_MODE, mode, Ordering::Relaxed);
+        if init.concurrent {
+            for i in 0..meta::MAX_WRITERS {
+                r.store_i64(m + meta::writer_field(i, meta::W_PENDING), meta::NO_PENDING, Ordering::Relaxed);
+            }
+        }
         r.store_i32(m + meta::READY, 1, Ordering::Release);
         Self {
             region,
@@ -135,6 +150,7 @@ impl<R: RegionMut> Log<R> {
             partitions: partition_spans(&g).expect("a validated geometry"),
             session_id: init.session_id,
             stream_id: init.stream_id,
+            concurrent: init.concurrent,
         }
     }
 
@@ -146,6 +162,27 @@ impl<R: RegionMut> Log<R> {
     /// Stores a gauge (release: a reader that acquires a later frame sees at least this value).
     pub fn set_gauge(&self, gauge: Gauge, value: i64) {
         self.region.store_i64(self.meta + gauge.field(), value, Ordering::Release);
+    }
+
+    /// Claims writer slot `index` for process `pid` (the caller holds its kernel lock): a slot
+    /// whose previous owner died with a frame pending is not claimable until that frame is
+    /// resolved (`log::unblock`), so its pending word stays where the unblocker finds it.
+    pub fn claim_writer_slot(&self, index: usize, pid: i64, now_ns: i64) -> bool {
+        let r = &self.region;
+        if index >= meta::MAX_WRITERS || self.writer_pending(index) != meta::NO_PENDING {
+            return false;
+        }
+        r.store_i64(self.meta + meta::writer_field(index, meta::W_PID), pid, Ordering::Relaxed);
+        r.store_i64(self.meta + meta::writer_field(index, meta::W_CLAIMED_NS), now_ns, Ordering::Relaxed);
+        let hw = self.meta + meta::WRITERS_HIGH_WATER;
+        let mut seen = r.load_i32(hw, Ordering::Acquire);
+        while seen < index as i32 + 1 {
+            match r.compare_exchange_i32(hw, seen, index as i32 + 1) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+        true
     }
 
     /// Adds `n` to a counter.
@@ -207,6 +244,11 @@ impl<R: Region> Log<R> {
         if !(0..=meta::NAME_MAX as i32).contains(&field(meta::NAME_LEN)) {
             return Err(Corrupt("stream name length out of range"));
         }
+        let concurrent = match field(meta::WRITER_MODE) {
+            meta::MODE_EXCLUSIVE => false,
+            meta::MODE_CONCURRENT => true,
+            _ => return Err(Corrupt("unknown writer mode")),
+        };
         let initial_term_id = field(meta::INITIAL_TERM_ID);
         let partitions = partition_spans(&geometry).ok_or(Corrupt("term length must be a power of two"))?;
         Ok(Self {
@@ -216,6 +258,7 @@ impl<R: Region> Log<R> {
             meta: m,
             session_id: field(meta::SESSION_ID),
             stream_id: field(meta::STREAM_ID),
+            concurrent,
             region,
         })
     }
@@ -242,6 +285,39 @@ impl<R: Region> Log<R> {
 
     pub fn stream_id(&self) -> i32 {
         self.stream_id
+    }
+
+    /// `true` if several writers share the log (`ConcurrentPublication`).
+    #[inline(always)]
+    pub fn is_concurrent(&self) -> bool {
+        self.concurrent
+    }
+
+    /// Writer slot `index`'s pending word: where its owner reserves or writes a frame, or
+    /// `NO_PENDING`. Untrusted: callers bound it.
+    pub fn writer_pending(&self, index: usize) -> i64 {
+        self.region.load_i64(self.meta + meta::writer_field(index, meta::W_PENDING), Ordering::Acquire)
+    }
+
+    /// Writer slot `index`'s process id as its owner wrote it (0: never claimed).
+    pub fn writer_pid(&self, index: usize) -> i64 {
+        self.region.load_i64(self.meta + meta::writer_field(index, meta::W_PID), Ordering::Relaxed)
+    }
+
+    /// Writer slots that were ever claimed: `0..writers_high_water()` (clamped to the table).
+    pub fn writers_high_water(&self) -> usize {
+        let hw = self.region.load_i32(self.meta + meta::WRITERS_HIGH_WATER, Ordering::Acquire);
+        usize::try_from(hw).unwrap_or(0).min(if self.concurrent { meta::MAX_WRITERS } else { 0 })
+    }
+
+    /// The lowest pending word of the writer slots whose frame there is still uncommitted: what
+    /// flow control holds every writer within a window of (see `unblock::pending_holds` for the
+    /// words it passes over).
+    pub fn min_writer_pending(&self, producer: i64) -> Option<i64> {
+        (0..self.writers_high_water())
+            .map(|i| self.writer_pending(i))
+            .filter(|&p| unblock::pending_holds(self, p, producer))
+            .min()
     }
 
     /// Where partition `index` lies.

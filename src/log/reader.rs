@@ -1,7 +1,8 @@
 //! Reading committed frames from a term, for any number of readers, none of which writes the log.
 //!
-//! A reader acquire-loads each frame length and stops at a length of zero (invariant I1); the
-//! writer never stores a negative one, so that is a fault. It never trusts the file: every length
+//! A reader acquire-loads each frame length and stops at a length of zero (invariant I1); an
+//! exclusive writer never stores a negative one, so that is a fault, while in a concurrent log it
+//! is a frame still being written (`log::concurrent`) and the reader waits at it as at a zero. It never trusts the file: every length
 //! is checked against the term before it becomes an offset, and a frame whose header does not name
 //! the place it sits in is reported as a fault and never delivered, so a corrupt or hostile log
 //! yields a stop, never an out-of-bounds read.
@@ -93,9 +94,15 @@ fn next_frame<R: Region>(
     term: &Window<'_, R>,
     offset: usize,
     term_id: i32,
+    concurrent: bool,
 ) -> Result<Option<Frame>, &'static str> {
     let raw = term.load_i32(offset, Ordering::Acquire);
-    let Some((len, aligned)) = frame::check_length(raw, term.len() - offset)? else { return Ok(None) };
+    let checked = match frame::check_length(raw, term.len() - offset) {
+        // A concurrent writer's frame being written (see `log::concurrent`).
+        Err(_) if raw < 0 && concurrent => Ok(None),
+        checked => checked,
+    };
+    let Some((len, aligned)) = checked? else { return Ok(None) };
     let mut bytes = [0u8; REST_LEN];
     term.copy_out_cell(offset, REST_OFFSET, &mut bytes);
     let rest = HeaderRest::decode(&bytes);
@@ -246,7 +253,7 @@ pub unsafe fn read_at<R: Region>(
     let mut fragments = 0;
     let mut fault = None;
     while fragments < fragment_limit && offset < term.len() {
-        let frame = match next_frame(&term, offset, cursor.term_id) {
+        let frame = match next_frame(&term, offset, cursor.term_id, log.is_concurrent()) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(what) => {
@@ -306,7 +313,7 @@ pub unsafe fn read_block<R: Region>(
     let mut end = start;
     let mut fault = None;
     while end < term.len() {
-        let frame = match next_frame(&term, end, at.term_id) {
+        let frame = match next_frame(&term, end, at.term_id, log.is_concurrent()) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(what) => {
@@ -340,12 +347,14 @@ pub unsafe fn read_block<R: Region>(
     Scan { position: at.term_begin + end as i64, fragments: 0, fault, bytes: end - at.offset }
 }
 
-/// `true` if nothing is committed at `position` yet (its length word is zero): below the
-/// producer position this is the frame the writer is still writing (an open claim, or an offer
-/// caught mid-copy), where a reader that caught up stands and waits. `position` must be 32-aligned.
+/// `true` if nothing is committed at `position` yet (its length word is zero, or negative in a
+/// concurrent log): below the producer position this is the frame a writer is still writing (an
+/// open claim, or an offer caught mid-copy), where a reader that caught up stands and waits.
+/// `position` must be 32-aligned.
 pub fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
-    term_window(log, &at).load_i32(at.offset, Ordering::Acquire) == 0
+    let len = term_window(log, &at).load_i32(at.offset, Ordering::Acquire);
+    len == 0 || (len < 0 && log.is_concurrent())
 }
 
 /// `true` if a frame is committed at `position` (its length word is positive; not validated).
@@ -357,7 +366,7 @@ pub fn frame_committed_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
 pub fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
-    matches!(next_frame(&term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
+    matches!(next_frame(&term_window(log, &at), at.offset, at.term_id, log.is_concurrent()), Ok(Some(_)))
 }
 
 /// `true` if a frame starts at `position`, committed or still being written: walking the
@@ -368,7 +377,7 @@ pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
     let mut at = log.terms().term_begin(position);
     while at < position {
         let cursor = Cursor::new(log, at);
-        match next_frame(&term_window(log, &cursor), cursor.offset, cursor.term_id) {
+        match next_frame(&term_window(log, &cursor), cursor.offset, cursor.term_id, log.is_concurrent()) {
             Ok(Some(frame)) => at += frame.aligned as i64,
             _ => return false,
         }
@@ -380,7 +389,7 @@ pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// messages) starts at `position`: where an explicit join may land.
 pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
-    match next_frame(&term_window(log, &at), at.offset, at.term_id) {
+    match next_frame(&term_window(log, &at), at.offset, at.term_id, log.is_concurrent()) {
         Ok(Some(frame)) => frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0,
         _ => false,
     }
@@ -398,7 +407,7 @@ pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64
     while at < newest {
         let cursor = Cursor::new(log, at);
         let term = term_window(log, &cursor);
-        let frame = match next_frame(&term, cursor.offset, cursor.term_id) {
+        let frame = match next_frame(&term, cursor.offset, cursor.term_id, log.is_concurrent()) {
             Ok(Some(frame)) => frame,
             _ => return newest, // still being written, or not a valid frame
         };

@@ -30,6 +30,7 @@ fn new_log(
             pid: 1,
             created_ns: 0,
             name: "t",
+            concurrent: false,
         },
     );
     (region, Appender::new(log).unwrap())

@@ -222,8 +222,17 @@ impl LoomRegion {
         let i32_words: Vec<usize> =
             (0..terms).step_by(FRAME_ALIGNMENT).chain(meta::I32_FIELDS.iter().map(|f| m + f)).collect();
         let tails = (0..PARTITION_COUNT).map(|i| meta::TAIL_COUNTERS + 8 * i);
-        let i64_words: Vec<usize> =
-            META_I64.iter().chain(&meta::COUNTERS).copied().chain(tails).map(|f| m + f).collect();
+        let writers = (0..meta::MAX_WRITERS).flat_map(|i| {
+            [meta::W_PENDING, meta::W_PID, meta::W_CLAIMED_NS].map(|f| meta::writer_field(i, f))
+        });
+        let i64_words: Vec<usize> = META_I64
+            .iter()
+            .chain(&meta::COUNTERS)
+            .copied()
+            .chain(tails)
+            .chain(writers)
+            .map(|f| m + f)
+            .collect();
         Self::new(g.file_length(), &bytes, &i32_words, &i64_words)
     }
 
@@ -392,6 +401,12 @@ impl RegionMut for LoomRegion {
         let w = self.word(off, 8);
         self.pre_store(w);
         w.i64().compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
+    fn compare_exchange_i32(&self, off: usize, current: i32, new: i32) -> Result<i32, i32> {
+        let w = self.word(off, 4);
+        self.pre_store(w);
+        w.i32().compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
     fn swap_i32(&self, off: usize, value: i32) -> i32 {
@@ -632,6 +647,7 @@ mod tests {
                 pid: 4,
                 created_ns: 5,
                 name: "loom",
+                concurrent: false,
             };
             let log = crate::log::Log::initialize(&r, &init);
             log.set_eos_position(64);

@@ -115,6 +115,9 @@ pub trait RegionMut: Region {
     /// Atomic compare-and-exchange of the `i64` at `off` (AcqRel on success, Acquire on failure).
     fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64>;
 
+    /// Atomic compare-and-exchange of the `i32` at `off` (AcqRel, Acquire on failure).
+    fn compare_exchange_i32(&self, off: usize, current: i32, new: i32) -> Result<i32, i32>;
+
     /// Atomic swap of the `i32` at `off` (SeqCst); returns the previous value.
     fn swap_i32(&self, off: usize, value: i32) -> i32;
 
@@ -267,6 +270,9 @@ macro_rules! forward_region {
             }
             fn compare_exchange_i64(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
                 (**self).compare_exchange_i64(off, current, new)
+            }
+            fn compare_exchange_i32(&self, off: usize, current: i32, new: i32) -> Result<i32, i32> {
+                (**self).compare_exchange_i32(off, current, new)
             }
             fn swap_i32(&self, off: usize, value: i32) -> i32 {
                 (**self).swap_i32(off, value)

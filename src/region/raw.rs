@@ -209,6 +209,10 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
         self.atomic_i64(off).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
     }
 
+    fn compare_exchange_i32(&self, off: usize, current: i32, new: i32) -> Result<i32, i32> {
+        self.atomic_i32(off).compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire)
+    }
+
     fn swap_i32(&self, off: usize, value: i32) -> i32 {
         self.atomic_i32(off).swap(value, Ordering::SeqCst)
     }

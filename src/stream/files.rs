@@ -125,6 +125,8 @@ pub struct NewLog<'a> {
     pub name: &'a str,
     pub geometry: Geometry,
     pub mode: u32,
+    /// For a `ConcurrentPublication`: several writers share the log.
+    pub concurrent: bool,
 }
 
 /// A log we created and own: the publisher lock is held on `file`.
@@ -157,6 +159,7 @@ pub fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
             pid: std::process::id() as i32,
             created_ns: now_ns(),
             name: opts.name,
+            concurrent: opts.concurrent,
         },
     );
     let path = name::log_path(opts.dir, opts.name);
@@ -261,7 +264,7 @@ pub fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
     Ok(Found::Live(ReadLog { file, log }))
 }
 
-fn same_inode(a: &File, b: &File) -> bool {
+pub(crate) fn same_inode(a: &File, b: &File) -> bool {
     match (a.metadata(), b.metadata()) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,

@@ -16,6 +16,7 @@
 //! consumer position below.
 
 use super::slots::{SessionReaders, Slots};
+use crate::log::Log;
 use crate::region::Region;
 use crate::sync::protocol::RECOMPUTE_FENCE;
 use crate::sync::{fence, Ordering};
@@ -61,17 +62,40 @@ impl FlowControl {
     /// Re-reads the slots of `session` and sets the limit from the slowest reader that is not
     /// ahead of `producer`, the writer's position.
     pub fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32, producer: i64) -> i64 {
+        self.recompute_with(slots, session, producer, || None)
+    }
+
+    /// [`FlowControl::recompute`] for one of several writers of a concurrent log: the limit also
+    /// stays within a window of the oldest frame a writer is still writing. `producer` is the
+    /// shared tail, loaded before the call: the join proof needs it read before the fence.
+    pub fn recompute_concurrent<R: Region, L: Region>(
+        &mut self,
+        slots: &Slots<R>,
+        log: &Log<L>,
+        producer: i64,
+    ) -> i64 {
+        self.recompute_with(slots, log.session_id(), producer, || log.min_writer_pending(producer))
+    }
+
+    fn recompute_with<R: Region>(
+        &mut self,
+        slots: &Slots<R>,
+        session: i32,
+        producer: i64,
+        oldest_pending: impl FnOnce() -> Option<i64>,
+    ) -> i64 {
         // Pairs with the fence of a joining reader (`stream::join`).
         if RECOMPUTE_FENCE {
             fence(Ordering::SeqCst);
         }
         self.readers = slots.scan(session, None, producer);
+        let hold = oldest_pending().unwrap_or(i64::MAX);
         match (self.readers.min, self.readers.max) {
             (Some(min), Some(max)) => {
                 self.consumer_max = self.consumer_max.max(max);
-                self.limit = min.saturating_add(self.window);
+                self.limit = min.min(hold).saturating_add(self.window);
             }
-            _ => self.limit = self.consumer_max,
+            _ => self.limit = self.consumer_max.min(hold.saturating_add(self.window)),
         }
         self.limit
     }

@@ -152,6 +152,7 @@ mod tests {
             pid: 1,
             created_ns: 0,
             name: "join",
+            concurrent: false,
         };
         let log = Log::initialize(Arc::clone(&region), &init);
         let reader_log = Log::open(region).unwrap();

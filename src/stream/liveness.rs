@@ -6,12 +6,16 @@
 //! | write lock on byte 0 of the log | the publisher | publisher alive |
 //! | read lock on byte 1 of the log | every reader mapping it | log in use |
 //! | read lock on byte 0 of the slot file | every process with it open | slot file in use |
+//! | read lock on byte 0 of a concurrent log | every writer of it | some writer alive |
+//! | write lock on byte `64 + i` of a concurrent log | writer slot `i`'s owner | writer alive |
+//! | write lock on byte 2 of a concurrent log | the unblocker, briefly | one unblocker at a time |
 //! | write lock on a slot's page of the slot file | the slot's reader | reader alive, slot owned |
 //! | write lock on the whole slot file | whoever removes it, briefly | nobody else has it open |
 //!
 //! Locks belong to an open file description, which `fork()` shares: a child forked without
 //! `exec` keeps its parent's tokens alive (see `docs/reliability.md`).
 
+use super::concurrent_writer::{ConcurrentWriter, WriterLiveness};
 use super::doorbell::Doorbell;
 use super::slots::{SlotLocks, SlotMut, Slots};
 use super::writer::{Liveness, Writer};
@@ -34,6 +38,11 @@ pub const READER_LOCK: u64 = 1;
 /// file a live publisher or reader uses.
 pub const USER_LOCK: u64 = 0;
 
+/// Byte the one unblocker of a concurrent log write-locks while it pads dead writers' holes.
+pub const UNBLOCK_LOCK: u64 = 2;
+/// Byte `WRITER_LOCKS + i` of a concurrent log is write-locked by writer slot `i`'s owner.
+pub const WRITER_LOCKS: u64 = 64;
+
 /// `true` if another open file description holds a lock on `[start, start + len)` that
 /// conflicts with `kind` (`len` 0: to the end of the file). Never takes a lock, so tools can ask
 /// without disturbing anyone. An error (a bug, or an exotic file system) reads as "held": never
@@ -42,9 +51,38 @@ pub fn held(file: &File, kind: Kind, start: u64, len: u64) -> bool {
     lock::is_held(file, kind, start, len).unwrap_or(true)
 }
 
-/// `true` while the log's publisher process holds its lock.
+/// `true` while the log's publisher holds its lock: the exclusive publisher's write lock, or the
+/// read lock of any writer of a concurrent log.
 pub fn publisher_alive(log: &File) -> bool {
-    held(log, Kind::Shared, PUBLISHER_LOCK, 1)
+    held(log, Kind::Exclusive, PUBLISHER_LOCK, 1)
+}
+
+/// `true` while writer slot `slot` of a concurrent log is held by a live writer.
+pub fn writer_alive(log: &File, slot: usize) -> bool {
+    held(log, Kind::Exclusive, WRITER_LOCKS + slot as u64, 1)
+}
+
+/// The kernel's word on the writers of a concurrent log, through a read-write descriptor of it
+/// (`own`: the asker's own writer slot, which its own descriptor's lock cannot show).
+#[derive(Debug)]
+pub struct LogWriters {
+    pub(crate) file: File,
+    pub(crate) own: Option<usize>,
+}
+
+impl WriterLiveness for LogWriters {
+    fn writer_alive(&self, slot: usize) -> bool {
+        self.own == Some(slot) || writer_alive(&self.file, slot)
+    }
+
+    fn with_unblock_lock<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        if !matches!(lock::try_lock(&self.file, Kind::Exclusive, UNBLOCK_LOCK, 1), Ok(true)) {
+            return None;
+        }
+        let out = f();
+        let _ = lock::unlock(&self.file, UNBLOCK_LOCK, 1);
+        Some(out)
+    }
 }
 
 /// `true` while some reader maps the log.
@@ -215,5 +253,44 @@ impl Liveness for Paced {
             self.last_sweep = Some(now);
         }
         due
+    }
+}
+
+/// A writer of a concurrent stream's files.
+pub type FileConcurrentWriter = ConcurrentWriter<MmapRegion, MmapRegion, ConcurrentPaced>;
+
+/// A concurrent writer's liveness: the reader slots' locks (asked at most once per interval), and
+/// the writers' locks in the log.
+#[derive(Debug)]
+pub struct ConcurrentPaced {
+    pub(crate) readers: Paced,
+    pub(crate) writers: LogWriters,
+}
+
+impl SlotLocks for ConcurrentPaced {
+    type Error = Error;
+
+    fn try_lock(&self, index: usize) -> Result<bool, Error> {
+        self.readers.try_lock(index)
+    }
+
+    fn unlock(&self, index: usize) {
+        self.readers.unlock(index)
+    }
+}
+
+impl Liveness for ConcurrentPaced {
+    fn sweep_due(&mut self) -> bool {
+        self.readers.sweep_due()
+    }
+}
+
+impl WriterLiveness for ConcurrentPaced {
+    fn writer_alive(&self, slot: usize) -> bool {
+        self.writers.writer_alive(slot)
+    }
+
+    fn with_unblock_lock<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
+        self.writers.with_unblock_lock(f)
     }
 }

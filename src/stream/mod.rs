@@ -4,6 +4,7 @@
 //! ThreadSanitizer test and the mmapped files all run the same code; `api` owns the files and the
 //! lifecycle around them.
 
+pub(crate) mod concurrent_writer;
 pub(crate) mod doorbell;
 pub(crate) mod flow;
 pub(crate) mod join;
@@ -11,6 +12,8 @@ pub(crate) mod reader;
 pub(crate) mod slots;
 pub(crate) mod writer;
 
+#[cfg(not(shmlog_loom))]
+pub(crate) mod concurrent_files;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod dir;
 #[cfg(not(shmlog_loom))]

@@ -53,6 +53,9 @@ pub struct Reader<L, S> {
     overrun_bound: i64,
     /// A frame found uncommitted at our position, and the writer's position then.
     stall: Option<(i64, i64)>,
+    /// In a concurrent log: the frame at our position stayed uncommitted from one idle check to
+    /// the next while writers reserved past it (its writer may be dead: see `log::unblock`).
+    held: bool,
 }
 
 impl<L: Region, S: RegionMut> Reader<L, S> {
@@ -83,6 +86,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             fault: None,
             copy: copy.then(Copied::default),
             stall: None,
+            held: false,
         })
     }
 
@@ -246,10 +250,12 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     }
 
     /// The reader's cold check after polls that found nothing: the bounds, and a frame that
-    /// stays uncommitted although the writer has reserved space after it since (its commit
-    /// happened before that reservation was published, so it is not coming: a fault).
+    /// stays uncommitted although the writer has reserved space after it since. With one writer
+    /// its commit happened before that reservation was published, so it is not coming: a fault.
+    /// With several, it is another writer's, which may be slow or dead: [`Reader::held`].
     pub fn idle_check(&mut self) {
         self.check_bounds();
+        self.held = false;
         let position = self.cursor.position();
         let producer = match self.log.producer_position() {
             Ok(producer) => producer,
@@ -259,11 +265,21 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             self.stall = None;
             return;
         }
+        if self.log.is_concurrent() {
+            self.held = true;
+            return;
+        }
         match self.stall {
             Some((at, seen)) if at == position && producer > seen => self.stop(NEVER_COMMITTED),
             Some((at, _)) if at == position => {}
             _ => self.stall = Some((position, producer)),
         }
+    }
+
+    /// `true` if the last idle check found us at an uncommitted frame of a concurrent log with
+    /// writers' reservations after it: time to ask whether its writer lives.
+    pub fn held(&self) -> bool {
+        self.held
     }
 
     /// `true` once everything before the writer's end of stream has been read.

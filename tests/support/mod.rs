@@ -5,6 +5,7 @@
 //! run and plays a role (publisher, subscriber, ...) when started by [`peer::Peer::spawn`].
 #![allow(dead_code)]
 
+pub mod concurrent_roles;
 pub mod dir;
 pub mod peer;
 pub mod raw;

@@ -32,6 +32,8 @@ pub fn run_if_peer() {
         "sleeper" => sleeper(&cfg, &ctx),
         "idle_publisher" => idle_publisher(&cfg, &ctx),
         "recorder" => recorder(&cfg, &ctx),
+        "cwriter" => super::concurrent_roles::writer(&cfg, &ctx),
+        "creader" => super::concurrent_roles::reader(&cfg, &ctx),
         other => ctx.fail(&format!("unknown role {other}")),
     }
 }
@@ -50,42 +52,42 @@ impl Settings {
         )
     }
 
-    fn str(&self, key: &str) -> Option<&str> {
+    pub fn str(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }
 
-    fn u64(&self, key: &str) -> Option<u64> {
+    pub fn u64(&self, key: &str) -> Option<u64> {
         self.str(key).map(|v| v.parse().unwrap_or_else(|_| panic!("setting {key}={v} is not a number")))
     }
 
-    fn u64_or(&self, key: &str, default: u64) -> u64 {
+    pub fn u64_or(&self, key: &str, default: u64) -> u64 {
         self.u64(key).unwrap_or(default)
     }
 
-    fn flag(&self, key: &str) -> bool {
+    pub fn flag(&self, key: &str) -> bool {
         self.str(key) == Some("1")
     }
 
-    fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         self.str("name").expect("setting name")
     }
 
-    fn dir(&self) -> PathBuf {
+    pub fn dir(&self) -> PathBuf {
         PathBuf::from(self.str("dir").expect("setting dir"))
     }
 
-    fn mtu(&self) -> usize {
+    pub fn mtu(&self) -> usize {
         self.u64_or("mtu", 1024) as usize
     }
 
-    fn shape(&self) -> Shape {
+    pub fn shape(&self) -> Shape {
         let mtu = self.mtu();
         Shape::new(mtu, self.u64_or("max_len", 4 * (mtu as u64 - 32)) as usize)
     }
 }
 
 /// Output, commands and the deadline of a peer.
-struct Ctx {
+pub struct Ctx {
     commands: Receiver<String>,
     deadline: Instant,
 }
@@ -106,25 +108,25 @@ impl Ctx {
         Self { commands: rx, deadline: Instant::now() + Duration::from_secs(cfg.u64_or("deadline_s", 150)) }
     }
 
-    fn emit(&self, kind: &str, fields: &str) {
+    pub fn emit(&self, kind: &str, fields: &str) {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "@@ {kind} {fields}");
         let _ = out.flush();
     }
 
-    fn fail(&self, what: &str) -> ! {
+    pub fn fail(&self, what: &str) -> ! {
         self.emit("fail", what);
         std::process::exit(1)
     }
 
-    fn check_deadline(&self) {
+    pub fn check_deadline(&self) {
         if Instant::now() > self.deadline {
             self.fail("deadline passed");
         }
     }
 
     /// A command if one arrived; `eof` (parent gone) ends the process.
-    fn try_command(&self) -> Option<String> {
+    pub fn try_command(&self) -> Option<String> {
         match self.commands.try_recv() {
             Ok(c) if c == "eof" => std::process::exit(2),
             Ok(c) => Some(c),
@@ -134,7 +136,7 @@ impl Ctx {
     }
 
     /// Waits for command `want`; `quit` exits cleanly.
-    fn wait_command(&self, want: &str) {
+    pub fn wait_command(&self, want: &str) {
         let left = self.deadline.saturating_duration_since(Instant::now());
         match self.commands.recv_timeout(left) {
             Ok(c) if c == want => {}
@@ -147,7 +149,7 @@ impl Ctx {
 }
 
 /// Ends this process at once, as a crash would: no destructor runs, the kernel drops our locks.
-fn die_now() -> ! {
+pub fn die_now() -> ! {
     // SAFETY: kill(2) with our own pid; SIGKILL cannot be caught, so this does not return.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     loop {
@@ -157,7 +159,7 @@ fn die_now() -> ! {
 
 /// Kills this process after `us` microseconds, from another thread (lands anywhere in the
 /// main thread's work: between offers, inside an offer, a claim, a rotation, a create).
-fn die_after(us: u64) {
+pub fn die_after(us: u64) {
     let start = Instant::now();
     let at = Duration::from_micros(us);
     std::thread::spawn(move || {

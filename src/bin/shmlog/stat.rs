@@ -187,12 +187,28 @@ pub fn stat_text(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> Stri
 
 fn log_text(s: &mut String, log: &LogInfo, rates: Option<&StreamRates>) {
     let _ = writeln!(s, "  log         {} ({})", log.path.display(), bytes(log.file_length));
-    let _ = writeln!(
-        s,
-        "  publisher   pid {} {}",
-        log.publisher_pid,
-        if log.publisher_alive { "alive" } else { "DEAD" }
-    );
+    if log.concurrent {
+        let alive = log.writers.iter().filter(|w| w.alive).count();
+        let _ =
+            writeln!(s, "  writers     {alive} alive of {} slots used (concurrent log)", log.writers.len());
+        for w in &log.writers {
+            let pending = w.pending.map_or_else(String::new, |p| format!(", writing at {p}"));
+            let _ = writeln!(
+                s,
+                "    writer {:<3} pid {} {}{pending}",
+                w.slot,
+                w.pid,
+                if w.alive { "alive" } else { "dead" }
+            );
+        }
+    } else {
+        let _ = writeln!(
+            s,
+            "  publisher   pid {} {}",
+            log.publisher_pid,
+            if log.publisher_alive { "alive" } else { "DEAD" }
+        );
+    }
     let _ = writeln!(
         s,
         "  session     {:#010x}, stream id {:#010x}, created {}",
@@ -316,6 +332,13 @@ fn log_json(l: &LogInfo, rates: Option<&StreamRates>) -> Value {
         "readers_evicted": l.readers_evicted,
         "connected_readers": l.connected_readers,
         "ignored_positions": l.ignored_positions,
+        "concurrent": l.concurrent,
+        "writers": l.writers.iter().map(|w| json!({
+            "slot": w.slot,
+            "pid": w.pid,
+            "alive": w.alive,
+            "pending": w.pending,
+        })).collect::<Vec<_>>(),
         "bytes_per_sec": rates.map(|r| r.bytes_per_sec),
         "back_pressure_per_sec": rates.map(|r| r.back_pressure_per_sec),
     })

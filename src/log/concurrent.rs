@@ -1,0 +1,396 @@
+//! Many writers appending to one log (Aeron's concurrent publication, without a driver).
+//!
+//! A writer reserves space with a compare-and-swap on the active partition's tail, so the check
+//! against its flow-control limit and the reservation are one step: every reservation starts
+//! below the limit of the writer that made it and ends at most one message past it, the same
+//! reach as the exclusive writer's, so `Geometry::lapping_margin` covers both. A message that does
+//! not fit the term swaps the tail to the term's end instead, pads the rest, and rotates; any
+//! writer may rotate (two CASes, each done once, whoever does it).
+//!
+//! Order of writes for every reservation `[start, end)` (invariant I1 for many writers):
+//! 1. the writer's pending word (its slot in the writers table) := the position it will reserve
+//!    at, before the CAS: flow control of every writer then stays within a window of it, and no
+//!    unblocker pads over it while its owner lives (`log::unblock`);
+//! 2. the tail CAS;
+//! 3. the first frame's length word := minus the reservation's length: readers wait at it as at a
+//!    zero, and an unblocker that finds its writer dead knows how far to pad;
+//! 4. the headers and payloads (fragments after the first are committed as they are written:
+//!    readers cannot reach them before the first);
+//! 5. the reservation's share of the next partition zeroed (see [`clean_next`]), before the
+//!    pending word goes: that word is what holds every writer out of this range next term;
+//! 6. the first frame's length, positive, with a release store: the commit;
+//! 7. the pending word := `NO_PENDING`.
+
+use super::appender::Gather;
+use super::position::{pack_tail, tail_offset, tail_term_id};
+use super::Log;
+use crate::layout::align;
+use crate::layout::frame::{
+    framed_length, rest, CURRENT_VERSION, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET,
+    TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
+};
+use crate::layout::frame::{HeaderRest, BEGIN_FLAG};
+use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
+use crate::region::{RegionMut, Span, Window};
+use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE};
+use crate::sync::Ordering;
+
+/// Why a reservation was not made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The tail stands at or past the caller's limit: recompute it, or report back pressure.
+    Limit { position: i64 },
+    /// The stream reached `term_length * 2^31`.
+    MaxPosition,
+    /// The tail counters never described a position (corruption).
+    BadTail,
+}
+
+/// Space reserved in the active term and not committed yet: readers wait at its first frame.
+///
+/// Move-only: [`ConcurrentAppender::commit`] and [`ConcurrentAppender::abort`] consume it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reservation {
+    partition: Span,
+    next_partition: Span,
+    term_id: i32,
+    start: usize,
+    end: usize,
+    /// Stream position just after the reservation.
+    pub position: i64,
+}
+
+impl Reservation {
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// Tries before a reservation gives up on tail counters that never describe a term.
+const BAD_TAIL_TRIES: usize = if cfg!(shmlog_loom) { 64 } else { 1 << 20 };
+
+/// One writer of a concurrent log: its slot in the writers table and the header template.
+#[derive(Debug)]
+pub struct ConcurrentAppender<R> {
+    log: Log<R>,
+    /// Offset of this writer's pending word.
+    pending_field: usize,
+    active_count_field: usize,
+    /// Header bytes after the length word: version, UNFRAGMENTED, DATA, session, stream and the
+    /// term id of `template_term`; the term offset is set per frame.
+    template: [u8; REST_LEN],
+    template_term: i32,
+    max_payload: usize,
+    /// Bytes of the next partition zeroed at a time (see [`clean_next`]).
+    chunk: usize,
+}
+
+impl<R: RegionMut> ConcurrentAppender<R> {
+    /// A writer of `log` through writer slot `slot` (claimed by the caller).
+    pub fn new(log: Log<R>, slot: usize) -> Self {
+        debug_assert!(log.is_concurrent() && slot < meta::MAX_WRITERS);
+        let template = HeaderRest {
+            version: CURRENT_VERSION,
+            flags: UNFRAGMENTED,
+            frame_type: TYPE_DATA,
+            term_offset: 0,
+            session_id: log.session_id(),
+            stream_id: log.stream_id(),
+            term_id: 0,
+            reserved_value: 0,
+        }
+        .encode();
+        Self {
+            pending_field: log.meta_field(meta::writer_field(slot, meta::W_PENDING)),
+            active_count_field: log.meta_field(meta::ACTIVE_TERM_COUNT),
+            max_payload: log.geometry().mtu - HEADER_LEN,
+            chunk: clean_chunk(log.term_length()),
+            template,
+            template_term: 0,
+            log,
+        }
+    }
+
+    pub fn log(&self) -> &Log<R> {
+        &self.log
+    }
+
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Log space a message of `len` bytes takes.
+    pub fn framed_length(&self, len: usize) -> usize {
+        framed_length(len, self.max_payload)
+    }
+
+    /// Reserves `framed` bytes (a message's framed length, at most a term / 8 plus headers) at
+    /// the tail if the tail stands below `limit`; pads and rotates at a term's end on the way.
+    pub fn reserve(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
+        let refused = self.reserve_inner(framed, limit);
+        if refused.is_err() {
+            self.set_pending(meta::NO_PENDING);
+        }
+        refused
+    }
+
+    fn reserve_inner(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
+        let terms = self.log.terms();
+        let t = self.log.term_length();
+        for _ in 0..BAD_TAIL_TRIES {
+            let count = self.log.active_term_count();
+            if count < 0 {
+                return Err(Refused::BadTail);
+            }
+            let index = count as usize % PARTITION_COUNT;
+            let tail_field = self.log.meta_field(meta::TAIL_COUNTERS + 8 * index);
+            let raw = self.log.region().load_i64(tail_field, Ordering::Acquire);
+            let term_id = terms.initial_term_id.wrapping_add(count);
+            if tail_term_id(raw) != term_id {
+                continue; // a rotation is under way: the count or the tail is about to change
+            }
+            let start = tail_offset(raw, t);
+            let term_begin = (count as i64) << terms.bits;
+            let position = term_begin + start as i64;
+            if position >= limit {
+                return Err(Refused::Limit { position });
+            }
+            if start >= t {
+                self.rotate(count)?;
+                continue;
+            }
+            if PENDING_BEFORE_RESERVE {
+                self.set_pending(position);
+            }
+            let end = start + framed;
+            let fits = end <= t;
+            let new_tail = pack_tail(term_id, if fits { end } else { t });
+            if self.log.region().compare_exchange_i64(tail_field, raw, new_tail).is_err() {
+                continue; // another writer reserved first: try again at the new tail
+            }
+            if !PENDING_BEFORE_RESERVE {
+                self.set_pending(position);
+            }
+            let partition = self.log.partition(index);
+            let next_partition = self.log.partition((index + 1) % PARTITION_COUNT);
+            let reservation = Reservation {
+                partition,
+                next_partition,
+                term_id,
+                start,
+                end: if fits { end } else { t },
+                position: term_begin + if fits { end } else { t } as i64,
+            };
+            self.mark_pending(&reservation);
+            if fits {
+                return Ok(reservation);
+            }
+            // The message does not fit: the rest of the term is ours to pad; then rotate.
+            self.pad(reservation);
+            self.rotate(count)?;
+        }
+        Err(Refused::BadTail)
+    }
+
+    /// Moves the active term from `count` to `count + 1` if nobody did yet: the next partition's
+    /// tail first (only from the term three back that it held), then the term count.
+    fn rotate(&self, count: i32) -> Result<(), Refused> {
+        let log = &self.log;
+        let terms = log.terms();
+        let next = count as i64 + 1;
+        if next << terms.bits >= terms.max_position() {
+            return Err(Refused::MaxPosition);
+        }
+        let next = next as i32;
+        let next_id = terms.initial_term_id.wrapping_add(next);
+        let field = log.meta_field(meta::TAIL_COUNTERS + 8 * (next as usize % PARTITION_COUNT));
+        let raw = log.region().load_i64(field, Ordering::Acquire);
+        // Only from the term three back: a count read a lap ago must not reset a live tail.
+        if tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32) {
+            let _ = log.region().compare_exchange_i64(field, raw, pack_tail(next_id, 0));
+        }
+        let _ = log.region().compare_exchange_i32(self.active_count_field, count, next);
+        Ok(())
+    }
+
+    fn set_pending(&self, position: i64) {
+        self.log.region().store_i64(self.pending_field, position, Ordering::Release);
+    }
+
+    /// Step 3: the first length word says "being written, this long".
+    fn mark_pending(&self, r: &Reservation) {
+        let region = self.log.region();
+        region.store_i32(r.partition.base() + r.start, -(r.len() as i32), Ordering::Release);
+    }
+
+    /// Points the template at `r`'s term (once a term).
+    #[inline(always)]
+    fn enter_term(&mut self, r: &Reservation) {
+        if self.template_term != r.term_id {
+            self.template_term = r.term_id;
+            self.template[rest::TERM_ID..rest::TERM_ID + 4].copy_from_slice(&r.term_id.to_le_bytes());
+        }
+    }
+
+    /// The header after the length word of a frame at `offset` of the template's term.
+    fn rest_for(&self, offset: usize, flags: u8, frame_type: u16) -> [u8; REST_LEN] {
+        let mut rest = self.template;
+        rest[rest::FLAGS] = flags;
+        rest[rest::TYPE..rest::TYPE + 2].copy_from_slice(&frame_type.to_le_bytes());
+        rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+        rest
+    }
+
+    /// Steps 5 to 7 for a reservation whose first frame's header and payload are written.
+    #[inline(always)]
+    fn finish(&self, r: Reservation, first_frame_length: usize) {
+        let region = self.log.region();
+        if CLEAN_BEFORE_RELEASE {
+            clean_next(region, &r.next_partition, r.start, r.end, self.chunk);
+        }
+        region.store_i32(r.partition.base() + r.start, first_frame_length as i32, COMMIT);
+        self.set_pending(meta::NO_PENDING);
+        if !CLEAN_BEFORE_RELEASE {
+            clean_next(region, &r.next_partition, r.start, r.end, self.chunk);
+        }
+    }
+
+    /// The common case, one slice of at most the max payload in one frame: the template, the
+    /// term offset, the payload, then [`ConcurrentAppender::finish`].
+    #[inline(always)]
+    fn write_one(&mut self, r: Reservation, message: &[u8]) {
+        self.enter_term(&r);
+        let term = Window::new(self.log.region(), r.partition);
+        // SAFETY: our reservation's only frame, uncommitted (its length is negative), which no
+        // other writer reserved and no reader reads yet; no cleaning touches the active term.
+        unsafe {
+            term.copy_in_cell(r.start, REST_OFFSET, &self.template);
+            term.copy_in_cell(r.start, REST_OFFSET + rest::TERM_OFFSET, &(r.start as i32).to_le_bytes());
+            term.copy_in_body(r.start, message);
+        }
+        self.finish(r, message.len() + HEADER_LEN);
+    }
+
+    /// Writes the message gathered from `parts` (`len` bytes in all) into `r`, fragmenting it
+    /// above the max payload, and commits it.
+    #[inline]
+    pub fn write(&mut self, r: Reservation, parts: &[&[u8]], len: usize) {
+        debug_assert_eq!(r.len(), self.framed_length(len));
+        match parts {
+            [message] if len <= self.max_payload => self.write_one(r, message),
+            _ => self.write_gathered(r, parts, len),
+        }
+    }
+
+    #[inline(never)]
+    fn write_gathered(&mut self, r: Reservation, parts: &[&[u8]], len: usize) {
+        self.enter_term(&r);
+        let region = self.log.region();
+        let term = Window::new(region, r.partition);
+        let mut gather = Gather::new(parts);
+        let first_chunk = len.min(self.max_payload);
+        // Later fragments first, each committed at once (readers stop at the first frame).
+        let mut offset = r.start + align(first_chunk + HEADER_LEN, FRAME_ALIGNMENT);
+        gather.skip(first_chunk);
+        let mut remaining = len - first_chunk;
+        while remaining > 0 {
+            let chunk = remaining.min(self.max_payload);
+            remaining -= chunk;
+            let flags = if remaining == 0 { END_FLAG } else { 0 };
+            let rest = self.rest_for(offset, flags, TYPE_DATA);
+            // SAFETY: a frame inside our reservation, which no other writer reserved, no reader
+            // reads before the first frame is committed (its length is negative until then), and
+            // no cleaning touches (it is in the active term).
+            unsafe {
+                term.copy_in_cell(offset, REST_OFFSET, &rest);
+                gather.copy_next(region, r.partition.base() + offset + HEADER_LEN, chunk);
+            }
+            term.store_i32(offset, (chunk + HEADER_LEN) as i32, COMMIT);
+            offset += align(chunk + HEADER_LEN, FRAME_ALIGNMENT);
+        }
+        let flags = if len <= self.max_payload { UNFRAGMENTED } else { BEGIN_FLAG };
+        let rest = self.rest_for(r.start, flags, TYPE_DATA);
+        let mut first = Gather::new(parts);
+        // SAFETY: the first frame of our reservation, uncommitted (as above).
+        unsafe {
+            term.copy_in_cell(r.start, REST_OFFSET, &rest);
+            first.copy_next(region, r.partition.base() + r.start + HEADER_LEN, first_chunk);
+        }
+        self.finish(r, first_chunk + HEADER_LEN);
+    }
+
+    /// Writes the header of a one-frame claim of `len` payload bytes; the caller writes the
+    /// payload (through [`ConcurrentAppender::claim_payload_offset`]) and commits or aborts.
+    pub fn start_claim(&mut self, r: &Reservation) {
+        self.enter_term(r);
+        let rest = self.rest_for(r.start, UNFRAGMENTED, TYPE_DATA);
+        let term = Window::new(self.log.region(), r.partition);
+        // SAFETY: the header of our uncommitted reservation (as in `write`).
+        unsafe { term.copy_in_cell(r.start, REST_OFFSET, &rest) };
+    }
+
+    /// Region offset and length of a claim's payload.
+    pub fn claim_payload(&self, r: &Reservation, len: usize) -> (usize, usize) {
+        (r.partition.base() + r.start + HEADER_LEN, len)
+    }
+
+    /// Commits a claim of `len` payload bytes.
+    pub fn commit(&self, r: Reservation, len: usize) {
+        self.finish(r, len + HEADER_LEN);
+    }
+
+    /// Turns a claim into padding that readers skip.
+    pub fn abort(&mut self, r: Reservation) {
+        self.pad(r);
+    }
+
+    /// Writes `r` as one padding frame and commits it.
+    fn pad(&mut self, r: Reservation) {
+        self.enter_term(&r);
+        let rest = self.rest_for(r.start, UNFRAGMENTED, TYPE_PAD);
+        let term = Window::new(self.log.region(), r.partition);
+        // SAFETY: the header of our uncommitted reservation (as in `write`).
+        unsafe { term.copy_in_cell(r.start, REST_OFFSET, &rest) };
+        let len = r.len();
+        self.finish(r, len);
+    }
+}
+
+impl<R: crate::region::DirectRegion> ConcurrentAppender<R> {
+    /// Lends the payload of claim `r` (`len` bytes).
+    ///
+    /// The caller's `Claim` guard owns `r` and borrows this appender mutably while the slice lives.
+    pub fn claim_slice(&mut self, r: &Reservation, len: usize) -> &mut [u8] {
+        let (at, len) = self.claim_payload(r, len);
+        // SAFETY: our reservation, uncommitted (its first length word is negative), so no reader
+        // reads it and no other writer or unblocker writes it while we live; the slice borrows
+        // `self` mutably, so no commit or abort can happen while it lives.
+        unsafe { self.log.region().slice_mut(at, len) }
+    }
+}
+
+/// Zeroes the share of `next` (the partition after a reservation's) that the reservation
+/// `[start, end)` owes: the `chunk` bytes from every multiple of `chunk` in `[start, end)`.
+/// Reservations tile a term, so every chunk of the next partition is zeroed by the reservation
+/// that holds its first byte, before that reservation commits, like the exclusive writer's
+/// chunked cleaning (and within the same `Geometry::lapping_margin`).
+///
+/// `next` held the term two back, which every reader has finished (the limit keeps them within
+/// a window of the writers and the join proof keeps joiners at most a term behind). No writer
+/// reaches it there either: while the reservation is uncommitted its writer's pending word holds
+/// every writer a window past `start`, that is more than a window short of this range next term.
+#[inline(always)]
+pub(crate) fn clean_next<R: RegionMut>(region: &R, next: &Span, start: usize, end: usize, chunk: usize) {
+    let first = align(start, chunk);
+    if first < end {
+        clean_chunks(region, next, first, end, chunk);
+    }
+}
+
+#[inline(never)]
+fn clean_chunks<R: RegionMut>(region: &R, next: &Span, first: usize, end: usize, chunk: usize) {
+    let to = align(end, chunk).min(next.len());
+    // SAFETY: as the function's docs: nobody reads, writes or is lent `[first, to)` of the
+    // partition after the active one while the reservation is uncommitted (I3).
+    unsafe { region.zero(next.base() + first, to - first) };
+}

@@ -1,0 +1,178 @@
+//! Closing the hole a dead writer of a concurrent log left behind (Aeron's unblocker, with the
+//! kernel's word on liveness instead of a timeout).
+//!
+//! A writer that dies between its tail CAS and its commit leaves a reservation whose first length
+//! word is zero or negative: readers stop there, and flow control stops every writer a window
+//! later. Its pending word in the writers table still names the position, and its slot's kernel
+//! lock is gone. The unblocker pads the reservation so readers skip it, zeroes the same range of
+//! the next partition (the dead writer may not have), and clears the pending word.
+//!
+//! It never pads over a live writer: a frame is padded only when no live writer's pending word
+//! lies at or before it while that writer's frame is still uncommitted. A live writer's pending
+//! word is set before its CAS and cleared after its commit, so any uncommitted frame of a live
+//! writer is covered, however long the writer is stopped (SIGSTOP): its message arrives whole
+//! when it resumes.
+//!
+//! How far to pad: a negative length says it. A zero length means the dead writer died between
+//! its CAS and its first store, so it wrote nothing and its whole reservation is still zero (the
+//! term was cleaned before anyone could reserve in it); the pad runs to the next non-zero length
+//! word, bounded by the tail and by the first live writer's pending position after it.
+//!
+//! One unblocker at a time: the caller holds the log's unblock lock (`stream::liveness`).
+
+use super::concurrent::clean_next;
+use super::Log;
+use crate::layout::frame::{
+    HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_OFFSET, TYPE_PAD, UNFRAGMENTED,
+};
+use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
+use crate::region::{Region, RegionMut, Window};
+use crate::sync::protocol::{COMMIT, UNBLOCK_SPARES_LIVE};
+use crate::sync::Ordering;
+
+/// What an unblocker did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unblocked {
+    /// Holes padded.
+    pub padded: usize,
+    /// Bytes of log padded.
+    pub bytes: usize,
+    /// Pending words of dead writers cleared.
+    pub cleared: usize,
+}
+
+/// The length word at `position`, if the position is one a pending word may hold (at most a
+/// term behind `producer`, not past it).
+pub fn length_at<R: Region>(log: &Log<R>, position: i64, producer: i64) -> Option<i32> {
+    if position > producer || position < producer - log.term_length() as i64 || position < 0 {
+        return None;
+    }
+    if position % FRAME_ALIGNMENT as i64 != 0 {
+        return None;
+    }
+    let terms = log.terms();
+    let term = Window::new(log.region(), log.partition(terms.partition(position)));
+    Some(term.load_i32(terms.term_offset(position), Ordering::Acquire))
+}
+
+/// `true` if a writer whose pending word is `pending` may still own an uncommitted frame there:
+/// the word is a position in the log and the frame there is not committed. A committed frame
+/// there means the writer's CAS at that position failed or its commit is done, and its next
+/// reservation will be at the tail.
+pub fn pending_holds<R: Region>(log: &Log<R>, pending: i64, producer: i64) -> bool {
+    pending != meta::NO_PENDING && length_at(log, pending, producer).is_some_and(|len| len <= 0)
+}
+
+/// Pads the holes of dead writers: `alive(slot)` tells whether writer slot `slot`'s owner lives.
+/// The caller holds the log's unblock lock.
+pub fn resolve_dead<R: RegionMut>(log: &Log<R>, alive: impl Fn(usize) -> bool) -> Unblocked {
+    let mut done = Unblocked::default();
+    // The tail first: every reservation below it has its pending word visible to the loads
+    // below (the word is stored before the CAS that the tail load read or read past).
+    let Ok(producer) = log.producer_position() else { return done };
+    let mut live = Vec::new();
+    let mut dead = Vec::new();
+    for slot in 0..log.writers_high_water() {
+        let pending = log.writer_pending(slot);
+        if pending == meta::NO_PENDING {
+            continue;
+        }
+        if alive(slot) {
+            live.push(pending);
+        } else {
+            dead.push((slot, pending));
+        }
+    }
+    dead.sort_by_key(|&(_, p)| p);
+    let live: Vec<i64> = live.into_iter().filter(|&p| pending_holds(log, p, producer)).collect();
+    for &(slot, at) in &dead {
+        // At or past the tail we read, nothing was reserved as far as we know: the dead writer
+        // may still have reserved there after our read (and died since), so look next time.
+        if log.writer_pending(slot) != at || at >= producer {
+            continue;
+        }
+        let Some(len) = length_at(log, at, producer) else {
+            done.cleared += clear(log, slot, at) as usize; // older than the log holds
+            continue;
+        };
+        if UNBLOCK_SPARES_LIVE && live.iter().any(|&p| p <= at) {
+            continue; // a live writer may own it: it commits when it resumes
+        }
+        let extent = match len {
+            1.. => None,
+            ..0 => Some(-(len as i64) as usize),
+            0 => zero_extent(log, at, producer, &live),
+        };
+        match extent {
+            None => done.cleared += clear(log, slot, at) as usize,
+            Some(extent) => {
+                if !pad(log, at, extent) {
+                    continue; // a length no writer stores: leave it for the readers to report
+                }
+                done.padded += 1;
+                done.bytes += extent;
+                for &(other, p) in &dead {
+                    if p >= at && p < at + extent as i64 {
+                        done.cleared += clear(log, other, p) as usize;
+                    }
+                }
+            }
+        }
+    }
+    done
+}
+
+/// How far a hole whose first length word is zero runs: to the next non-zero length word, the
+/// tail, or the first live writer's pending position after it (`None`: nothing reserved there).
+fn zero_extent<R: Region>(log: &Log<R>, at: i64, producer: i64, live: &[i64]) -> Option<usize> {
+    let terms = log.terms();
+    let term_end = terms.term_begin(at) + log.term_length() as i64;
+    let bound = live.iter().copied().filter(|&p| p > at).fold(term_end.min(producer), i64::min);
+    if at >= bound {
+        return None;
+    }
+    let term = Window::new(log.region(), log.partition(terms.partition(at)));
+    let start = terms.term_offset(at);
+    let mut end = start + FRAME_ALIGNMENT;
+    while at + ((end - start) as i64) < bound && term.load_i32(end, Ordering::Acquire) == 0 {
+        end += FRAME_ALIGNMENT;
+    }
+    Some(end - start)
+}
+
+/// Writes one padding frame of `extent` bytes at `at` (which no live writer owns), after zeroing
+/// the same range of the next partition. `false` if `extent` is not a frame length that fits.
+fn pad<R: RegionMut>(log: &Log<R>, at: i64, extent: usize) -> bool {
+    let terms = log.terms();
+    let offset = terms.term_offset(at);
+    if extent < HEADER_LEN || extent % FRAME_ALIGNMENT != 0 || offset + extent > log.term_length() {
+        return false;
+    }
+    let index = terms.partition(at);
+    let term = Window::new(log.region(), log.partition(index));
+    let rest = HeaderRest {
+        version: CURRENT_VERSION,
+        flags: UNFRAGMENTED,
+        frame_type: TYPE_PAD,
+        term_offset: offset as i32,
+        session_id: log.session_id(),
+        stream_id: log.stream_id(),
+        term_id: terms.term_id(at),
+        reserved_value: 0,
+    }
+    .encode();
+    // SAFETY: the frame's writer is dead (its kernel lock is gone) and no live writer owns it
+    // (checked by the caller), so nobody else writes it; we are the only unblocker (the caller
+    // holds the unblock lock); readers read nothing of it until the positive length below.
+    unsafe { term.copy_in_cell(offset, REST_OFFSET, &rest) };
+    let chunk = clean_chunk(log.term_length());
+    clean_next(log.region(), &log.partition((index + 1) % PARTITION_COUNT), offset, offset + extent, chunk);
+    term.store_i32(offset, extent as i32, COMMIT);
+    true
+}
+
+/// Clears a dead writer's pending word if it still holds `at`.
+fn clear<R: RegionMut>(log: &Log<R>, slot: usize, at: i64) -> bool {
+    let field = log.meta_field(meta::writer_field(slot, meta::W_PENDING));
+    log.region().compare_exchange_i64(field, at, meta::NO_PENDING).is_ok()
+}

@@ -1,0 +1,236 @@
+//! One of several writers of a concurrent log: everything the protocol decides on its side, over
+//! any region, so the loom models and the mmapped files run this very code.
+//!
+//! Each writer keeps its own cached limit (recomputed from the reader slots and the writers'
+//! pending words when it reaches it); the reservation itself checks the shared tail against it
+//! (`log::concurrent`). A held-back writer sweeps dead readers and pads dead writers' holes at
+//! most once per liveness interval (`log::unblock`).
+
+use super::flow::FlowControl;
+use super::slots::{SessionReaders, Slots};
+use super::writer::Liveness;
+use crate::error::OfferError;
+use crate::layout::frame::max_message_len;
+use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
+use crate::log::unblock::{self, Unblocked};
+use crate::log::{Counter, Gauge, Log};
+use crate::region::{DirectRegion, RegionMut};
+use crate::sync::LightBarrier;
+
+/// Who of the writers is alive, and the one-at-a-time lock of the unblocker.
+pub trait WriterLiveness {
+    /// `true` while writer slot `slot`'s owner lives (an error reads as alive: never call a live
+    /// owner dead).
+    fn writer_alive(&self, slot: usize) -> bool;
+
+    /// Runs `f` holding the log's unblock lock, if nobody else holds it (`None` then).
+    fn with_unblock_lock<T>(&self, f: impl FnOnce() -> T) -> Option<T>;
+}
+
+/// Pads the holes of dead writers of `log`, if no other unblocker is at it.
+pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Unblocked {
+    liveness
+        .with_unblock_lock(|| unblock::resolve_dead(log, |slot| liveness.writer_alive(slot)))
+        .unwrap_or_default()
+}
+
+/// A writer of a concurrent log, with its flow control over the stream's reader slots.
+#[derive(Debug)]
+pub struct ConcurrentWriter<L, S, K> {
+    appender: ConcurrentAppender<L>,
+    flow: FlowControl,
+    slots: Slots<S>,
+    liveness: K,
+    max_message: usize,
+    /// The claim not yet committed or aborted, and its payload length.
+    claim: Option<(Reservation, usize)>,
+    ring: Option<LightBarrier>,
+}
+
+impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<L, S, K> {
+    /// A writer of `log` through writer slot `slot` (claimed by the caller).
+    pub fn new(log: Log<L>, slot: usize, slots: Slots<S>, liveness: K) -> Self {
+        let window = log.geometry().window;
+        let max_message = max_message_len(log.term_length());
+        let start = log.producer_position().unwrap_or(0);
+        Self {
+            appender: ConcurrentAppender::new(log, slot),
+            flow: FlowControl::new(window, start),
+            slots,
+            liveness,
+            max_message,
+            claim: None,
+            ring: None,
+        }
+    }
+
+    /// Rings the stream's doorbell after every commit from now on, and at once.
+    pub fn with_doorbell(mut self) -> Self {
+        self.slots.doorbell().ring_readers_always();
+        self.ring = Some(crate::sync::light_barrier_kind());
+        self
+    }
+
+    #[inline(always)]
+    fn ring(&self) {
+        if let Some(barrier) = self.ring {
+            self.slots.doorbell().ring_readers(barrier);
+        }
+    }
+
+    /// Appends `message`; returns the position after it.
+    #[inline]
+    pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+        self.offer_parts(&[message], message.len())
+    }
+
+    /// Appends one message gathered from `parts`, in order.
+    pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
+        let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
+        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.max_message })?;
+        self.offer_parts(parts, len)
+    }
+
+    #[inline]
+    fn offer_parts(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, OfferError> {
+        if len > self.max_message {
+            return Err(OfferError::MessageTooLarge { len, max: self.max_message });
+        }
+        self.abort_claim();
+        let reservation = self.reserve(self.appender.framed_length(len))?;
+        let position = reservation.position;
+        self.appender.write(reservation, parts, len);
+        self.ring();
+        Ok(position)
+    }
+
+    /// Reserves a frame of `len` payload bytes (at most the max payload) to be written in place
+    /// and committed or aborted later; returns the position after it.
+    pub fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
+        let max = self.appender.max_payload();
+        if len > max {
+            return Err(OfferError::MessageTooLarge { len, max });
+        }
+        self.abort_claim();
+        let reservation = self.reserve(self.appender.framed_length(len))?;
+        self.appender.start_claim(&reservation);
+        let position = reservation.position;
+        self.claim = Some((reservation, len));
+        Ok(position)
+    }
+
+    /// Commits the pending claim; returns the position after it.
+    pub fn commit_claim(&mut self) -> Option<i64> {
+        let (reservation, len) = self.claim.take()?;
+        let position = reservation.position;
+        self.appender.commit(reservation, len);
+        self.ring();
+        Some(position)
+    }
+
+    /// Turns the pending claim, if any, into padding that readers skip.
+    pub fn abort_claim(&mut self) {
+        if let Some((reservation, _)) = self.claim.take() {
+            self.appender.abort(reservation);
+        }
+    }
+
+    /// Reserves `framed` bytes below the limit, recomputing it (and sweeping) when reached.
+    #[inline]
+    fn reserve(&mut self, framed: usize) -> Result<Reservation, OfferError> {
+        loop {
+            match self.appender.reserve(framed, self.flow.limit()) {
+                Ok(reservation) => return Ok(reservation),
+                Err(Refused::Limit { position }) => self.admit_slow(position)?,
+                Err(Refused::MaxPosition) => return Err(OfferError::MaxPositionExceeded),
+                Err(Refused::BadTail) => return Err(OfferError::Corrupt),
+            }
+        }
+    }
+
+    /// The tail stood at `position`, at or past the cached limit: `Ok` if a recompute (or a sweep
+    /// of dead readers and writers) lets it on.
+    #[cold]
+    fn admit_slow(&mut self, position: i64) -> Result<(), OfferError> {
+        if position < self.recompute_limit() {
+            return Ok(());
+        }
+        if self.liveness.sweep_due() && self.sweep() && position < self.recompute_limit() {
+            return Ok(());
+        }
+        self.appender.log().count(Counter::BackPressureEvents, 1);
+        Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
+    }
+
+    /// Re-reads the tail, then (after the fence) the reader slots and the writers' pending words.
+    fn recompute_limit(&mut self) -> i64 {
+        let log = self.appender.log();
+        let producer = log.producer_position().unwrap_or(0);
+        let limit = self.flow.recompute_concurrent(&self.slots, log, producer);
+        let readers = self.flow.readers();
+        log.set_gauge(Gauge::PublisherLimit, limit);
+        log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
+        log.count(Counter::LimitRecomputes, 1);
+        limit
+    }
+
+    /// Frees dead readers' slots and pads dead writers' holes; `true` if anything changed.
+    fn sweep(&mut self) -> bool {
+        let evicted = self.slots.evict_dead(&self.liveness);
+        let log = self.appender.log();
+        if evicted > 0 {
+            log.count(Counter::ReadersEvicted, evicted as u64);
+        }
+        let unblocked = unblock(log, &self.liveness);
+        evicted > 0 || unblocked.padded > 0 || unblocked.cleared > 0
+    }
+
+    /// Sweeps and recomputes the limit; returns the readers counted.
+    pub fn check_readers(&mut self) -> SessionReaders {
+        self.sweep();
+        self.recompute_limit();
+        self.flow.readers()
+    }
+
+    /// The shared tail: the position after the last space any writer reserved.
+    pub fn position(&self) -> i64 {
+        self.appender.log().producer_position().unwrap_or(0)
+    }
+
+    pub fn limit(&self) -> i64 {
+        self.flow.limit()
+    }
+
+    pub fn max_message_len(&self) -> usize {
+        self.max_message
+    }
+
+    pub fn max_payload_len(&self) -> usize {
+        self.appender.max_payload()
+    }
+
+    pub fn log(&self) -> &Log<L> {
+        self.appender.log()
+    }
+
+    pub fn liveness(&self) -> &K {
+        &self.liveness
+    }
+
+    /// Rings the readers' doorbell unconditionally (after end of stream).
+    pub fn ring_readers_always(&self) {
+        if self.ring.is_some() {
+            self.slots.doorbell().ring_readers_always();
+        }
+    }
+}
+
+impl<L: DirectRegion, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<L, S, K> {
+    /// Lends the payload of the pending claim (none: an empty slice).
+    pub fn claim_buffer(&mut self) -> &mut [u8] {
+        match &self.claim {
+            Some((reservation, len)) => self.appender.claim_slice(reservation, *len),
+            None => &mut [],
+        }
+    }
+}
