@@ -12,7 +12,7 @@ export CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 export CARGO_PROFILE_BENCH_DEBUG=false
 export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
 
-BENCHES=(offer_poll throughput ping_pong fanout idle bounds vs_aeron journal)
+BENCHES=(offer_poll throughput ping_pong fanout idle bounds vs_aeron journal concurrent)
 cargo bench --features aeron-compare --no-run
 cargo build --profile bench --features aeron-compare --example latency --example lowrate
 

@@ -133,6 +133,75 @@ fn uncontended(c: &mut Criterion, args: &Args) {
         &[("what", "one thread, offer + poll back; ratio = concurrent / exclusive (goal <= 1.3)")],
     );
     eprintln!("[{B}] offer+poll 64 B, one thread: exclusive {e:.1} ns, concurrent {c:.1} ns, ratio {r:.3} (goal <= 1.3)");
+    // The offer alone: batches of offers timed, then polled back untimed; beside it the floor,
+    // an uncontended CAS against a plain store to a word of our own.
+    let batches = args.n(2000, 5);
+    let (mut exo, mut coo, mut ro, mut floor) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let e = offer_only(&mut ex, &mut exs, batches);
+        let c = offer_only(&mut co, &mut cos, batches);
+        exo.push(e);
+        coo.push(c);
+        ro.push(c / e);
+        floor.push(cas_minus_store_ns(batches * BATCH));
+    }
+    let (e, c, r, f) =
+        (Pcts::of(&mut exo).p50, Pcts::of(&mut coo).p50, Pcts::of(&mut ro).p50, Pcts::of(&mut floor).p50);
+    let at_floor = (e + f) / e;
+    support::record(
+        B,
+        "offer_only_64B",
+        &[
+            ("exclusive_ns", e),
+            ("concurrent_ns", c),
+            ("ratio", r),
+            ("cas_extra_ns", f),
+            ("floor_ratio", at_floor),
+        ],
+        &[(
+            "what",
+            "one thread, offers timed in batches of 1000; floor = (exclusive + CAS - store) / exclusive",
+        )],
+    );
+    eprintln!(
+        "[{B}] offer 64 B alone: exclusive {e:.1} ns, concurrent {c:.1} ns, ratio {r:.3}; an uncontended CAS \
+         costs {f:.1} ns more than a store, so the floor is {at_floor:.3}"
+    );
+}
+
+const BATCH: usize = 1000;
+
+/// Nanoseconds per offer, offers timed in batches of [`BATCH`] and polled back in between.
+fn offer_only(p: &mut impl Offer, s: &mut Subscription, batches: usize) -> f64 {
+    let msg = [5u8; MSG];
+    let mut timed = Duration::ZERO;
+    for _ in 0..batches {
+        let start = Instant::now();
+        let mut last = 0;
+        for _ in 0..BATCH {
+            last = p.offer_msg(black_box(&msg)).expect("offer");
+        }
+        timed += start.elapsed();
+        poll_to(s, last);
+    }
+    timed.as_nanos() as f64 / (batches * BATCH) as f64
+}
+
+/// What an uncontended compare-and-swap costs over a release store, ns (the same loop shape).
+fn cas_minus_store_ns(n: usize) -> f64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let word = AtomicI64::new(0);
+    let start = Instant::now();
+    for i in 0..n as i64 {
+        let _ = black_box(&word).compare_exchange(i, i + 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+    let cas = start.elapsed();
+    let start = Instant::now();
+    for i in 0..n as i64 {
+        black_box(&word).store(i + 1, Ordering::Release);
+    }
+    let store = start.elapsed();
+    (cas.as_nanos() as f64 - store.as_nanos() as f64) / n as f64
 }
 
 /// Messages per second: `writers` threads each offer `n` messages through a handle made by

@@ -42,7 +42,7 @@ if [[ -z "${SHMLOG_BENCHES:-}" ]]; then
     rm -rf target/bench-results
 fi
 mkdir -p target/bench-results
-for b in ${SHMLOG_BENCHES:-bounds throughput ping_pong offer_poll fanout idle vs_aeron journal latency}; do
+for b in ${SHMLOG_BENCHES:-bounds throughput ping_pong offer_poll fanout idle vs_aeron journal concurrent latency}; do
     # A bench re-run replaces all of its records: none left over from a manual run with other
     # options (a `--seconds 1` latency run would otherwise add its own rows to the tables).
     rm -f "target/bench-results/$b.jsonl"

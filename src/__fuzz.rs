@@ -38,8 +38,10 @@ pub mod files {
     pub use crate::stream::files::*;
 }
 pub use crate::log::appender::{Appender, ClaimedFrame, MaxPosition, Tripped};
+pub use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 pub use crate::log::header::Header;
 pub use crate::log::position::{pack_tail, Terms};
+pub use crate::log::unblock::{resolve_dead, Unblocked};
 pub use crate::log::{Counter, Gauge, Log, LogInit};
 pub use crate::region::{HeapRegion, Region, RegionMut};
 pub use crate::stream::flow::FlowControl;

@@ -12,6 +12,7 @@
 //! - [`ops_oracle`]: random operations on the shipped writer and readers against an oracle.
 //! - [`assembler`]: `FragmentAssembler` over arbitrary fragment sequences against a reference.
 //! - [`journal`]: catalog records, segment frames and damaged recordings on disk.
+//! - [`unblock`]: the unblocker of a concurrent log over hostile words.
 
 #![allow(clippy::disallowed_types)]
 
@@ -23,9 +24,11 @@ mod ops_oracle;
 mod term_reader;
 #[cfg(test)]
 mod tests;
+mod unblock;
 
 pub use assembler::assembler;
 pub use file_validation::file_validation;
 pub use journal::journal;
 pub use ops_oracle::ops_oracle;
 pub use term_reader::term_reader;
+pub use unblock::unblock;

@@ -288,6 +288,7 @@ impl Model {
                 assert!(l == len && l > max, "too large: {l} > {max}");
                 assert_eq!(after, before, "a message too large moved the writer");
             }
+            OfferError::Corrupt => panic!("the exclusive writer reported corrupt tail counters"),
         }
     }
 

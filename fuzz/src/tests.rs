@@ -5,18 +5,19 @@
 use crate::file_validation::run_file_validation;
 use crate::ops_oracle::run_ops;
 use crate::term_reader::run_term_reader;
-use crate::{assembler, file_validation, journal, ops_oracle, term_reader};
+use crate::{assembler, file_validation, journal, ops_oracle, term_reader, unblock};
 use shmlog::{BEGIN_FLAG, UNFRAGMENTED};
 use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 6] = [
     ("term_reader", term_reader),
     ("file_validation", file_validation),
     ("ops_oracle", ops_oracle),
     ("assembler", assembler),
     ("journal", journal),
+    ("unblock", unblock),
 ];
 
 /// Bytes of a seed, written in the order the decoders read them.
@@ -316,6 +317,21 @@ fn journal_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![("record_words", words.0), ("intact", intact.0), ("damaged", damaged.0), ("truncated", truncated.0)]
 }
 
+// --- unblock seeds: a 128-byte term (geometry bytes 0), holes of every kind, dead and live
+// writers.
+fn unblock_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut dead_negative = Seed::default();
+    // Geometry (term 128, mtu, window), initial term id; words of the 12 frame slots: a negative
+    // length at 0, zeros after.
+    dead_negative.b(&[0, 0, 0]).b(&[0]).b(&[1, 0, 0]).b(&[0; 9]);
+    // Term count 0, tail 96; 2 writers: slot 0 pending 0 (dead), slot 1 none.
+    dead_negative.b(&[0]).b(&[96]).b(&[2]).b(&[1, 0]).b(&[0]).b(&[0, 0]);
+    let mut live_and_dead = Seed::default();
+    live_and_dead.b(&[0, 0, 0]).b(&[0]).b(&[0, 1, 0]).b(&[0; 9]);
+    live_and_dead.b(&[0]).b(&[128]).b(&[2]).b(&[1, 0]).b(&[1, 0]).b(&[0, 1]);
+    vec![("dead_negative", dead_negative.0), ("live_and_dead", live_and_dead.0)]
+}
+
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
         "journal" => journal_seeds(),
@@ -323,6 +339,7 @@ fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
         "file_validation" => file_seeds(),
         "ops_oracle" => ops_seeds(),
         "assembler" => assembler_seeds(),
+        "unblock" => unblock_seeds(),
         _ => unreachable!(),
     }
 }

@@ -83,6 +83,18 @@ pub struct ConcurrentAppender<R> {
     max_payload: usize,
     /// Bytes of the next partition zeroed at a time (see [`clean_next`]).
     chunk: usize,
+    /// The term of our last reservation, for the fast path of the next.
+    known: Option<KnownTerm>,
+}
+
+/// Where a term lies, worked out once per term by each writer.
+#[derive(Clone, Copy, Debug)]
+struct KnownTerm {
+    term_id: i32,
+    tail_field: usize,
+    partition: Span,
+    next_partition: Span,
+    term_begin: i64,
 }
 
 impl<R: RegionMut> ConcurrentAppender<R> {
@@ -107,6 +119,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
             chunk: clean_chunk(log.term_length()),
             template,
             template_term: 0,
+            known: None,
             log,
         }
     }
@@ -126,12 +139,55 @@ impl<R: RegionMut> ConcurrentAppender<R> {
 
     /// Reserves `framed` bytes (a message's framed length, at most a term / 8 plus headers) at
     /// the tail if the tail stands below `limit`; pads and rotates at a term's end on the way.
+    #[inline(always)]
     pub fn reserve(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
+        if let Some(reservation) = self.reserve_in_known_term(framed, limit) {
+            return Ok(reservation);
+        }
+        self.reserve_slow(framed, limit)
+    }
+
+    #[inline(never)]
+    fn reserve_slow(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
         let refused = self.reserve_inner(framed, limit);
         if refused.is_err() {
             self.set_pending(meta::NO_PENDING);
         }
         refused
+    }
+
+    /// The common case in one pass: the term of our last reservation is still the active one
+    /// (its tail names it and is short of its end: a term is rotated away only once full), the
+    /// tail is below the limit, the message fits, and no other writer moves the tail between our
+    /// load and our CAS. `None` sends the caller to the general loop, which starts over.
+    #[inline(always)]
+    fn reserve_in_known_term(&self, framed: usize, limit: i64) -> Option<Reservation> {
+        let known = self.known.as_ref()?;
+        let region = self.log.region();
+        let raw = region.load_i64(known.tail_field, Ordering::Acquire);
+        let start = (raw as u32) as usize;
+        let end = start + framed;
+        let position = known.term_begin + start as i64;
+        if tail_term_id(raw) != known.term_id || end > known.partition.len() || position >= limit {
+            return None;
+        }
+        if PENDING_BEFORE_RESERVE {
+            self.set_pending(position);
+        }
+        region.compare_exchange_i64(known.tail_field, raw, pack_tail(known.term_id, end)).ok()?;
+        if !PENDING_BEFORE_RESERVE {
+            self.set_pending(position);
+        }
+        let reservation = Reservation {
+            partition: known.partition,
+            next_partition: known.next_partition,
+            term_id: known.term_id,
+            start,
+            end,
+            position: known.term_begin + end as i64,
+        };
+        self.mark_pending(&reservation);
+        Some(reservation)
     }
 
     fn reserve_inner(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
@@ -173,6 +229,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
             }
             let partition = self.log.partition(index);
             let next_partition = self.log.partition((index + 1) % PARTITION_COUNT);
+            self.known = Some(KnownTerm { term_id, tail_field, partition, next_partition, term_begin });
             let reservation = Reservation {
                 partition,
                 next_partition,

@@ -10,7 +10,7 @@ use super::flow::FlowControl;
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
 use crate::error::OfferError;
-use crate::layout::frame::max_message_len;
+use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
 use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 use crate::log::unblock::{self, Unblocked};
 use crate::log::{Counter, Gauge, Log};
@@ -81,6 +81,16 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// Appends `message`; returns the position after it.
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+        // The common case in one pass: one frame, no leaked claim, a reservation in the known term.
+        if message.len() <= self.appender.max_payload() && self.claim.is_none() {
+            let framed = crate::layout::align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
+            if let Ok(reservation) = self.appender.reserve(framed, self.flow.limit()) {
+                let position = reservation.position;
+                self.appender.write(reservation, &[message], message.len());
+                self.ring();
+                return Ok(position);
+            }
+        }
         self.offer_parts(&[message], message.len())
     }
 
