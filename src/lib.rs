@@ -82,6 +82,13 @@
 //! the live stream with no gap and no duplicate ([`journal::ReplayMerge`]). See
 //! `docs/journal.md`.
 //!
+//! # Many writers
+//! [`PublicationBuilder::open_concurrent`] gives a [`ConcurrentPublication`]: any number of
+//! threads and processes write one stream, in one total order every reader sees. Space is
+//! reserved with a CAS on the log's tail; a writer killed between its reservation and its commit
+//! is found dead by the kernel and its hole padded within the liveness interval, while a writer
+//! that is only stopped is never passed over. See `docs/concurrent.md`.
+//!
 //! # Features
 //! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver`, a
 //! `futures_core::Stream` of messages (and `journal::AsyncReplay`, one of a recording). `cli`: the `shmlog` tool. `aeron-compare`: the benches

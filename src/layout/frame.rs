@@ -40,6 +40,9 @@ pub const CURRENT_VERSION: u8 = 0;
 /// Aeron caps a message at 16 MiB whatever the term length.
 pub const MAX_MESSAGE_CAP: usize = 16 * 1024 * 1024;
 
+/// What [`check_length`] says of a negative length.
+pub const NEGATIVE_LENGTH: &str = "negative frame length";
+
 /// Largest message for a term length: `min(T / 8, 16 MiB)`.
 pub const fn max_message_len(term_length: usize) -> usize {
     let eighth = term_length / 8;
@@ -69,10 +72,13 @@ pub const fn framed_length(len: usize, max_payload: usize) -> usize {
 
 /// Checks a frame's length word against the `room` left in its term: `Ok(None)` if nothing is
 /// committed there (zero), else the length and the aligned length it takes.
+///
+/// A negative length is [`NEGATIVE_LENGTH`]: a fault in an exclusive log, a frame still being
+/// written in a concurrent one (the reader tells them apart).
 #[inline(always)]
 pub fn check_length(raw: i32, room: usize) -> Result<Option<(usize, usize)>, &'static str> {
     if raw <= 0 {
-        return if raw == 0 { Ok(None) } else { Err("negative frame length") };
+        return if raw == 0 { Ok(None) } else { Err(NEGATIVE_LENGTH) };
     }
     let len = raw as usize;
     if len < HEADER_LEN {

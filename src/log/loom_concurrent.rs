@@ -211,7 +211,7 @@ fn k2_dead_writer_hole_vs_unblocker_and_live_writer() {
             let r = reserve(&mut d, 16, TERM / 2);
             d.start_claim(&r);
             // Dies with the claim open: the kernel drops its lock.
-            std::mem::forget(r);
+            let _died_with = r;
             dies[0].store(false, Ordering::SeqCst);
         });
         // Both frames fit in term 0 and nothing is cleaned under anyone: a window of a term keeps

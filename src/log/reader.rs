@@ -91,15 +91,14 @@ impl Cursor {
 /// The next frame at `offset` of `term`: `Ok(None)` when nothing is committed there yet.
 #[inline(always)]
 fn next_frame<R: Region>(
+    log: &Log<R>,
     term: &Window<'_, R>,
     offset: usize,
     term_id: i32,
-    concurrent: bool,
 ) -> Result<Option<Frame>, &'static str> {
     let raw = term.load_i32(offset, Ordering::Acquire);
     let checked = match frame::check_length(raw, term.len() - offset) {
-        // A concurrent writer's frame being written (see `log::concurrent`).
-        Err(_) if raw < 0 && concurrent => Ok(None),
+        Err(what) if being_written(log, what) => Ok(None),
         checked => checked,
     };
     let Some((len, aligned)) = checked? else { return Ok(None) };
@@ -108,6 +107,13 @@ fn next_frame<R: Region>(
     let rest = HeaderRest::decode(&bytes);
     frame::check_rest(&rest, offset, term_id)?;
     Ok(Some(Frame { len, aligned, rest }))
+}
+
+/// `true` if `what` is a negative length in a concurrent log: a frame still being written (see
+/// `log::concurrent`), where a reader waits as at a zero. Off the hot path.
+#[cold]
+fn being_written<R: Region>(log: &Log<R>, what: &'static str) -> bool {
+    what == frame::NEGATIVE_LENGTH && log.is_concurrent()
 }
 
 /// How a frame's payload reaches a handler.
@@ -253,7 +259,7 @@ pub unsafe fn read_at<R: Region>(
     let mut fragments = 0;
     let mut fault = None;
     while fragments < fragment_limit && offset < term.len() {
-        let frame = match next_frame(&term, offset, cursor.term_id, log.is_concurrent()) {
+        let frame = match next_frame(log, &term, offset, cursor.term_id) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(what) => {
@@ -313,7 +319,7 @@ pub unsafe fn read_block<R: Region>(
     let mut end = start;
     let mut fault = None;
     while end < term.len() {
-        let frame = match next_frame(&term, end, at.term_id, log.is_concurrent()) {
+        let frame = match next_frame(log, &term, end, at.term_id) {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(what) => {
@@ -366,7 +372,7 @@ pub fn frame_committed_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
 pub fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
-    matches!(next_frame(&term_window(log, &at), at.offset, at.term_id, log.is_concurrent()), Ok(Some(_)))
+    matches!(next_frame(log, &term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
 }
 
 /// `true` if a frame starts at `position`, committed or still being written: walking the
@@ -377,7 +383,7 @@ pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
     let mut at = log.terms().term_begin(position);
     while at < position {
         let cursor = Cursor::new(log, at);
-        match next_frame(&term_window(log, &cursor), cursor.offset, cursor.term_id, log.is_concurrent()) {
+        match next_frame(log, &term_window(log, &cursor), cursor.offset, cursor.term_id) {
             Ok(Some(frame)) => at += frame.aligned as i64,
             _ => return false,
         }
@@ -389,7 +395,7 @@ pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// messages) starts at `position`: where an explicit join may land.
 pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
-    match next_frame(&term_window(log, &at), at.offset, at.term_id, log.is_concurrent()) {
+    match next_frame(log, &term_window(log, &at), at.offset, at.term_id) {
         Ok(Some(frame)) => frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0,
         _ => false,
     }
@@ -407,7 +413,7 @@ pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64
     while at < newest {
         let cursor = Cursor::new(log, at);
         let term = term_window(log, &cursor);
-        let frame = match next_frame(&term, cursor.offset, cursor.term_id, log.is_concurrent()) {
+        let frame = match next_frame(log, &term, cursor.offset, cursor.term_id) {
             Ok(Some(frame)) => frame,
             _ => return newest, // still being written, or not a valid frame
         };

@@ -176,3 +176,108 @@ fn clear<R: RegionMut>(log: &Log<R>, slot: usize, at: i64) -> bool {
     let field = log.meta_field(meta::writer_field(slot, meta::W_PENDING));
     log.region().compare_exchange_i64(field, at, meta::NO_PENDING).is_ok()
 }
+
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests {
+    use super::*;
+    use crate::layout::log_meta::Geometry;
+    use crate::log::concurrent::ConcurrentAppender;
+    use crate::log::reader::{read, Action};
+    use crate::log::LogInit;
+    use crate::region::HeapRegion;
+    use std::sync::Arc;
+
+    type Shared = Arc<HeapRegion>;
+
+    /// A concurrent log of 1 KiB terms (MTU 128) and a writer on each of two slots.
+    fn two_writers() -> (Log<Shared>, ConcurrentAppender<Shared>, ConcurrentAppender<Shared>) {
+        let geometry = Geometry { term_length: 1024, page_size: 4096, mtu: 128, window: 512 };
+        let region = Arc::new(HeapRegion::new(geometry.file_length()));
+        let init = LogInit {
+            geometry,
+            initial_term_id: 5,
+            session_id: 1,
+            stream_id: 2,
+            pid: 3,
+            created_ns: 0,
+            name: "unblock",
+            concurrent: true,
+        };
+        let log = Log::initialize(Arc::clone(&region), &init);
+        let writer = |slot| {
+            let view = Log::open_any_term(Arc::clone(&region)).unwrap();
+            assert!(view.claim_writer_slot(slot, 10 + slot as i64, 0));
+            ConcurrentAppender::new(view, slot)
+        };
+        let (a, b) = (writer(0), writer(1));
+        (log, a, b)
+    }
+
+    /// Every payload a reader gets from position 0, and where it stops.
+    fn read_all(log: &Log<Shared>) -> (Vec<Vec<u8>>, i64) {
+        let mut got = Vec::new();
+        // SAFETY: single-threaded: nothing writes the log while it is read.
+        let scan = unsafe {
+            read(
+                log,
+                0,
+                100,
+                |p, _| {
+                    got.push(p.to_vec());
+                    Action::Continue
+                },
+                |_| {},
+            )
+        };
+        assert_eq!(scan.fault, None);
+        (got, scan.position)
+    }
+
+    #[test]
+    fn a_writer_dead_before_its_first_store_is_padded_up_to_the_next_frame() {
+        let (log, mut dead, mut live) = two_writers();
+        let r = dead.reserve(dead.framed_length(90), i64::MAX).unwrap();
+        // Died between its CAS and its first store: its reservation is all zero.
+        log.region().store_i32(0, 0, Ordering::Relaxed);
+        let _died_with = r;
+        let after = live.reserve(live.framed_length(5), i64::MAX).unwrap();
+        live.write(after, &[b"alive"], 5);
+        assert_eq!(read_all(&log), (vec![], 0), "readers wait at the hole");
+        let done = resolve_dead(&log, |slot| slot == 1);
+        assert_eq!((done.padded, done.bytes, done.cleared), (1, 128, 1));
+        assert_eq!(read_all(&log), (vec![b"alive".to_vec()], 128 + 64));
+        assert_eq!(log.writer_pending(0), meta::NO_PENDING);
+    }
+
+    #[test]
+    fn a_dead_writers_fragments_are_padded_over_never_delivered() {
+        let (log, mut dead, mut live) = two_writers();
+        let message = vec![9u8; 300];
+        let r = dead.reserve(dead.framed_length(300), i64::MAX).unwrap();
+        let extent = r.len();
+        // Died after its later fragments, before the first: simulated by writing a copy of the
+        // reservation with the first frame's length put back to minus the reservation.
+        dead.write(r, &[&message], 300);
+        log.region().store_i32(0, -(extent as i32), Ordering::Relaxed);
+        log.region().store_i64(log.meta_field(meta::writer_field(0, meta::W_PENDING)), 0, Ordering::Relaxed);
+        let after = live.reserve(live.framed_length(5), i64::MAX).unwrap();
+        live.write(after, &[b"alive"], 5);
+        assert_eq!(read_all(&log).0.len(), 0, "nothing of the dead message, and nothing after it yet");
+        let done = resolve_dead(&log, |slot| slot == 1);
+        assert_eq!((done.padded, done.bytes), (1, extent));
+        assert_eq!(read_all(&log).0, vec![b"alive".to_vec()]);
+    }
+
+    #[test]
+    fn a_live_writers_frame_is_never_padded() {
+        let (log, mut stopped, mut other) = two_writers();
+        let r = stopped.reserve(stopped.framed_length(8), i64::MAX).unwrap();
+        let after = other.reserve(other.framed_length(5), i64::MAX).unwrap();
+        other.write(after, &[b"after"], 5);
+        for _ in 0..3 {
+            assert_eq!(resolve_dead(&log, |_| true), Unblocked::default());
+        }
+        stopped.write(r, &[b"whole!!!"], 8);
+        assert_eq!(read_all(&log).0, vec![b"whole!!!".to_vec(), b"after".to_vec()]);
+    }
+}
