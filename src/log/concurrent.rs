@@ -376,8 +376,8 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         self.finish(r, first_chunk + HEADER_LEN);
     }
 
-    /// Writes the header of a one-frame claim of `len` payload bytes; the caller writes the
-    /// payload (through [`ConcurrentAppender::claim_payload_offset`]) and commits or aborts.
+    /// Writes the header of a one-frame claim; the caller writes the payload (through
+    /// [`ConcurrentAppender::claim_payload`]) and commits or aborts.
     pub fn start_claim(&mut self, r: &Reservation) {
         self.enter_term(r);
         let rest = self.rest_for(r.start, UNFRAGMENTED, TYPE_DATA);

@@ -25,7 +25,7 @@
 //!   word on a frame that is S's, and must wait for S: the reader gets S's message whole.
 
 use super::concurrent::{ConcurrentAppender, Refused, Reservation};
-use super::loom_models::{check_place, message, Shared, Tally, SESSION_ID};
+use super::loom_models::{check_place, check_with, message, Shared, Tally, SESSION_ID};
 use super::reader::{read, Action};
 use super::unblock;
 use super::{Log, LogInit};
@@ -40,20 +40,12 @@ const TERM: usize = 128;
 
 /// Runs `model` under loom with one preemption (two make k1 take tens of minutes; one already
 /// puts a writer's stop anywhere in another's run) and up to 100 000 branches (three threads
-/// that wait by yielding). Prints the iterations and the time taken.
+/// that wait by yielding).
 fn check(name: &str, model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(1);
     builder.max_branches = 100_000;
-    let iterations = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = Arc::clone(&iterations);
-    let start = std::time::Instant::now();
-    builder.check(move || {
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        model();
-    });
-    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
-    println!("loom model {name}: {n} iterations in {:.2?} (preemption bound 1)", start.elapsed());
+    check_with(name, builder, model);
 }
 
 /// A fresh concurrent log of 128-byte terms and its region.

@@ -88,6 +88,15 @@ pub(crate) fn check(name: &str, model: impl Fn() + Sync + Send + 'static) {
     if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
         builder.max_branches = 10_000;
     }
+    check_with(name, builder, model);
+}
+
+/// Runs `model` under the loom `builder` given; prints the iterations and the time taken.
+pub(crate) fn check_with(
+    name: &str,
+    builder: loom::model::Builder,
+    model: impl Fn() + Sync + Send + 'static,
+) {
     // Bookkeeping outside the model: counts executions, never seen by loom.
     let iterations = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = Arc::clone(&iterations);

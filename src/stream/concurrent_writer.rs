@@ -82,7 +82,10 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, a reservation in the known term.
-        if message.len() <= self.appender.max_payload() && self.claim.is_none() {
+        if message.len() <= self.appender.max_payload()
+            && message.len() <= self.max_message
+            && self.claim.is_none()
+        {
             let framed = crate::layout::align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
             if let Ok(reservation) = self.appender.reserve(framed, self.flow.limit()) {
                 let position = reservation.position;
