@@ -100,13 +100,7 @@ impl ConcurrentPublication {
         idle: &mut impl IdleStrategy,
         deadline: Instant,
     ) -> Result<i64, OfferError> {
-        idle.reset();
-        loop {
-            match self.offer(message) {
-                Err(e) if e.is_retryable() && Instant::now() < deadline => idle.idle(0),
-                other => return other,
-            }
-        }
+        super::publication::offer_retrying(|| self.offer(message), idle, deadline)
     }
 
     /// The log's tail: the position after the last space any writer reserved.
@@ -131,15 +125,7 @@ impl ConcurrentPublication {
 
     /// Waits until at least `readers` live readers read this session, or `timeout` passes.
     pub fn wait_for_readers(&mut self, readers: usize, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        let mut idle = super::idle::Backoff::default();
-        while self.connected_readers() < readers {
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout);
-            }
-            idle.idle(0);
-        }
-        Ok(())
+        super::publication::wait_for_count(|| self.connected_readers(), readers, timeout)
     }
 
     /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.

@@ -20,6 +20,39 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Retries `offer` while it is back-pressured or not connected, idling with `idle`, until
+/// `deadline` (the `offer_with` of both publications).
+pub(crate) fn offer_retrying(
+    mut offer: impl FnMut() -> Result<i64, OfferError>,
+    idle: &mut impl IdleStrategy,
+    deadline: Instant,
+) -> Result<i64, OfferError> {
+    idle.reset();
+    loop {
+        match offer() {
+            Err(e) if e.is_retryable() && Instant::now() < deadline => idle.idle(0),
+            other => return other,
+        }
+    }
+}
+
+/// Waits, backing off, until `count()` reaches `want` or `timeout` passes ([`Error::Timeout`]).
+pub(crate) fn wait_for_count(
+    mut count: impl FnMut() -> usize,
+    want: usize,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    let mut idle = super::idle::Backoff::default();
+    while count() < want {
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout);
+        }
+        idle.idle(0);
+    }
+    Ok(())
+}
+
 /// Settings for a new publication. Obtained from [`Publication::builder`].
 #[derive(Clone, Debug)]
 pub struct PublicationBuilder {
@@ -261,13 +294,7 @@ impl Publication {
         idle: &mut impl IdleStrategy,
         deadline: Instant,
     ) -> Result<i64, OfferError> {
-        idle.reset();
-        loop {
-            match self.offer(message) {
-                Err(e) if e.is_retryable() && Instant::now() < deadline => idle.idle(0),
-                other => return other,
-            }
-        }
+        offer_retrying(|| self.offer(message), idle, deadline)
     }
 
     /// Offers `message`; while back-pressured, sleeps until a reader moves (readers ring the
@@ -319,15 +346,7 @@ impl Publication {
     /// Waits until at least `readers` live readers read this session, or `timeout` passes
     /// ([`Error::Timeout`]): e.g. before a test or a fan-out starts.
     pub fn wait_for_readers(&mut self, readers: usize, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        let mut idle = super::idle::Backoff::default();
-        while self.connected_readers() < readers {
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout);
-            }
-            idle.idle(0);
-        }
-        Ok(())
+        wait_for_count(|| self.connected_readers(), readers, timeout)
     }
 
     /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.

@@ -97,6 +97,22 @@ impl Gather<'_> {
     }
 }
 
+/// The header after the length word of a frame at `offset` of `template`'s term, with `flags`
+/// and `frame_type` (the writers' templates hold the rest).
+#[inline(always)]
+pub(crate) fn rest_from(
+    template: &[u8; REST_LEN],
+    offset: usize,
+    flags: u8,
+    frame_type: u16,
+) -> [u8; REST_LEN] {
+    let mut rest = *template;
+    rest[rest::FLAGS] = flags;
+    rest[rest::TYPE..rest::TYPE + 2].copy_from_slice(&frame_type.to_le_bytes());
+    rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+    rest
+}
+
 /// The writer's private state over a log it owns.
 #[derive(Debug)]
 pub struct Appender<R> {
@@ -392,11 +408,7 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(always)]
     fn rest_for(&self, offset: usize, flags: u8, frame_type: u16) -> [u8; REST_LEN] {
-        let mut rest = self.template;
-        rest[rest::FLAGS] = flags;
-        rest[rest::TYPE..rest::TYPE + 2].copy_from_slice(&frame_type.to_le_bytes());
-        rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
-        rest
+        rest_from(&self.template, offset, flags, frame_type)
     }
 
     #[inline(always)]

@@ -21,7 +21,7 @@
 //! 6. the first frame's length, positive, with a release store: the commit;
 //! 7. the pending word := `NO_PENDING`.
 
-use super::appender::Gather;
+use super::appender::{rest_from, Gather};
 use super::position::{pack_tail, tail_offset, tail_term_id};
 use super::Log;
 use crate::layout::align;
@@ -291,11 +291,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
 
     /// The header after the length word of a frame at `offset` of the template's term.
     fn rest_for(&self, offset: usize, flags: u8, frame_type: u16) -> [u8; REST_LEN] {
-        let mut rest = self.template;
-        rest[rest::FLAGS] = flags;
-        rest[rest::TYPE..rest::TYPE + 2].copy_from_slice(&frame_type.to_le_bytes());
-        rest[rest::TERM_OFFSET..rest::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
-        rest
+        rest_from(&self.template, offset, flags, frame_type)
     }
 
     /// Steps 5 to 7 for a reservation whose first frame's header and payload are written.
