@@ -253,3 +253,31 @@ fn handles_share_a_session_and_exclude_an_exclusive_publisher() {
     assert!(matches!(err, shmlog::Error::AlreadyExists { .. }), "{err}");
     drop(exclusive);
 }
+
+/// Two writers closing at the same moment: the second to look is the last, ends the stream and
+/// removes the log (each once saw the other's lock, and neither did).
+#[test]
+fn two_writers_closing_at_once_still_end_the_stream() {
+    let dir = ShmDir::new("conc-close");
+    for round in 0..iterations(20, 200) {
+        let open = || Publication::builder("close").dir(dir.path()).term_length(64 * 1024).open_concurrent();
+        let (a, b) = (open().unwrap(), open().unwrap());
+        assert_eq!(a.session_id(), b.session_id());
+        let path = a.path().to_path_buf();
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let threads: Vec<_> = [a, b]
+            .into_iter()
+            .map(|p| {
+                let go = go.clone();
+                std::thread::spawn(move || {
+                    go.wait();
+                    p.close();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(!path.exists(), "round {round}: neither writer ended the stream");
+    }
+}

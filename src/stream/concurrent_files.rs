@@ -8,7 +8,7 @@
 //! that meets them retries.
 
 use super::files::{check_owner, create_log, open_existing, NewLog, OwnedLog};
-use super::liveness::{held, PUBLISHER_LOCK, WRITER_LOCKS};
+use super::liveness::{held, CLOSE_LOCK, PUBLISHER_LOCK, WRITER_LOCKS};
 use crate::error::Error;
 use crate::layout::log_meta::{MAX_WRITERS, META_LEN, MODE_CONCURRENT, WRITER_MODE};
 use crate::log::Log;
@@ -132,18 +132,39 @@ fn claim_slot(file: &File, path: &Path, log: &Log<MmapRegion>) -> Result<usize, 
 
 /// Gives up writer slot `slot`; `true` if no other writer holds the log now, in which case the
 /// caller holds the publisher byte's write lock and ends the stream.
+///
+/// Leavers take turns under the closing lock: two writers leaving at once would otherwise each
+/// still see the other's read lock, and neither would end the stream. Under it, a leaver that
+/// is not the last drops its read lock before the next leaver looks. The lock is held for a few
+/// system calls, and goes with a leaver that dies.
 pub fn leave(file: &File, slot: usize) -> bool {
     let _ = lock::unlock(file, WRITER_LOCKS + slot as u64, 1);
-    matches!(lock::try_lock(file, Kind::Exclusive, PUBLISHER_LOCK, 1), Ok(true))
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !matches!(lock::try_lock(file, Kind::Exclusive, CLOSE_LOCK, 1), Ok(true)) {
+        if std::time::Instant::now() > deadline {
+            return false; // a leaver stuck (stopped) in its turn: leave the ending to it
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    let last = matches!(lock::try_lock(file, Kind::Exclusive, PUBLISHER_LOCK, 1), Ok(true));
+    if !last {
+        let _ = lock::unlock(file, PUBLISHER_LOCK, 1);
+    }
+    let _ = lock::unlock(file, CLOSE_LOCK, 1);
+    last
 }
 
-/// A read-write descriptor and mapping of the concurrent log a reader reads (`current`), for
-/// padding dead writers' holes; `None` if the stream's name leads elsewhere now.
+/// A read-write descriptor and mapping of the concurrent log a reader reads (`current`, open
+/// read-only), for padding dead writers' holes. Reopened through `/proc/self/fd`, so it is the
+/// same file even when the stream's name leads to a newer session by now (its writers all died,
+/// and a new one started): the old session's readers can still read past the holes.
 pub fn open_for_unblock(path: &Path, current: &File) -> Result<Option<(File, Log<MmapRegion>)>, Error> {
-    let file = match open_existing(path, true) {
+    use std::os::unix::io::AsRawFd;
+    let same = PathBuf::from(format!("/proc/self/fd/{}", current.as_raw_fd()));
+    let file = match std::fs::OpenOptions::new().read(true).write(true).open(&same) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("open log", path, e)),
+        Err(e) => return Err(Error::io("reopen log read-write", path, e)),
     };
     if !super::files::same_inode(&file, current) {
         return Ok(None);

@@ -9,6 +9,7 @@
 //! | read lock on byte 0 of a concurrent log | every writer of it | some writer alive |
 //! | write lock on byte `64 + i` of a concurrent log | writer slot `i`'s owner | writer alive |
 //! | write lock on byte 2 of a concurrent log | the unblocker, briefly | one unblocker at a time |
+//! | write lock on byte 3 of a concurrent log | a leaving writer, briefly | one leaver at a time |
 //! | write lock on a slot's page of the slot file | the slot's reader | reader alive, slot owned |
 //! | write lock on the whole slot file | whoever removes it, briefly | nobody else has it open |
 //!
@@ -40,6 +41,8 @@ pub const USER_LOCK: u64 = 0;
 
 /// Byte the one unblocker of a concurrent log write-locks while it pads dead writers' holes.
 pub const UNBLOCK_LOCK: u64 = 2;
+/// Byte a leaving writer of a concurrent log write-locks while it finds out whether it is the last.
+pub const CLOSE_LOCK: u64 = 3;
 /// Byte `WRITER_LOCKS + i` of a concurrent log is write-locked by writer slot `i`'s owner.
 pub const WRITER_LOCKS: u64 = 64;
 
