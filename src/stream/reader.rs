@@ -53,8 +53,8 @@ pub struct Reader<L, S> {
     overrun_bound: i64,
     /// A frame found uncommitted at our position, and the writer's position then.
     stall: Option<(i64, i64)>,
-    /// In a concurrent log: the frame at our position stayed uncommitted from one idle check to
-    /// the next while writers reserved past it (its writer may be dead: see `log::unblock`).
+    /// In a concurrent log: the last idle check found the frame at our position uncommitted
+    /// while writers had reserved past it (its writer may be dead: see `log::unblock`).
     held: bool,
 }
 
