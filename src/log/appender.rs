@@ -97,6 +97,22 @@ impl Gather<'_> {
     }
 }
 
+/// The header after the length word of an unfragmented data frame of `log`'s session in term
+/// `term_id`, at term offset 0: the writers' template, which [`rest_from`] adapts per frame.
+pub(crate) fn data_template<R: crate::region::Region>(log: &Log<R>, term_id: i32) -> [u8; REST_LEN] {
+    HeaderRest {
+        version: CURRENT_VERSION,
+        flags: UNFRAGMENTED,
+        frame_type: TYPE_DATA,
+        term_offset: 0,
+        session_id: log.session_id(),
+        stream_id: log.stream_id(),
+        term_id,
+        reserved_value: 0,
+    }
+    .encode()
+}
+
 /// The header after the length word of a frame at `offset` of `template`'s term, with `flags`
 /// and `frame_type` (the writers' templates hold the rest).
 #[inline(always)]
@@ -150,17 +166,7 @@ impl<R: RegionMut> Appender<R> {
         if super::position::tail_term_id(raw) != term_id {
             return Err(crate::error::Invalid::Corrupt("tail counter does not match the active term"));
         }
-        let template = HeaderRest {
-            version: CURRENT_VERSION,
-            flags: UNFRAGMENTED,
-            frame_type: TYPE_DATA,
-            term_offset: 0,
-            session_id: log.session_id(),
-            stream_id: log.stream_id(),
-            term_id,
-            reserved_value: 0,
-        }
-        .encode();
+        let template = data_template(&log, term_id);
         Ok(Self {
             partition: log.partition(index),
             tail_field: log.meta_field(meta::TAIL_COUNTERS + 8 * index),

@@ -21,15 +21,15 @@
 //! 6. the first frame's length, positive, with a release store: the commit;
 //! 7. the pending word := `NO_PENDING`.
 
-use super::appender::{rest_from, Gather};
+use super::appender::{data_template, rest_from, Gather};
 use super::position::{pack_tail, tail_offset, tail_term_id};
 use super::Log;
 use crate::layout::align;
+use crate::layout::frame::BEGIN_FLAG;
 use crate::layout::frame::{
-    framed_length, rest, CURRENT_VERSION, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET,
-    TYPE_DATA, TYPE_PAD, UNFRAGMENTED,
+    framed_length, rest, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_DATA, TYPE_PAD,
+    UNFRAGMENTED,
 };
-use crate::layout::frame::{HeaderRest, BEGIN_FLAG};
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{RegionMut, Span, Window};
 use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE};
@@ -101,17 +101,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// A writer of `log` through writer slot `slot` (claimed by the caller).
     pub fn new(log: Log<R>, slot: usize) -> Self {
         debug_assert!(log.is_concurrent() && slot < meta::MAX_WRITERS);
-        let template = HeaderRest {
-            version: CURRENT_VERSION,
-            flags: UNFRAGMENTED,
-            frame_type: TYPE_DATA,
-            term_offset: 0,
-            session_id: log.session_id(),
-            stream_id: log.stream_id(),
-            term_id: 0,
-            reserved_value: 0,
-        }
-        .encode();
+        let template = data_template(&log, 0);
         Self {
             pending_field: log.meta_field(meta::writer_field(slot, meta::W_PENDING)),
             active_count_field: log.meta_field(meta::ACTIVE_TERM_COUNT),

@@ -20,11 +20,10 @@
 //!
 //! One unblocker at a time: the caller holds the log's unblock lock (`stream::liveness`).
 
+use super::appender::{data_template, rest_from};
 use super::concurrent::clean_next;
 use super::Log;
-use crate::layout::frame::{
-    HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, REST_OFFSET, TYPE_PAD, UNFRAGMENTED,
-};
+use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN, REST_OFFSET, TYPE_PAD, UNFRAGMENTED};
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{Region, RegionMut, Window};
 use crate::sync::protocol::{COMMIT, UNBLOCK_SPARES_LIVE};
@@ -150,17 +149,7 @@ fn pad<R: RegionMut>(log: &Log<R>, at: i64, extent: usize) -> bool {
     }
     let index = terms.partition(at);
     let term = Window::new(log.region(), log.partition(index));
-    let rest = HeaderRest {
-        version: CURRENT_VERSION,
-        flags: UNFRAGMENTED,
-        frame_type: TYPE_PAD,
-        term_offset: offset as i32,
-        session_id: log.session_id(),
-        stream_id: log.stream_id(),
-        term_id: terms.term_id(at),
-        reserved_value: 0,
-    }
-    .encode();
+    let rest = rest_from(&data_template(log, terms.term_id(at)), offset, UNFRAGMENTED, TYPE_PAD);
     // SAFETY: the frame's writer is dead (its kernel lock is gone) and no live writer owns it
     // (checked by the caller), so nobody else writes it; we are the only unblocker (the caller
     // holds the unblock lock); readers read nothing of it until the positive length below.
