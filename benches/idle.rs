@@ -100,11 +100,10 @@ fn floor_loop(
     let mut word = floor.word.load(Ordering::Acquire);
     while !stop.load(Ordering::Relaxed) {
         floor.wait(word);
-        let now_word = floor.word.load(Ordering::Acquire);
-        if now_word == word {
-            continue;
-        }
-        word = now_word;
+        // Poll after every wake-up or timeout, moved word or not: a bump that came before this
+        // thread first read the word (a slow start) would otherwise leave its message unread and
+        // the offering side waiting for ever (CI hung here once).
+        word = floor.word.load(Ordering::Acquire);
         let mut stamp = 0u64;
         let k = sub
             .poll(|p: &[u8], _: &shmlog::Header| stamp = u64::from_le_bytes(p[..8].try_into().unwrap()), 1);
