@@ -129,6 +129,8 @@ pub(crate) mod sync;
 // Under loom only the memory protocol is compiled (log, reader slots, flow control, assembler),
 // so the model checker runs the same code as the real build; files and system calls are left out.
 pub(crate) mod api;
+#[cfg(all(feature = "bridge", not(shmlog_loom)))]
+pub mod bridge;
 pub mod journal;
 pub(crate) mod stream;
 #[cfg(not(shmlog_loom))]

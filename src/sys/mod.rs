@@ -12,3 +12,4 @@ pub(crate) mod clock;
 pub(crate) mod fs;
 pub(crate) mod futex;
 pub(crate) mod lock;
+pub(crate) mod process;

@@ -2,6 +2,8 @@
 //!
 //! Built with the `cli` feature: `cargo run --release --features cli --bin shmlog -- --help`.
 
+#[cfg(feature = "bridge")]
+mod bridge;
 mod histogram;
 mod journal;
 mod latency;
@@ -51,6 +53,10 @@ enum Command {
     Record(journal::RecordArgs),
     /// Replay a recording to stdout (`position length hex` per message) or into a new stream.
     Replay(journal::ReplayArgs),
+    /// Carry a stream to or from another host over Aeron UDP (feature `bridge`), until Ctrl-C.
+    #[cfg(feature = "bridge")]
+    #[command(subcommand)]
+    Bridge(BridgeCommand),
     /// List the recordings of a journal directory: streams, positions, sizes, rates, states.
     Recordings {
         /// Journal directory.
@@ -60,6 +66,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[cfg(feature = "bridge")]
+#[derive(Subcommand, Debug)]
+enum BridgeCommand {
+    /// Read a local stream and offer every message to an Aeron UDP channel.
+    Out(bridge::BridgeArgs),
+    /// Subscribe to an Aeron UDP channel and publish every message into a local stream.
+    In(bridge::BridgeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -173,6 +188,10 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Clean { dir, dry_run, json } => {
             stat::clean(&dir.path(), dry_run, json).map_err(|e| e.to_string())
         }
+        #[cfg(feature = "bridge")]
+        Command::Bridge(BridgeCommand::Out(args)) => bridge::out(&args),
+        #[cfg(feature = "bridge")]
+        Command::Bridge(BridgeCommand::In(args)) => bridge::inbound(&args),
         Command::Record(args) => journal::record(&args).map_err(|e| e.to_string()),
         Command::Replay(args) => journal::replay(&args),
         Command::Recordings { journal, json } => {

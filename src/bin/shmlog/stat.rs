@@ -2,7 +2,7 @@
 
 use crate::sys::stop_requested;
 use serde_json::{json, Value};
-use shmlog::inspect::{self, CleanEntry, CleanReport, LogInfo, ReaderInfo, StreamInfo};
+use shmlog::inspect::{self, BridgeInfo, CleanEntry, CleanReport, LogInfo, ReaderInfo, StreamInfo};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::Path;
@@ -181,8 +181,51 @@ pub fn stat_text(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> Stri
                 reader_text(&mut s, r, rate.copied());
             }
         }
+        for b in &st.bridges {
+            bridge_text(&mut s, b);
+        }
+        for p in &st.bridge_problems {
+            let _ = writeln!(s, "  PROBLEM     {p}");
+        }
     }
     s
+}
+
+fn bridge_text(s: &mut String, b: &BridgeInfo) {
+    let state = match (b.alive, b.connected) {
+        (false, _) => "GONE (status left by a dead bridge; `shmlog clean` removes it)",
+        (true, true) => "connected",
+        (true, false) => "NOT CONNECTED (far side absent, or driver lost)",
+    };
+    let _ = writeln!(
+        s,
+        "  bridge {:<4} pid {} {state}\n    channel   {} stream {} (driver {})",
+        b.direction.as_str(),
+        b.pid,
+        b.channel,
+        b.aeron_stream_id,
+        b.aeron_dir
+    );
+    let _ = writeln!(
+        s,
+        "    carried   {} messages, {}, last at source position {}; back pressure {}, dropped {}, \
+         reconnects {}, updated {}",
+        b.messages,
+        bytes(b.bytes),
+        b.source_position,
+        b.back_pressure,
+        b.dropped,
+        b.reconnects,
+        age(b.updated_ms as i64 * 1_000_000)
+    );
+    for l in &b.losses {
+        let n = l.messages.map_or_else(|| "unknown number of".to_owned(), |n| n.to_string());
+        let _ = writeln!(
+            s,
+            "    LOST      {n} messages at source positions [{}, {}) ({:?})",
+            l.from, l.to, l.cause
+        );
+    }
 }
 
 fn log_text(s: &mut String, log: &LogInfo, rates: Option<&StreamRates>) {
@@ -302,10 +345,38 @@ pub fn stat_json(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> Stri
                 "slot_count": st.slot_count,
                 "readers": readers,
                 "problems": st.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+                "bridges": st.bridges.iter().map(bridge_json).collect::<Vec<_>>(),
+                "bridge_problems": st.bridge_problems,
             })
         })
         .collect();
     json!({ "dir": dir.display().to_string(), "streams": streams }).to_string()
+}
+
+fn bridge_json(b: &BridgeInfo) -> Value {
+    json!({
+        "direction": b.direction.as_str(),
+        "pid": b.pid,
+        "alive": b.alive,
+        "channel": b.channel,
+        "aeron_stream_id": b.aeron_stream_id,
+        "aeron_dir": b.aeron_dir,
+        "connected": b.connected,
+        "messages": b.messages,
+        "bytes": b.bytes,
+        "back_pressure": b.back_pressure,
+        "dropped": b.dropped,
+        "reconnects": b.reconnects,
+        "source_position": b.source_position,
+        "resume_position": b.resume_position,
+        "updated_ms": b.updated_ms,
+        "losses": b.losses.iter().map(|l| json!({
+            "from": l.from,
+            "to": l.to,
+            "messages": l.messages,
+            "cause": format!("{:?}", l.cause).to_lowercase(),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 fn log_json(l: &LogInfo, rates: Option<&StreamRates>) -> Value {

@@ -52,6 +52,12 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
+/// The flag the stop handler sets, for loops that take one.
+#[cfg(feature = "bridge")]
+pub fn stop_flag() -> &'static AtomicBool {
+    &STOP
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,412 @@
+//! What a running bridge (feature `bridge`) shows `shmlog stat`: one small text file per bridge
+//! process, `<stream>.<out|in>.<pid>.bridge` beside the stream's log, rewritten whole (write to
+//! a temporary file, then rename) a few times a second. Text rather than shared memory: it is
+//! read by tools, never on a hot path, and a reader can never see it half written.
+//!
+//! Every value is validated when read; a file that does not parse is reported, never trusted.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Longest status file read; anything longer is not ours.
+const MAX_FILE: u64 = 64 << 10;
+
+/// Most recent losses a status file keeps (the counters keep the totals).
+pub const MAX_LOSSES: usize = 16;
+
+/// Which way a bridge carries its stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BridgeDirection {
+    /// From the local stream to an Aeron UDP publication.
+    Out,
+    /// From an Aeron UDP subscription into the local stream.
+    In,
+}
+
+impl BridgeDirection {
+    /// `"out"` or `"in"`, as in file names and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BridgeDirection::Out => "out",
+            BridgeDirection::In => "in",
+        }
+    }
+}
+
+/// Why messages of the source stream did not reach the far stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossCause {
+    /// The out bridge dropped them: the far side pushed back (or was absent) under the
+    /// `drop` policy. Counted exactly by the out bridge.
+    Dropped,
+    /// The in bridge resumed after a gap: the far bridge, its driver or the path was down, and
+    /// the first message after it starts further on than the next one it expected.
+    Gap,
+}
+
+impl LossCause {
+    fn as_str(self) -> &'static str {
+        match self {
+            LossCause::Dropped => "dropped",
+            LossCause::Gap => "gap",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "dropped" => Some(LossCause::Dropped),
+            "gap" => Some(LossCause::Gap),
+            _ => None,
+        }
+    }
+}
+
+/// Source-stream positions `[from, to)` whose messages were lost, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// Where the first lost message starts (for a gap: where the next expected one would have).
+    pub from: i64,
+    /// Where the first message after the loss starts.
+    pub to: i64,
+    /// How many messages, when the bridge knows (the out bridge does; an in bridge does not).
+    pub messages: Option<u64>,
+    /// Why.
+    pub cause: LossCause,
+}
+
+/// One bridge process's state, as its status file says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BridgeInfo {
+    /// The local stream.
+    pub stream: String,
+    /// Out (local stream to UDP) or in (UDP to local stream).
+    pub direction: BridgeDirection,
+    /// The bridge's process.
+    pub pid: u32,
+    /// Whether that process still exists (filled in when read).
+    pub alive: bool,
+    /// The Aeron channel, e.g. `aeron:udp?endpoint=10.0.0.2:40123`.
+    pub channel: String,
+    /// The Aeron stream id on that channel.
+    pub aeron_stream_id: i32,
+    /// The media driver's directory.
+    pub aeron_dir: String,
+    /// Whether the far side is there: a connected publication (out) or an image (in).
+    pub connected: bool,
+    /// Messages carried.
+    pub messages: u64,
+    /// Payload bytes carried.
+    pub bytes: u64,
+    /// Times the bridge found the next hop full and held (out: the UDP publication pushed back;
+    /// in: the local stream's readers were a window behind).
+    pub back_pressure: u64,
+    /// Messages dropped under the `drop` policy.
+    pub dropped: u64,
+    /// Times the bridge lost its media driver and connected again.
+    pub reconnects: u64,
+    /// Source-stream position where the last carried message starts; -1 before the first.
+    pub source_position: i64,
+    /// Source-stream position just after the last carried message: where a restarted out bridge
+    /// resumes reading, and where an in bridge expects the next message to start; -1 before the
+    /// first.
+    pub resume_position: i64,
+    /// The most recent losses, oldest first (at most [`MAX_LOSSES`]).
+    pub losses: Vec<Loss>,
+    /// When the file was written, in milliseconds since the Unix epoch.
+    pub updated_ms: u64,
+}
+
+impl BridgeInfo {
+    /// A fresh state for a bridge of this process.
+    pub fn new(
+        stream: &str,
+        direction: BridgeDirection,
+        channel: &str,
+        aeron_stream_id: i32,
+        aeron_dir: &str,
+    ) -> Self {
+        BridgeInfo {
+            stream: stream.to_owned(),
+            direction,
+            pid: std::process::id(),
+            alive: true,
+            channel: channel.to_owned(),
+            aeron_stream_id,
+            aeron_dir: aeron_dir.to_owned(),
+            connected: false,
+            messages: 0,
+            bytes: 0,
+            back_pressure: 0,
+            dropped: 0,
+            reconnects: 0,
+            source_position: -1,
+            resume_position: -1,
+            losses: Vec::new(),
+            updated_ms: 0,
+        }
+    }
+
+    /// Records a loss, keeping the most recent [`MAX_LOSSES`].
+    pub fn push_loss(&mut self, loss: Loss) {
+        if self.losses.len() == MAX_LOSSES {
+            self.losses.remove(0);
+        }
+        self.losses.push(loss);
+    }
+
+    /// The file this bridge writes in `dir`.
+    pub fn path(&self, dir: &Path) -> PathBuf {
+        status_path(dir, &self.stream, self.direction, self.pid)
+    }
+
+    /// The file's text.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let mut kv = |k: &str, v: &dyn std::fmt::Display| {
+            let _ = writeln!(s, "{k} {v}");
+        };
+        kv("channel", &self.channel);
+        kv("aeron_stream_id", &self.aeron_stream_id);
+        kv("aeron_dir", &self.aeron_dir);
+        kv("connected", &(self.connected as u8));
+        kv("messages", &self.messages);
+        kv("bytes", &self.bytes);
+        kv("back_pressure", &self.back_pressure);
+        kv("dropped", &self.dropped);
+        kv("reconnects", &self.reconnects);
+        kv("source_position", &self.source_position);
+        kv("resume_position", &self.resume_position);
+        kv("updated_ms", &self.updated_ms);
+        for l in &self.losses {
+            let n = l.messages.map_or_else(|| "-".to_owned(), |n| n.to_string());
+            let _ = writeln!(s, "loss {} {} {} {}", l.from, l.to, n, l.cause.as_str());
+        }
+        s
+    }
+
+    /// Parses a status file's text for the bridge its name describes. `None` if any line is
+    /// malformed or a required key is missing. Unknown keys are skipped (a newer writer).
+    pub fn parse(stream: &str, direction: BridgeDirection, pid: u32, text: &str) -> Option<Self> {
+        let mut b = BridgeInfo::new(stream, direction, "", 0, "");
+        b.pid = pid;
+        b.alive = false;
+        let mut seen = 0u32;
+        for line in text.lines() {
+            let (key, value) = line.split_once(' ')?;
+            let bit = |i: u32| 1u32 << i;
+            match key {
+                "channel" => (b.channel, seen) = (value.to_owned(), seen | bit(0)),
+                "aeron_stream_id" => (b.aeron_stream_id, seen) = (value.parse().ok()?, seen | bit(1)),
+                "aeron_dir" => (b.aeron_dir, seen) = (value.to_owned(), seen | bit(2)),
+                "connected" => {
+                    b.connected = match value {
+                        "0" => false,
+                        "1" => true,
+                        _ => return None,
+                    };
+                    seen |= bit(3);
+                }
+                "messages" => (b.messages, seen) = (value.parse().ok()?, seen | bit(4)),
+                "bytes" => (b.bytes, seen) = (value.parse().ok()?, seen | bit(5)),
+                "back_pressure" => (b.back_pressure, seen) = (value.parse().ok()?, seen | bit(6)),
+                "dropped" => (b.dropped, seen) = (value.parse().ok()?, seen | bit(7)),
+                "reconnects" => (b.reconnects, seen) = (value.parse().ok()?, seen | bit(8)),
+                "source_position" => {
+                    b.source_position = value.parse().ok().filter(|p: &i64| *p >= -1)?;
+                    seen |= bit(9);
+                }
+                "updated_ms" => (b.updated_ms, seen) = (value.parse().ok()?, seen | bit(10)),
+                "resume_position" => {
+                    b.resume_position = value.parse().ok().filter(|p: &i64| *p >= -1)?;
+                    seen |= bit(11);
+                }
+                "loss" => {
+                    let mut f = value.split(' ');
+                    let from: i64 = f.next()?.parse().ok()?;
+                    let to: i64 = f.next()?.parse().ok()?;
+                    let messages = match f.next()? {
+                        "-" => None,
+                        n => Some(n.parse().ok()?),
+                    };
+                    let cause = LossCause::parse(f.next()?)?;
+                    if f.next().is_some() || from < 0 || to < from || b.losses.len() == MAX_LOSSES {
+                        return None;
+                    }
+                    b.losses.push(Loss { from, to, messages, cause });
+                }
+                _ => {}
+            }
+        }
+        (seen == (1 << 12) - 1).then_some(b)
+    }
+}
+
+/// `<stream>.<out|in>.<pid>.bridge` in `dir`.
+pub fn status_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u32) -> PathBuf {
+    dir.join(format!("{stream}.{}.{pid}.bridge", direction.as_str()))
+}
+
+#[cfg_attr(not(feature = "bridge"), allow(dead_code))]
+/// `<stream>.<out|in>.<pid>.resume` in `dir`: 8 bytes, the bridge's resume position, rewritten
+/// in place after every duty cycle that carried something, so that a successor of a bridge
+/// killed with SIGKILL knows to the message where it stopped (the status file is up to 100 ms
+/// old).
+pub fn resume_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u32) -> PathBuf {
+    dir.join(format!("{stream}.{}.{pid}.resume", direction.as_str()))
+}
+
+#[cfg_attr(not(feature = "bridge"), allow(dead_code))]
+/// Reads a resume file: `None` unless it holds exactly one position (≥ -1).
+pub fn read_resume(path: &Path) -> Option<i64> {
+    let bytes = std::fs::read(path).ok()?;
+    let p = i64::from_le_bytes(bytes.as_slice().try_into().ok()?);
+    (p >= -1).then_some(p)
+}
+
+/// Reads a file name the way [`status_path`] writes it: (stream, direction, pid).
+pub fn parse_file_name(file_name: &str) -> Option<(String, BridgeDirection, u32)> {
+    let body = file_name.strip_suffix(".bridge")?;
+    parse_body(body)
+}
+
+/// Reads a file name the way [`resume_path`] writes it: (stream, direction, pid).
+pub fn parse_resume_name(file_name: &str) -> Option<(String, BridgeDirection, u32)> {
+    parse_body(file_name.strip_suffix(".resume")?)
+}
+
+fn parse_body(body: &str) -> Option<(String, BridgeDirection, u32)> {
+    let (rest, pid) = body.rsplit_once('.')?;
+    let (stream, dir) = rest.rsplit_once('.')?;
+    let direction = match dir {
+        "out" => BridgeDirection::Out,
+        "in" => BridgeDirection::In,
+        _ => return None,
+    };
+    if stream.is_empty()
+        || stream.starts_with('.')
+        || pid.is_empty()
+        || !pid.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    Some((stream.to_owned(), direction, pid.parse().ok()?))
+}
+
+#[cfg_attr(not(feature = "bridge"), allow(dead_code))]
+/// Writes `info` as its status file in `dir`, whole: a temporary file renamed over the old one.
+pub fn write(dir: &Path, info: &BridgeInfo) -> std::io::Result<()> {
+    let path = info.path(dir);
+    let tmp = dir.join(format!(".{}.{}.{}.bridge.tmp", info.stream, info.direction.as_str(), info.pid));
+    std::fs::write(&tmp, info.to_text())?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Reads and validates the status file at `path` (named by [`status_path`]).
+pub fn read(path: &Path) -> Result<BridgeInfo, String> {
+    use std::io::Read;
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let (stream, direction, pid) =
+        parse_file_name(name).ok_or_else(|| format!("{}: not a bridge status file", path.display()))?;
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_FILE + 1).read_to_string(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(format!("{}: longer than {MAX_FILE} bytes", path.display()));
+    }
+    let mut info = BridgeInfo::parse(&stream, direction, pid, &text)
+        .ok_or_else(|| format!("{}: malformed bridge status", path.display()))?;
+    info.alive = crate::sys::process::pid_alive(pid);
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> BridgeInfo {
+        let mut b = BridgeInfo::new(
+            "md.eu",
+            BridgeDirection::Out,
+            "aeron:udp?endpoint=127.0.0.1:40123",
+            1001,
+            "/dev/shm/a b",
+        );
+        b.connected = true;
+        b.messages = 7;
+        b.bytes = 700;
+        b.back_pressure = 2;
+        b.dropped = 3;
+        b.reconnects = 1;
+        b.source_position = 4096;
+        b.resume_position = 4160;
+        b.updated_ms = 1_700_000_000_000;
+        b.push_loss(Loss { from: 64, to: 256, messages: Some(3), cause: LossCause::Dropped });
+        b.push_loss(Loss { from: 512, to: 1024, messages: None, cause: LossCause::Gap });
+        b
+    }
+
+    #[test]
+    fn a_status_reads_back_as_written() {
+        let b = sample();
+        let mut back = BridgeInfo::parse("md.eu", BridgeDirection::Out, b.pid, &b.to_text()).unwrap();
+        back.alive = true;
+        assert_eq!(back, b);
+    }
+
+    #[test]
+    fn a_damaged_status_is_refused() {
+        let text = sample().to_text();
+        let cut = text.lines().filter(|l| !l.starts_with("bytes ")).collect::<Vec<_>>().join("\n");
+        assert!(BridgeInfo::parse("s", BridgeDirection::In, 1, &cut).is_none(), "missing key");
+        for (bad, with) in [
+            ("messages 7", "messages seven"),
+            ("connected 1", "connected 2"),
+            ("source_position 4096", "source_position -5"),
+            ("loss 64 256 3 dropped", "loss 256 64 3 dropped"),
+            ("loss 64 256 3 dropped", "loss 64 256 3 stolen"),
+            ("loss 64 256 3 dropped", "loss 64 256 3 dropped extra"),
+        ] {
+            assert!(text.contains(bad));
+            assert!(
+                BridgeInfo::parse("s", BridgeDirection::In, 1, &text.replace(bad, with)).is_none(),
+                "{with}"
+            );
+        }
+        let many = format!("{text}{}", "loss 1 2 - gap\n".repeat(MAX_LOSSES));
+        assert!(BridgeInfo::parse("s", BridgeDirection::In, 1, &many).is_none(), "too many losses");
+    }
+
+    #[test]
+    fn file_names_round_trip_and_others_are_not_ours() {
+        let p = status_path(Path::new("/d"), "a.b", BridgeDirection::In, 42);
+        let name = p.file_name().unwrap().to_str().unwrap();
+        assert_eq!(parse_file_name(name), Some(("a.b".into(), BridgeDirection::In, 42)));
+        for other in
+            ["a.log", "a.out.x.bridge", "a.up.1.bridge", ".out.1.bridge", ".a.out.1.bridge", "a.out..bridge"]
+        {
+            assert_eq!(parse_file_name(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn written_files_are_read_and_oversized_ones_refused() {
+        let dir = crate::testing::TempDir::new("bridge-status");
+        let b = sample();
+        write(dir.path(), &b).unwrap();
+        let back = read(&b.path(dir.path())).unwrap();
+        assert!(back.alive);
+        assert_eq!(back.messages, 7);
+        let big = status_path(dir.path(), "x", BridgeDirection::Out, 1);
+        std::fs::write(&big, "channel a\n".repeat(10_000)).unwrap();
+        assert!(read(&big).unwrap_err().contains("longer than"));
+        let resume = resume_path(dir.path(), "x", BridgeDirection::In, 1);
+        assert_eq!(parse_resume_name("x.in.1.resume"), Some(("x".into(), BridgeDirection::In, 1)));
+        std::fs::write(&resume, 4160i64.to_le_bytes()).unwrap();
+        assert_eq!(read_resume(&resume), Some(4160));
+        for bad in [&(-2i64).to_le_bytes()[..], &[1, 2, 3], &[0; 9]] {
+            std::fs::write(&resume, bad).unwrap();
+            assert_eq!(read_resume(&resume), None, "{bad:?}");
+        }
+    }
+}

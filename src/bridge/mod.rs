@@ -1,0 +1,366 @@
+//! Carry a stream to other hosts over Aeron's UDP transport (feature `bridge`).
+//!
+//! A [`BridgeOut`] is a reader of a local stream that offers every message to an Aeron UDP
+//! publication (a unicast endpoint or a multicast group); a [`BridgeIn`] subscribes to that
+//! channel on the far host and publishes every message into a local stream there, so readers on
+//! both hosts use the plain shmlog API. The network part is Aeron's own: a real media driver
+//! (the Java one, started by the bridge or already running) does Setup, Status Messages, NAKs and
+//! retransmission; the bridge never invents a protocol.
+//!
+//! - **Boundaries and order** are kept: one shmlog message is one Aeron message, fragmented and
+//!   reassembled by each side as needed.
+//! - **Back pressure** passes through under [`BackPressure::Hold`] (the default): a slow or absent
+//!   far side stops the out bridge, whose reader position then holds the local publisher within
+//!   its window. Under [`BackPressure::Drop`] the bridge drops instead and records what it lost,
+//!   by source position. Never silently.
+//! - **Positions**: every Aeron frame carries, in its reserved value, the source-stream position
+//!   where its message starts. The in bridge uses it to report gaps after a reconnection (the
+//!   far bridge killed with messages in flight) and to skip messages it already delivered (a
+//!   restarted out bridge resumes where its predecessor's status file says it stopped).
+//! - **State** is published for `shmlog stat` in a status file beside the stream's log.
+//! - **Failures**: the driver lost is reconnected (and an embedded one restarted); the far side
+//!   gone is Aeron's "not connected", handled as back pressure; the local publisher restarting
+//!   is followed to its new session.
+//!
+//! See `docs/bridge.md` for deployment across two hosts.
+
+// Only flags between threads of this process (stop, driver lost): no protocol memory, nothing
+// for the loom build to swap.
+#![allow(clippy::disallowed_types)]
+
+mod client;
+mod driver;
+mod inbound;
+mod outbound;
+mod wire;
+
+pub use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
+pub use driver::{DriverConfig, MediaDriver, AERON_VERSION};
+pub use inbound::BridgeIn;
+pub use outbound::BridgeOut;
+
+use crate::api::bridge_status;
+use crate::error::Error;
+use crate::IdleStrategy;
+use client::Client;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What a bridge does when the next hop cannot take a message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackPressure {
+    /// Wait for it: nothing is lost, and the wait reaches back to the local publisher.
+    #[default]
+    Hold,
+    /// Drop the message and record the loss (count and source positions) in the status.
+    Drop,
+}
+
+/// Where the bridge finds its media driver.
+#[derive(Clone, Debug)]
+pub enum Driver {
+    /// A driver already running with this directory (`aeron.dir`).
+    Attach(PathBuf),
+    /// A driver the bridge starts, restarts if it dies, and stops.
+    Embedded(DriverConfig),
+}
+
+/// Why a bridge could not start or go on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BridgeError {
+    /// The local stream could not be opened or written.
+    Stream(Error),
+    /// The media driver could not be started or reached, or refused a channel.
+    Aeron(String),
+    /// A setting is out of range.
+    Config(&'static str),
+}
+
+impl fmt::Display for BridgeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BridgeError::Stream(e) => write!(f, "local stream: {e}"),
+            BridgeError::Aeron(e) => write!(f, "aeron: {e}"),
+            BridgeError::Config(e) => write!(f, "bridge setting: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BridgeError {}
+
+impl From<Error> for BridgeError {
+    fn from(e: Error) -> Self {
+        BridgeError::Stream(e)
+    }
+}
+
+/// Settings of a bridge; [`BridgeBuilder::open_out`] and [`BridgeBuilder::open_in`] start one.
+#[derive(Clone, Debug)]
+pub struct BridgeBuilder {
+    stream: String,
+    dir: PathBuf,
+    channel: String,
+    aeron_stream_id: i32,
+    driver: Driver,
+    back_pressure: BackPressure,
+    concurrent: bool,
+    connect_timeout: Duration,
+}
+
+impl BridgeBuilder {
+    /// A bridge for local stream `stream`, on `aeron:udp?endpoint=localhost:40123` stream id
+    /// 1001 through a driver in the default Aeron directory.
+    pub fn new(stream: impl Into<String>) -> Self {
+        BridgeBuilder {
+            stream: stream.into(),
+            dir: crate::default_dir(),
+            channel: "aeron:udp?endpoint=localhost:40123".into(),
+            aeron_stream_id: 1001,
+            driver: Driver::Attach(default_aeron_dir()),
+            back_pressure: BackPressure::Hold,
+            concurrent: false,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The directory of the local stream (default [`crate::default_dir`]).
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = dir.into();
+        self
+    }
+
+    /// The Aeron channel: `aeron:udp?endpoint=host:port` for unicast, or
+    /// `aeron:udp?endpoint=224.0.1.1:40456|interface=10.0.0.1` for a multicast group.
+    pub fn channel(mut self, channel: impl Into<String>) -> Self {
+        self.channel = channel.into();
+        self
+    }
+
+    /// The Aeron stream id on the channel (default 1001).
+    pub fn aeron_stream_id(mut self, id: i32) -> Self {
+        self.aeron_stream_id = id;
+        self
+    }
+
+    /// Which media driver to use (default: attach to one in the default Aeron directory).
+    pub fn driver(mut self, driver: Driver) -> Self {
+        self.driver = driver;
+        self
+    }
+
+    /// Hold (default) or drop when the next hop pushes back.
+    pub fn back_pressure(mut self, policy: BackPressure) -> Self {
+        self.back_pressure = policy;
+        self
+    }
+
+    /// In bridges only: write into the local stream as one of several writers
+    /// ([`crate::ConcurrentPublication`]), so several in bridges (or local writers) can feed it.
+    pub fn concurrent(mut self, yes: bool) -> Self {
+        self.concurrent = yes;
+        self
+    }
+
+    /// How long to wait for the driver when starting and reconnecting (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Starts a bridge from the local stream to the channel. The local stream must have a
+    /// publisher (it is waited for up to the connect timeout).
+    pub fn open_out(self) -> Result<BridgeOut, BridgeError> {
+        BridgeOut::open(self)
+    }
+
+    /// Starts a bridge from the channel into the local stream, creating its publication.
+    pub fn open_in(self) -> Result<BridgeIn, BridgeError> {
+        BridgeIn::open(self)
+    }
+
+    fn validate(&self) -> Result<(), BridgeError> {
+        crate::stream::name::validate(&self.stream)?;
+        if !self.channel.starts_with("aeron:udp") {
+            return Err(BridgeError::Config("the channel must be an aeron:udp channel"));
+        }
+        Ok(())
+    }
+}
+
+/// Aeron's default directory: `/dev/shm/aeron-<user>`.
+pub fn default_aeron_dir() -> PathBuf {
+    let user = std::env::var("USER").unwrap_or_else(|_| "default".into());
+    let base = if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+    PathBuf::from(base).join(format!("aeron-{user}"))
+}
+
+/// The Aeron side both directions share: the driver (if embedded), the client, reconnection.
+struct Link {
+    driver: Option<MediaDriver>,
+    aeron_dir: PathBuf,
+    client: Option<Client>,
+    timeout: Duration,
+    next_attempt: Instant,
+}
+
+impl Link {
+    fn open(driver: &Driver, timeout: Duration) -> Result<Link, BridgeError> {
+        let (driver, aeron_dir) = match driver {
+            Driver::Attach(dir) => (None, dir.clone()),
+            Driver::Embedded(cfg) => {
+                (Some(MediaDriver::start(cfg).map_err(BridgeError::Aeron)?), cfg.dir.clone())
+            }
+        };
+        let client = Client::connect(&aeron_dir.to_string_lossy(), timeout).map_err(BridgeError::Aeron)?;
+        Ok(Link { driver, aeron_dir, client: Some(client), timeout, next_attempt: Instant::now() })
+    }
+
+    /// Runs the client's duty cycle; after the driver is lost, drops the client (the caller
+    /// drops its publication or subscription) and returns `Lost`. Without a client, tries to
+    /// connect again at most every 500 ms (restarting an embedded driver first) and returns
+    /// `Reconnected` once it has.
+    fn tend(&mut self, now: Instant) -> LinkEvent {
+        match &mut self.client {
+            Some(c) if c.driver_lost() => {
+                self.client = None;
+                LinkEvent::Lost
+            }
+            Some(c) => {
+                c.keep_alive(now);
+                LinkEvent::Steady
+            }
+            None if now < self.next_attempt => LinkEvent::Down,
+            None => {
+                self.next_attempt = now + Duration::from_millis(500);
+                if let Some(d) = &mut self.driver {
+                    if let Err(e) = d.restart_if_exited() {
+                        eprintln!("shmlog bridge: restarting the media driver: {e}");
+                        return LinkEvent::Down;
+                    }
+                }
+                match Client::connect(&self.aeron_dir.to_string_lossy(), Duration::from_millis(200)) {
+                    Ok(c) => {
+                        self.client = Some(c);
+                        LinkEvent::Reconnected
+                    }
+                    Err(_) => LinkEvent::Down,
+                }
+            }
+        }
+    }
+
+    fn client(&mut self) -> Option<&mut Client> {
+        self.client.as_mut()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinkEvent {
+    Steady,
+    Lost,
+    Down,
+    Reconnected,
+}
+
+/// The status file and when to write it next, and the resume file.
+struct Status {
+    info: BridgeInfo,
+    dir: PathBuf,
+    next_write: Instant,
+    resume: Option<std::fs::File>,
+    saved_resume: i64,
+}
+
+impl Status {
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn new(b: &BridgeBuilder, direction: BridgeDirection, aeron_dir: &Path) -> Self {
+        let info = BridgeInfo::new(
+            &b.stream,
+            direction,
+            &b.channel,
+            b.aeron_stream_id,
+            &aeron_dir.to_string_lossy(),
+        );
+        let resume =
+            std::fs::File::create(bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid)).ok();
+        Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume, saved_resume: i64::MIN }
+    }
+
+    /// Rewrites the resume file if the resume position moved: one 8-byte `pwrite` per duty
+    /// cycle that carried something.
+    fn save_resume(&mut self) {
+        if self.info.resume_position != self.saved_resume {
+            use std::os::unix::fs::FileExt;
+            self.saved_resume = self.info.resume_position;
+            if let Some(f) = &self.resume {
+                let _ = f.write_at(&self.saved_resume.to_le_bytes(), 0);
+            }
+        }
+    }
+
+    /// The status files of this stream and direction whose bridges are gone, removed; returns
+    /// the furthest resume position they recorded (-1 if none).
+    fn adopt_predecessors(&self) -> i64 {
+        let mut resume = -1;
+        let Ok(read) = std::fs::read_dir(&self.dir) else { return resume };
+        for entry in read.flatten() {
+            let name = entry.file_name();
+            let Some((stream, direction, pid)) = name.to_str().and_then(bridge_status::parse_file_name)
+            else {
+                continue;
+            };
+            if stream != self.info.stream || direction != self.info.direction || pid == self.info.pid {
+                continue;
+            }
+            if let Ok(old) = bridge_status::read(&entry.path()) {
+                if !old.alive
+                    && old.channel == self.info.channel
+                    && old.aeron_stream_id == self.info.aeron_stream_id
+                {
+                    let resume_file = bridge_status::resume_path(&self.dir, &stream, direction, pid);
+                    let exact = bridge_status::read_resume(&resume_file);
+                    resume = resume.max(exact.unwrap_or(old.resume_position));
+                    let _ = std::fs::remove_file(entry.path());
+                    let _ = std::fs::remove_file(resume_file);
+                }
+            }
+        }
+        resume
+    }
+
+    fn write_if_due(&mut self, now: Instant) {
+        if now >= self.next_write {
+            self.write(now);
+        }
+    }
+
+    fn write(&mut self, now: Instant) {
+        self.next_write = now + Self::EVERY;
+        self.info.updated_ms = (crate::sys::clock::now_ns() / 1_000_000) as u64;
+        // A status that cannot be written (full /dev/shm) must not stop the traffic.
+        let _ = bridge_status::write(&self.dir, &self.info);
+    }
+
+    fn remove(&self) {
+        let _ = std::fs::remove_file(self.info.path(&self.dir));
+        let _ = std::fs::remove_file(bridge_status::resume_path(
+            &self.dir,
+            &self.info.stream,
+            self.info.direction,
+            self.info.pid,
+        ));
+    }
+}
+
+/// Runs a bridge's duty cycle until `stop` is set, backing off (spin, yield, then short sleeps)
+/// while there is nothing to do.
+fn run_until(stop: &AtomicBool, mut duty: impl FnMut() -> usize) {
+    let mut idle = crate::Backoff::default();
+    while !stop.load(Ordering::Relaxed) {
+        idle.idle(duty());
+    }
+}

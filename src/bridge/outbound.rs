@@ -1,0 +1,319 @@
+//! The out bridge: a reader of the local stream that offers every message to an Aeron UDP
+//! publication.
+
+use super::wire::{self, Reserved};
+use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, LinkEvent, Status};
+use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
+use crate::{Action, Header, JoinAt, Subscription};
+use aeron_rs::publication::Publication;
+use aeron_rs::utils::errors::AeronError;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Fragments read from the local stream per duty cycle.
+const FRAGMENT_LIMIT: usize = 64;
+
+/// Carries a local stream to an Aeron UDP channel. Drive it with [`BridgeOut::do_work`] in your
+/// own loop, or hand it a thread with [`BridgeOut::run`].
+pub struct BridgeOut {
+    sub: Subscription,
+    link: Link,
+    publication: Option<Arc<Mutex<Publication>>>,
+    channel: String,
+    aeron_stream_id: i32,
+    policy: BackPressure,
+    status: Status,
+    state: OutState,
+}
+
+/// What the duty cycle carries from one fragment to the next.
+struct OutState {
+    /// Reassembly of a fragmented message: its bytes and source start position.
+    assembly: Vec<u8>,
+    assembly_start: Option<i64>,
+    /// A message taken from the stream that the publication pushed back (policy `Hold`).
+    held: Option<Held>,
+    /// Flags for the next message sent.
+    flags: i64,
+    /// The source session being read.
+    session: Option<i32>,
+    /// The run of messages being dropped (policy `Drop`), closed by the next message sent.
+    drop_run: Option<Loss>,
+    /// A copy of the message offered: aeron-rs offers from a mutable buffer.
+    scratch: Vec<u8>,
+}
+
+struct Held {
+    bytes: Vec<u8>,
+    start: i64,
+    end: i64,
+}
+
+impl BridgeOut {
+    pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
+        b.validate()?;
+        let link = Link::open(&b.driver, b.connect_timeout)?;
+        let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir);
+        // A predecessor killed mid-stream left where it stopped: resume there if the log still
+        // holds it, so a quick restart loses nothing.
+        let resume = status.adopt_predecessors();
+        let builder = |join| {
+            Subscription::builder(b.stream.clone())
+                .dir(b.dir.clone())
+                .join_at(join)
+                .wait_for_publisher(b.connect_timeout)
+                .open()
+        };
+        let sub = match resume {
+            r if r >= 0 => match builder(JoinAt::Position(r)) {
+                Ok(s) => s,
+                Err(crate::Error::PositionNotAvailable { .. }) => {
+                    let s = builder(JoinAt::Slowest)?;
+                    if let Some(join) = s.join_position().filter(|&j| j > r) {
+                        status.info.push_loss(Loss {
+                            from: r,
+                            to: join,
+                            messages: None,
+                            cause: LossCause::Gap,
+                        });
+                    }
+                    s
+                }
+                Err(e) => return Err(e.into()),
+            },
+            _ => builder(JoinAt::Slowest)?,
+        };
+        status.info.resume_position = resume;
+        let mut out = BridgeOut {
+            sub,
+            link,
+            publication: None,
+            channel: b.channel,
+            aeron_stream_id: b.aeron_stream_id,
+            policy: b.back_pressure,
+            status,
+            state: OutState {
+                assembly: Vec::new(),
+                assembly_start: None,
+                held: None,
+                flags: 0,
+                session: None,
+                drop_run: None,
+                scratch: Vec::new(),
+            },
+        };
+        out.add_publication(b.connect_timeout)?;
+        out.status.write(Instant::now());
+        Ok(out)
+    }
+
+    fn add_publication(&mut self, timeout: Duration) -> Result<(), BridgeError> {
+        let Some(client) = self.link.client() else { return Ok(()) };
+        let p = client
+            .add_publication(&self.channel, self.aeron_stream_id, timeout)
+            .map_err(BridgeError::Aeron)?;
+        self.publication = Some(p);
+        Ok(())
+    }
+
+    /// One duty cycle: tends the Aeron client, retries a held message, then carries up to 64
+    /// fragments. Returns the work done (0: idle).
+    pub fn do_work(&mut self) -> usize {
+        let now = Instant::now();
+        match self.link.tend(now) {
+            LinkEvent::Lost => {
+                self.publication = None;
+                self.status.info.connected = false;
+                eprintln!(
+                    "shmlog bridge out: lost the media driver in {}; reconnecting",
+                    self.link.aeron_dir.display()
+                );
+            }
+            LinkEvent::Reconnected => {
+                self.status.info.reconnects += 1;
+                if let Err(e) = self.add_publication(self.link.timeout) {
+                    eprintln!("shmlog bridge out: {e}");
+                }
+            }
+            LinkEvent::Steady | LinkEvent::Down => {}
+        }
+        let work = match &self.publication {
+            Some(p) => {
+                let p = p.lock().unwrap_or_else(|e| e.into_inner());
+                self.status.info.connected = p.is_connected();
+                carry(&mut self.sub, &p, self.policy, &mut self.state, &mut self.status.info)
+            }
+            None => 0,
+        };
+        if work > 0 {
+            self.status.save_resume();
+        }
+        self.status.write_if_due(now);
+        work
+    }
+
+    /// Runs [`BridgeOut::do_work`] until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        run_until(stop, || self.do_work());
+    }
+
+    /// The bridge's counters and losses so far.
+    pub fn status(&self) -> &BridgeInfo {
+        &self.status.info
+    }
+
+    /// Whether the far side is there (the publication is connected).
+    pub fn is_connected(&self) -> bool {
+        self.status.info.connected
+    }
+}
+
+impl std::fmt::Debug for BridgeOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeOut").field("status", &self.status.info).finish_non_exhaustive()
+    }
+}
+
+impl Drop for BridgeOut {
+    fn drop(&mut self) {
+        // A clean stop leaves nothing to resume: the next bridge joins as a new reader.
+        self.status.remove();
+    }
+}
+
+/// Retries the held message, then reads and offers up to [`FRAGMENT_LIMIT`] fragments.
+fn carry(
+    sub: &mut Subscription,
+    p: &Publication,
+    policy: BackPressure,
+    st: &mut OutState,
+    info: &mut BridgeInfo,
+) -> usize {
+    if let Some(h) = st.held.take() {
+        match offer(p, &mut st.scratch, &h.bytes, wire::encode(h.start, st.flags)) {
+            Ok(()) => sent(st, info, h.bytes.len(), h.start, h.end),
+            Err(_) => {
+                st.held = Some(h);
+                return 0;
+            }
+        }
+    }
+    sub.controlled_poll(
+        |payload: &[u8], header: &Header| {
+            if st.session != Some(header.session_id()) {
+                if st.session.is_some() {
+                    st.flags |= wire::SOURCE_RESTART;
+                }
+                st.session = Some(header.session_id());
+                st.assembly_start = None;
+            }
+            let end = header.position();
+            let start = if header.is_begin() {
+                end - align32(header.frame_length() as i64)
+            } else {
+                match st.assembly_start {
+                    Some(s) => s,
+                    None => return Action::Continue, // joined inside a message
+                }
+            };
+            if !header.is_end() {
+                if header.is_begin() {
+                    st.assembly.clear();
+                    st.assembly_start = Some(start);
+                }
+                st.assembly.extend_from_slice(payload);
+                return Action::Continue;
+            }
+            let message = if header.is_begin() {
+                payload
+            } else {
+                st.assembly.extend_from_slice(payload);
+                st.assembly_start = None;
+                &st.assembly[..]
+            };
+            match offer(p, &mut st.scratch, message, wire::encode(start, st.flags)) {
+                Ok(()) => {
+                    let len = message.len();
+                    sent(st, info, len, start, end);
+                    Action::Continue
+                }
+                Err(Refused::Busy) if policy == BackPressure::Hold => {
+                    st.held = Some(Held { bytes: message.to_vec(), start, end });
+                    info.back_pressure += 1;
+                    Action::Break
+                }
+                Err(why) => {
+                    if let Refused::Never(e) = why {
+                        eprintln!("shmlog bridge out: message at position {start} cannot be sent: {e}");
+                    }
+                    if why == Refused::Busy {
+                        info.back_pressure += 1;
+                    }
+                    info.dropped += 1;
+                    st.flags |= wire::AFTER_DROP;
+                    match &mut st.drop_run {
+                        Some(run) => {
+                            run.to = end;
+                            run.messages = run.messages.map(|n| n + 1);
+                        }
+                        None => {
+                            st.drop_run = Some(Loss {
+                                from: start,
+                                to: end,
+                                messages: Some(1),
+                                cause: LossCause::Dropped,
+                            })
+                        }
+                    }
+                    Action::Continue
+                }
+            }
+        },
+        FRAGMENT_LIMIT,
+    )
+}
+
+/// Counts a message sent and closes a run of drops before it.
+fn sent(st: &mut OutState, info: &mut BridgeInfo, len: usize, start: i64, end: i64) {
+    st.flags = 0;
+    if let Some(run) = st.drop_run.take() {
+        info.push_loss(run);
+    }
+    info.messages += 1;
+    info.bytes += len as u64;
+    info.source_position = start;
+    info.resume_position = end;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refused {
+    /// Back pressure, not connected, or an administrative pause: try again later.
+    Busy,
+    /// This message can never be sent (longer than the channel's maximum message).
+    Never(&'static str),
+}
+
+fn offer(p: &Publication, scratch: &mut Vec<u8>, message: &[u8], reserved: i64) -> Result<(), Refused> {
+    let max = usize::try_from(p.max_message_length()).unwrap_or(0);
+    if message.len() > max {
+        return Err(Refused::Never("longer than the channel's maximum message (its term length / 8)"));
+    }
+    scratch.clear();
+    scratch.extend_from_slice(message);
+    let buffer = aeron_rs::concurrent::atomic_buffer::AtomicBuffer::wrap_slice(&mut scratch[..]);
+    Reserved::set(reserved);
+    // An administrative pause (term rotation) clears at once: one immediate retry.
+    for _ in 0..2 {
+        match p.offer_opt(buffer, 0, message.len() as i32, wire::reserved_value) {
+            Ok(_) => return Ok(()),
+            Err(AeronError::AdminAction) => continue,
+            Err(_) => return Err(Refused::Busy),
+        }
+    }
+    Err(Refused::Busy)
+}
+
+fn align32(n: i64) -> i64 {
+    (n + 31) & !31
+}

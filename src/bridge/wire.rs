@@ -1,0 +1,58 @@
+//! What the bridge adds to Aeron's frames: only the 8-byte reserved value of each frame, which
+//! carries the source-stream position where its message starts. Source positions are multiples
+//! of 32 (frames are 32-byte aligned), so the low five bits are free for flags.
+
+use aeron_rs::concurrent::atomic_buffer::AtomicBuffer;
+use aeron_rs::utils::types::Index;
+use std::cell::Cell;
+
+/// The first message the out bridge read from a new session of the source stream (its
+/// publisher restarted): positions start again, so no gap is implied.
+pub(crate) const SOURCE_RESTART: i64 = 1;
+/// The out bridge dropped messages right before this one (policy `Drop`).
+pub(crate) const AFTER_DROP: i64 = 2;
+
+const FLAGS: i64 = 31;
+
+/// The reserved value for a message starting at `start` with `flags`.
+pub(crate) fn encode(start: i64, flags: i64) -> i64 {
+    (start & !FLAGS) | (flags & FLAGS)
+}
+
+/// (start position, flags) of a reserved value.
+pub(crate) fn decode(value: i64) -> (i64, i64) {
+    (value & !FLAGS, value & FLAGS)
+}
+
+thread_local! {
+    static NEXT: Cell<i64> = const { Cell::new(0) };
+}
+
+/// The value the next offer on this thread stamps into its frames: aeron-rs takes the supplier
+/// as a plain `fn`, so it cannot capture it.
+pub(crate) struct Reserved;
+
+impl Reserved {
+    pub(crate) fn set(value: i64) {
+        NEXT.with(|c| c.set(value));
+    }
+}
+
+/// The reserved-value supplier given to aeron-rs (called once per frame of the message).
+pub(crate) fn reserved_value(_term: AtomicBuffer, _offset: Index, _length: Index) -> i64 {
+    NEXT.with(|c| c.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_and_flags_share_the_value_without_touching_each_other() {
+        for start in [0i64, 32, 4096, (1 << 40) + 64, i64::MAX & !31] {
+            for flags in [0, SOURCE_RESTART, AFTER_DROP, SOURCE_RESTART | AFTER_DROP] {
+                assert_eq!(decode(encode(start, flags)), (start, flags));
+            }
+        }
+    }
+}
