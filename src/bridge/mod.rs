@@ -190,6 +190,30 @@ impl BridgeBuilder {
     }
 }
 
+/// The embedded driver runs in `<dir>/bridge-<pid>`: a bridge restarted after a SIGKILL must
+/// not share a directory with its predecessor's driver, which is still shutting down (and
+/// deletes its directory when done). Subdirectories of bridges that are gone are removed.
+fn own_driver_dir(cfg: &DriverConfig) -> Result<DriverConfig, BridgeError> {
+    std::fs::create_dir_all(&cfg.dir)
+        .map_err(|e| BridgeError::Aeron(format!("driver directory {}: {e}", cfg.dir.display())))?;
+    if let Ok(read) = std::fs::read_dir(&cfg.dir) {
+        for entry in read.flatten() {
+            let name = entry.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix("bridge-")).and_then(|rest| {
+                let digits = rest.split('.').next()?;
+                digits.parse::<u32>().ok()
+            });
+            if pid.is_some_and(|p| !crate::sys::process::pid_alive(p)) {
+                let path = entry.path();
+                let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+            }
+        }
+    }
+    let mut own = cfg.clone();
+    own.dir = cfg.dir.join(format!("bridge-{}", std::process::id()));
+    Ok(own)
+}
+
 /// Aeron's default directory: `/dev/shm/aeron-<user>`.
 pub fn default_aeron_dir() -> PathBuf {
     let user = std::env::var("USER").unwrap_or_else(|_| "default".into());
@@ -211,7 +235,8 @@ impl Link {
         let (driver, aeron_dir) = match driver {
             Driver::Attach(dir) => (None, dir.clone()),
             Driver::Embedded(cfg) => {
-                (Some(MediaDriver::start(cfg).map_err(BridgeError::Aeron)?), cfg.dir.clone())
+                let cfg = own_driver_dir(cfg)?;
+                (Some(MediaDriver::start(&cfg).map_err(BridgeError::Aeron)?), cfg.dir)
             }
         };
         let client = Client::connect(&aeron_dir.to_string_lossy(), timeout).map_err(BridgeError::Aeron)?;

@@ -1,0 +1,496 @@
+//! Two (and three) "hosts" on one machine: each host is a stream directory with its own Aeron
+//! media driver (the Java one, in its own directory, started by the bridge process), joined by
+//! UDP on loopback. The bridges are real `shmlog bridge` processes; publishers and readers are
+//! threads of this test. Needs Java 17+ and the driver jar (`scripts/fetch-aeron-driver.sh`):
+//! without them every test prints SKIPPED, and fails instead under `SHMLOG_REQUIRE_AERON=1`
+//! (as `.ci/run` sets it).
+
+mod support;
+
+use shmlog::inspect::{self, BridgeDirection, BridgeInfo, LossCause};
+use shmlog::{FragmentAssembler, FragmentHandler, Header, OfferError, Publication, Subscription};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{pattern, Rng, ShmDir};
+
+const STREAM: &str = "orders";
+
+fn jar() -> PathBuf {
+    std::env::var_os("AERON_JAR").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("target/aeron/aeron-all-{}.jar", shmlog::bridge::AERON_VERSION))
+    })
+}
+
+/// Whether the Java driver can run here; says so loudly when it cannot.
+fn aeron_available() -> bool {
+    let java = Command::new("java").arg("-version").stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let why = if !java {
+        "no working `java` on PATH"
+    } else if !jar().is_file() {
+        "no driver jar (run scripts/fetch-aeron-driver.sh)"
+    } else {
+        return true;
+    };
+    if std::env::var("SHMLOG_REQUIRE_AERON").is_ok_and(|v| v == "1") {
+        panic!("SHMLOG_REQUIRE_AERON=1 but the Aeron driver cannot run: {why}");
+    }
+    eprintln!("SKIPPED: the bridge tests need the Java Aeron driver: {why}");
+    false
+}
+
+/// A UDP port nobody uses right now.
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A host: a stream directory and the directory its bridges' media driver uses.
+struct Host {
+    dir: ShmDir,
+    aeron: ShmDir,
+}
+
+impl Host {
+    fn new(tag: &str) -> Host {
+        Host { dir: ShmDir::new(tag), aeron: ShmDir::new(&format!("{tag}-aeron")) }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The status of this host's bridge with `pid`, as `shmlog stat` would show it.
+    fn bridge(&self, pid: u32) -> Option<BridgeInfo> {
+        let streams = inspect::streams(self.path()).ok()?;
+        streams.into_iter().flat_map(|s| s.bridges).find(|b| b.pid == pid)
+    }
+}
+
+/// A `shmlog bridge` process, stopped with SIGTERM (or already killed) on drop.
+struct BridgeProc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl BridgeProc {
+    fn spawn(way: &str, host: &Host, channel: &str, extra: &[&str]) -> BridgeProc {
+        let log = host.path().join(format!("bridge-{way}-{}.stderr", support::Rng::new("log").next()));
+        let err = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+            .args(["bridge", way, "--stream", STREAM, "--channel", channel, "--connect-timeout", "60"])
+            .arg("--dir")
+            .arg(host.path())
+            .arg("--embedded-driver")
+            .arg(host.aeron.path())
+            .args(extra)
+            .env("AERON_JAR", jar())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        BridgeProc { child, log }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops it with SIGTERM and returns its stderr.
+    fn stop(&mut self) -> String {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+                assert!(status.success(), "bridge exited with {status}: {text}");
+                return text;
+            }
+            assert!(Instant::now() < deadline, "bridge did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The pid of its media driver (its child process).
+    fn driver_pid(&self) -> u32 {
+        let pid = self.child.id();
+        wait_for("the embedded driver to start", Duration::from_secs(60), || {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+                .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+                .next()
+        })
+    }
+}
+
+impl Drop for BridgeProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `f` until it returns `Some`, failing the test after `within`.
+fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(x) = f() {
+            return x;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Message `seq`: its number, then deterministic bytes; lengths vary so that some messages are
+/// fragmented by Aeron (over its 1408-byte MTU) and a few by shmlog (over 64 KiB).
+fn message(seq: u64, rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.range(0, 1000) {
+        0 => rng.range(70_000, 100_000),
+        1..=20 => rng.range(1_400, 5_000),
+        _ => rng.range(8, 300),
+    } as usize;
+    let mut m = seq.to_le_bytes().to_vec();
+    m.extend(pattern(seq, len - 8));
+    m
+}
+
+fn check(m: &[u8]) -> u64 {
+    let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+    assert!(m[8..] == pattern(seq, m.len() - 8)[..], "message {seq} corrupted");
+    seq
+}
+
+/// Offers every message, waiting out back pressure (bounded); returns each one's source start
+/// position.
+fn publish(
+    p: &mut Publication,
+    seqs: std::ops::Range<u64>,
+    rng: &mut Rng,
+    pace: Option<Duration>,
+) -> Vec<(u64, i64)> {
+    let mut starts = Vec::new();
+    for seq in seqs {
+        let m = message(seq, rng);
+        let before = p.position();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match p.offer(&m) {
+                Ok(_) => break,
+                Err(OfferError::BackPressured | OfferError::NotConnected) if Instant::now() < deadline => {
+                    std::thread::yield_now()
+                }
+                Err(e) => panic!("offer of message {seq}: {e}"),
+            }
+        }
+        // Where it starts: the position before it, or the next term's start after padding.
+        let end = p.position();
+        let span = end - before;
+        let own = shmlog_span(m.len(), p.max_payload_len());
+        starts.push((seq, end - own.min(span)));
+        if let Some(d) = pace {
+            std::thread::sleep(d);
+        }
+    }
+    starts
+}
+
+/// Bytes a message of `len` takes in a log whose frames carry at most `max_payload` bytes.
+fn shmlog_span(len: usize, max_payload: usize) -> i64 {
+    let frags = len.div_ceil(max_payload).max(1);
+    let last = len - (frags - 1) * max_payload;
+    ((frags - 1) * (max_payload + 32) + ((last + 32 + 31) & !31)) as i64
+}
+
+/// Sequence numbers of whole messages, checked byte for byte.
+struct Collect(Vec<u64>);
+
+impl FragmentHandler for Collect {
+    fn on_fragment(&mut self, m: &[u8], _: &Header) {
+        self.0.push(check(m));
+    }
+}
+
+/// A reader on a host, joined now (it follows the stream to a new session when its publisher,
+/// an in bridge, is restarted); its thread collects sequence numbers until it has seen `last`.
+fn reader(dir: &Path, last: u64) -> std::thread::JoinHandle<Vec<u64>> {
+    let mut sub =
+        Subscription::builder(STREAM).dir(dir).wait_for_publisher(Duration::from_secs(60)).open().unwrap();
+    std::thread::spawn(move || {
+        let mut asm = FragmentAssembler::new(Collect(Vec::new()));
+        let deadline = Instant::now() + Duration::from_secs(240);
+        while asm.delegate_mut().0.last() != Some(&last) {
+            if sub.poll(&mut asm, 64) == 0 {
+                sub.wait_readable(Duration::from_millis(10));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reader timed out with {} messages",
+                asm.delegate_mut().0.len()
+            );
+        }
+        asm.into_inner().0
+    })
+}
+
+/// The files a stream's bridges keep while they run (status, resume).
+fn bridge_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".bridge") || n.ends_with(".resume"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Checks a run with losses: what arrived is in order and without duplicates, and every
+/// message that did not arrive lies in a loss the bridges reported, which holds nothing that
+/// did arrive.
+fn check_losses(starts: &[(u64, i64)], seen: &[u64], losses: &[inspect::Loss]) -> usize {
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "out of order or duplicated");
+    let seen_set: std::collections::HashSet<u64> = seen.iter().copied().collect();
+    let inside = |p: i64| losses.iter().any(|l| l.from <= p && p < l.to);
+    let mut missing = 0;
+    for &(seq, start) in starts {
+        if seen_set.contains(&seq) {
+            assert!(
+                !inside(start),
+                "message {seq} at {start} arrived but lies in a reported loss {losses:?}"
+            );
+        } else {
+            missing += 1;
+            assert!(inside(start), "message {seq} at {start} was lost without a report (losses {losses:?})");
+        }
+    }
+    missing
+}
+
+#[test]
+fn three_readers_on_the_far_host_get_every_message_in_order_and_byte_exact() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("bridge-a"), Host::new("bridge-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let mut inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(20_000, 1_000_000) as u64;
+    // All three join before the first message: the in bridge holds until a reader is there.
+    let readers: Vec<_> = (0..3).map(|_| reader(b.path(), n - 1)).collect();
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let mut out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    let t = Instant::now();
+    publish(&mut p, 0..n, &mut Rng::new("bridge-all"), None);
+    for r in readers {
+        assert_eq!(r.join().unwrap(), (0..n).collect::<Vec<_>>());
+    }
+    eprintln!("{n} messages to 3 far readers in {}", support::secs(t.elapsed()));
+    let carried = |h: &Host, pid| {
+        wait_for("the bridge's status", Duration::from_secs(10), || h.bridge(pid).filter(|b| b.messages == n))
+    };
+    for (status, way) in
+        [(carried(&a, out.pid()), BridgeDirection::Out), (carried(&b, inb.pid()), BridgeDirection::In)]
+    {
+        assert_eq!(status.direction, way);
+        assert!(status.alive && status.connected, "{status:?}");
+        assert_eq!((status.dropped, status.losses.len(), status.reconnects), (0, 0, 0), "{status:?}");
+    }
+    out.stop();
+    inb.stop();
+    assert_eq!(bridge_files(a.path()), Vec::<String>::new(), "a stopped bridge cleans its files");
+    assert_eq!(bridge_files(b.path()), Vec::<String>::new());
+}
+
+#[test]
+fn one_bridge_out_to_a_multicast_group_feeds_two_far_hosts() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b, c) = (Host::new("mc-a"), Host::new("mc-b"), Host::new("mc-c"));
+    let channel = format!("aeron:udp?endpoint=224.0.1.1:{}|interface=127.0.0.1", free_port());
+    let _inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let _inc = BridgeProc::spawn("in", &c, &channel, &[]);
+    let n = support::iterations(5_000, 200_000) as u64;
+    let rb = reader(b.path(), n - 1);
+    let rc = reader(c.path(), n - 1);
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    // Both far hosts must be there before the first message: a multicast publication connects
+    // with the first receiver.
+    wait_for("both far hosts connected", Duration::from_secs(60), || {
+        [&b, &c]
+            .iter()
+            .all(|h| inspect::streams(h.path()).unwrap().iter().flat_map(|s| &s.bridges).any(|x| x.connected))
+            .then_some(())
+    });
+    publish(&mut p, 0..n, &mut Rng::new("bridge-mc"), None);
+    assert_eq!(rb.join().unwrap(), (0..n).collect::<Vec<_>>());
+    assert_eq!(rc.join().unwrap(), (0..n).collect::<Vec<_>>());
+    drop(out);
+}
+
+/// Kills the far (in) bridge with SIGKILL in mid-stream and starts a new one: the near side
+/// keeps working (its own reader gets everything), the far reader follows the new bridge's
+/// session, and whatever was in flight is reported by source position.
+#[test]
+fn far_bridge_killed_and_restarted_loses_only_what_it_reports() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("kill-a"), Host::new("kill-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let mut inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(8_000, 100_000) as u64;
+    let far = reader(b.path(), n - 1);
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let near = reader(a.path(), n - 1);
+    let _out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(2, Duration::from_secs(60)).unwrap();
+    let publisher = std::thread::spawn(move || {
+        publish(&mut p, 0..n, &mut Rng::new("bridge-kill"), Some(Duration::from_micros(200)))
+    });
+    wait_for("a third of the messages across", Duration::from_secs(120), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= n / 3)
+    });
+    inb.kill9();
+    let inb2 = BridgeProc::spawn("in", &b, &channel, &[]);
+    let starts = publisher.join().unwrap();
+    assert_eq!(near.join().unwrap(), (0..n).collect::<Vec<_>>(), "the near side lost nothing");
+    let seen = far.join().unwrap();
+    let status = wait_for("the new bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb2.pid()).filter(|s| s.source_position == starts.last().unwrap().1)
+    });
+    assert!(status.losses.iter().all(|l| l.cause == LossCause::Gap), "{status:?}");
+    let missing = check_losses(&starts, &seen, &status.losses);
+    eprintln!("far bridge killed: {missing} of {n} messages lost in flight, reported as {:?}", status.losses);
+}
+
+/// Kills the out bridge's media driver with SIGKILL: the bridge notices, starts a new driver,
+/// connects again and goes on; messages the dead driver had accepted but not sent are reported
+/// by the far bridge.
+#[test]
+fn a_killed_driver_is_restarted_and_the_bridge_reconnects() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("drv-a"), Host::new("drv-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(8_000, 100_000) as u64;
+    let far = reader(b.path(), n - 1);
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    let publisher = std::thread::spawn(move || {
+        publish(&mut p, 0..n, &mut Rng::new("bridge-drv"), Some(Duration::from_micros(200)))
+    });
+    wait_for("a third of the messages across", Duration::from_secs(120), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= n / 3)
+    });
+    // SAFETY: kill(2) on the driver, a child of our child.
+    unsafe { libc::kill(out.driver_pid() as i32, libc::SIGKILL) };
+    let starts = publisher.join().unwrap();
+    let seen = far.join().unwrap();
+    let status = wait_for("the far bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb.pid()).filter(|s| s.source_position == starts.last().unwrap().1)
+    });
+    let out_status = a.bridge(out.pid()).unwrap();
+    assert!(out_status.reconnects >= 1, "{out_status:?}");
+    let missing = check_losses(&starts, &seen, &status.losses);
+    eprintln!("driver killed: {missing} of {n} messages lost, reported as {:?}", status.losses);
+}
+
+/// Under `--on-back-pressure drop`, an out bridge with no far side drops, and says exactly what:
+/// the dropped runs' counts add up to the messages the far reader never saw.
+#[test]
+fn the_drop_policy_counts_and_places_every_dropped_message() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("drop-a"), Host::new("drop-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let out = BridgeProc::spawn("out", &a, &channel, &["--on-back-pressure", "drop"]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    let mut rng = Rng::new("bridge-drop");
+    let n = 4_000u64;
+    // No far side yet: all of these are dropped.
+    let mut starts = publish(&mut p, 0..n / 2, &mut rng, None);
+    wait_for("the first half dropped", Duration::from_secs(30), || {
+        a.bridge(out.pid()).filter(|s| s.dropped == n / 2)
+    });
+    let _inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let far = reader(b.path(), n - 1);
+    wait_for("the far side connected", Duration::from_secs(60), || {
+        a.bridge(out.pid()).filter(|s| s.connected)
+    });
+    starts.extend(publish(&mut p, n / 2..n, &mut rng, Some(Duration::from_micros(200))));
+    let seen = far.join().unwrap();
+    let status = wait_for("the out bridge's status", Duration::from_secs(10), || {
+        a.bridge(out.pid()).filter(|s| s.source_position == starts.last().unwrap().1)
+    });
+    assert!(status.losses.iter().all(|l| l.cause == LossCause::Dropped), "{status:?}");
+    let missing = check_losses(&starts, &seen, &status.losses);
+    let counted: u64 = status.losses.iter().map(|l| l.messages.unwrap()).sum();
+    assert_eq!((status.dropped, counted), (missing as u64, missing as u64), "{status:?}");
+    assert!(missing as u64 >= n / 2);
+}
+
+/// The path goes silent (the far driver stopped with SIGSTOP for 2 s, so neither data nor
+/// status messages pass): under the default hold policy the near publisher is held and
+/// nothing is lost.
+#[test]
+fn a_silent_path_holds_the_publisher_and_loses_nothing() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("path-a"), Host::new("path-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(20_000, 200_000) as u64;
+    let far = reader(b.path(), n - 1);
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    let publisher = std::thread::spawn(move || publish(&mut p, 0..n, &mut Rng::new("bridge-path"), None));
+    wait_for("some messages across", Duration::from_secs(120), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= n / 10)
+    });
+    let driver = inb.driver_pid() as i32;
+    // SAFETY: kill(2) on the far driver, a child of our child.
+    unsafe { libc::kill(driver, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_secs(2)); // the outage under test, not synchronisation
+                                                // SAFETY: as above.
+    unsafe { libc::kill(driver, libc::SIGCONT) };
+    publisher.join().unwrap();
+    assert_eq!(far.join().unwrap(), (0..n).collect::<Vec<_>>());
+    let status = a.bridge(out.pid()).unwrap();
+    assert!(status.back_pressure > 0, "the outage should have held the bridge: {status:?}");
+    assert_eq!((status.dropped, status.losses.len()), (0, 0), "{status:?}");
+}
