@@ -13,10 +13,12 @@
 //! - [`assembler`]: `FragmentAssembler` over arbitrary fragment sequences against a reference.
 //! - [`journal`]: catalog records, segment frames and damaged recordings on disk.
 //! - [`unblock`]: the unblocker of a concurrent log over hostile words.
+//! - [`bridge_status`]: a bridge's status file, as `shmlog stat` reads it.
 
 #![allow(clippy::disallowed_types)]
 
 mod assembler;
+mod bridge_status;
 mod file_validation;
 mod input;
 mod journal;
@@ -27,6 +29,7 @@ mod tests;
 mod unblock;
 
 pub use assembler::assembler;
+pub use bridge_status::bridge_status;
 pub use file_validation::file_validation;
 pub use journal::journal;
 pub use ops_oracle::ops_oracle;

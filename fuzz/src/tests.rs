@@ -5,19 +5,20 @@
 use crate::file_validation::run_file_validation;
 use crate::ops_oracle::run_ops;
 use crate::term_reader::run_term_reader;
-use crate::{assembler, file_validation, journal, ops_oracle, term_reader, unblock};
+use crate::{assembler, bridge_status, file_validation, journal, ops_oracle, term_reader, unblock};
 use shmlog::{BEGIN_FLAG, UNFRAGMENTED};
 use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 6] = [
+const TARGETS: [(&str, Target); 7] = [
     ("term_reader", term_reader),
     ("file_validation", file_validation),
     ("ops_oracle", ops_oracle),
     ("assembler", assembler),
     ("journal", journal),
     ("unblock", unblock),
+    ("bridge_status", bridge_status),
 ];
 
 /// Bytes of a seed, written in the order the decoders read them.
@@ -332,8 +333,24 @@ fn unblock_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![("dead_negative", dead_negative.0), ("live_and_dead", live_and_dead.0)]
 }
 
+// --- bridge_status seeds: a running out bridge's file with losses, and a fresh in bridge's.
+fn bridge_status_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let common = "channel aeron:udp?endpoint=10.0.0.2:40123\naeron_stream_id 1001\naeron_dir /dev/shm/aeron-a/bridge-77\n";
+    let busy = format!(
+        "{common}connected 1\nmessages 7000\nbytes 448000\nback_pressure 3\ndropped 12\nreconnects 1\n\
+         source_position 1048576\nresume_position 1048640\nupdated_ms 1764000000000\n\
+         loss 4096 4864 12 dropped\nloss 900000 1000000 - gap\n"
+    );
+    let fresh = format!(
+        "{common}connected 0\nmessages 0\nbytes 0\nback_pressure 0\ndropped 0\nreconnects 0\n\
+         source_position -1\nresume_position -1\nupdated_ms 0\n"
+    );
+    vec![("busy", busy.into_bytes()), ("fresh", fresh.into_bytes())]
+}
+
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
+        "bridge_status" => bridge_status_seeds(),
         "journal" => journal_seeds(),
         "term_reader" => term_seeds(),
         "file_validation" => file_seeds(),
@@ -381,6 +398,15 @@ fn term_and_file_seeds_reach_the_code_under_test() {
         let accepted = run_file_validation(&bytes);
         let want = !matches!(name, "patched-log" | "tiny-log-file" | "raw" | "dead-log-file");
         assert_eq!(accepted, want, "{name}");
+    }
+}
+
+#[test]
+fn bridge_status_seeds_parse() {
+    for (name, bytes) in bridge_status_seeds() {
+        let text = std::str::from_utf8(&bytes).unwrap();
+        let b = shmlog::inspect::BridgeInfo::parse("s", shmlog::inspect::BridgeDirection::In, 7, text);
+        assert!(b.is_some(), "seed {name} must parse, or the target only tests the refusal");
     }
 }
 

@@ -192,7 +192,7 @@ impl BridgeInfo {
         b.pid = pid;
         b.alive = false;
         let mut seen = 0u32;
-        for line in text.lines() {
+        for line in text.split_terminator('\n') {
             let (key, value) = line.split_once(' ')?;
             let bit = |i: u32| 1u32 << i;
             match key {

@@ -144,9 +144,16 @@ impl BridgeIn {
         work
     }
 
-    /// Runs [`BridgeIn::do_work`] until `stop` is set.
+    /// Runs [`BridgeIn::do_work`] until `stop` is set, backing off (spin, yield, sleeps of up
+    /// to 1 ms) while there is nothing to carry: an Aeron subscription has no doorbell.
     pub fn run(&mut self, stop: &AtomicBool) {
-        run_until(stop, || self.do_work());
+        self.run_with(stop, &mut crate::Backoff::default());
+    }
+
+    /// [`BridgeIn::run`] with another idle strategy, e.g. [`crate::Yielding`] or
+    /// [`crate::BusySpin`] where a core can be spent on lower latency.
+    pub fn run_with(&mut self, stop: &AtomicBool, idle: &mut impl crate::IdleStrategy) {
+        run_until(stop, idle, || self.do_work());
     }
 
     /// The bridge's counters and losses so far.

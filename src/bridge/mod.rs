@@ -381,10 +381,8 @@ impl Status {
     }
 }
 
-/// Runs a bridge's duty cycle until `stop` is set, backing off (spin, yield, then short sleeps)
-/// while there is nothing to do.
-fn run_until(stop: &AtomicBool, mut duty: impl FnMut() -> usize) {
-    let mut idle = crate::Backoff::default();
+/// Runs a bridge's duty cycle until `stop` is set, idling with `idle` when it found no work.
+fn run_until(stop: &AtomicBool, idle: &mut impl IdleStrategy, mut duty: impl FnMut() -> usize) {
     while !stop.load(Ordering::Relaxed) {
         idle.idle(duty());
     }

@@ -2,12 +2,13 @@
 //! publication.
 
 use super::wire::{self, Reserved};
-use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, LinkEvent, Status};
+use super::{BackPressure, BridgeBuilder, BridgeError, Link, LinkEvent, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
+use crate::IdleStrategy;
 use crate::{Action, Header, JoinAt, Subscription};
 use aeron_rs::publication::Publication;
 use aeron_rs::utils::errors::AeronError;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -153,9 +154,21 @@ impl BridgeOut {
         work
     }
 
-    /// Runs [`BridgeOut::do_work`] until `stop` is set.
+    /// Runs [`BridgeOut::do_work`] until `stop` is set. With nothing to carry it sleeps on the
+    /// stream's doorbell (woken the moment the publisher writes, or after 1 ms to tend the Aeron
+    /// client); while the publication pushes back it backs off.
     pub fn run(&mut self, stop: &AtomicBool) {
-        run_until(stop, || self.do_work());
+        let mut backoff = crate::Backoff::default();
+        while !stop.load(Ordering::Relaxed) {
+            let work = self.do_work();
+            if work > 0 {
+                backoff.idle(work);
+            } else if self.state.held.is_some() || self.publication.is_none() {
+                backoff.idle(0);
+            } else {
+                self.sub.wait_readable(Duration::from_millis(1));
+            }
+        }
     }
 
     /// The bridge's counters and losses so far.
