@@ -11,6 +11,7 @@ bash scripts/fetch-aeron-driver.sh
 java -version 2>&1 | head -1
 cargo clippy --all-targets --features cli,bridge -- -D warnings
 cargo test --release --features bridge --lib bridge
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features bridge
 SHMLOG_REQUIRE_AERON=1 cargo test --release --features cli,bridge --test bridge
 CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
     cargo bench --features bridge --bench bridge -- --test
