@@ -108,6 +108,7 @@ pub struct BridgeBuilder {
     back_pressure: BackPressure,
     concurrent: bool,
     connect_timeout: Duration,
+    spin_before_sleep: Duration,
 }
 
 impl BridgeBuilder {
@@ -123,6 +124,7 @@ impl BridgeBuilder {
             back_pressure: BackPressure::Hold,
             concurrent: false,
             connect_timeout: Duration::from_secs(10),
+            spin_before_sleep: Duration::ZERO,
         }
     }
 
@@ -161,6 +163,14 @@ impl BridgeBuilder {
     /// ([`crate::ConcurrentPublication`]), so several in bridges (or local writers) can feed it.
     pub fn concurrent(mut self, yes: bool) -> Self {
         self.concurrent = yes;
+        self
+    }
+
+    /// Out bridges only: how long [`BridgeOut::run`] polls the local stream before it sleeps on
+    /// its doorbell (default zero: sleep at once, woken by the publisher in microseconds).
+    /// Spinning saves that wake-up per message at the cost of a core while it spins.
+    pub fn spin_before_sleep(mut self, spin: Duration) -> Self {
+        self.spin_before_sleep = spin;
         self
     }
 

@@ -63,6 +63,7 @@ impl BridgeOut {
             Subscription::builder(b.stream.clone())
                 .dir(b.dir.clone())
                 .join_at(join)
+                .spin_before_sleep(b.spin_before_sleep)
                 .wait_for_publisher(b.connect_timeout)
                 .open()
         };
