@@ -91,8 +91,10 @@
 //!
 //! # Features
 //! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver`, a
-//! `futures_core::Stream` of messages (and `journal::AsyncReplay`, one of a recording). `cli`: the `shmlog` tool. `aeron-compare`: the benches
-//! against aeron-rs. None is on by default.
+//! `futures_core::Stream` of messages (and `journal::AsyncReplay`, one of a recording). `cli`: the
+//! `shmlog` tool. `bridge`: `shmlog::bridge`, carrying a stream to other hosts over Aeron UDP (with
+//! `cli`: `shmlog bridge`; `docs/bridge.md`). `aeron-compare`: the benches against aeron-rs. None
+//! is on by default.
 //!
 //! # Thread safety
 //! [`Publication`] and [`Subscription`] are `Send` but not `Sync`: move one to the thread that

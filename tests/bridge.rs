@@ -388,6 +388,41 @@ fn far_bridge_killed_and_restarted_loses_only_what_it_reports() {
     eprintln!("far bridge killed: {missing} of {n} messages lost in flight, reported as {:?}", status.losses);
 }
 
+/// Kills the near (out) bridge with SIGKILL (its embedded driver goes with it) and starts a new
+/// one: it resumes reading the local stream where its predecessor's resume file says, so only
+/// what the dead driver had accepted but not sent can be lost, and the far bridge reports it.
+#[test]
+fn near_bridge_killed_and_restarted_resumes_where_it_stopped() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("near-a"), Host::new("near-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(8_000, 100_000) as u64;
+    let far = reader(b.path(), n - 1);
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let mut out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    let publisher = std::thread::spawn(move || {
+        publish(&mut p, 0..n, &mut Rng::new("bridge-near"), Some(Duration::from_micros(200)))
+    });
+    wait_for("a third of the messages across", Duration::from_secs(120), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= n / 3)
+    });
+    out.kill9();
+    let out2 = BridgeProc::spawn("out", &a, &channel, &[]);
+    let starts = publisher.join().unwrap();
+    let seen = far.join().unwrap();
+    let status = wait_for("the far bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb.pid()).filter(|s| s.source_position == starts.last().unwrap().1)
+    });
+    let missing = check_losses(&starts, &seen, &status.losses);
+    assert!(a.bridge(out2.pid()).is_some_and(|s| s.messages > 0));
+    eprintln!("near bridge killed: {missing} of {n} messages lost, reported as {:?}", status.losses);
+}
+
 /// Kills the out bridge's media driver with SIGKILL: the bridge notices, starts a new driver,
 /// connects again and goes on; messages the dead driver had accepted but not sent are reported
 /// by the far bridge.

@@ -290,3 +290,72 @@ fn lost(st: &mut InState, info: &mut BridgeInfo, start: i64, len: usize, why: Op
     }
     info.resume_position = end;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::bridge_status::BridgeDirection;
+
+    fn state() -> (InState, BridgeInfo) {
+        let st = InState {
+            assembly: Vec::new(),
+            assembling: false,
+            session: Some(1),
+            new_image: false,
+            held: None,
+            drop_run: None,
+        };
+        let mut info = BridgeInfo::new("s", BridgeDirection::In, "aeron:udp?endpoint=x:1", 1, "d");
+        info.resume_position = 1024;
+        (st, info)
+    }
+
+    #[test]
+    fn a_gap_is_reported_only_where_messages_can_have_been_lost() {
+        // Within one image nothing is lost (Aeron retransmits): a jump is padding or fragments.
+        let (mut st, mut info) = state();
+        check_gap(&mut st, &mut info, 4096, 0);
+        assert!(info.losses.is_empty());
+        // A new image, or messages dropped before this one: the jump is a gap, to this start.
+        for (new_image, marks) in [(true, 0), (false, wire::AFTER_DROP)] {
+            let (mut st, mut info) = state();
+            st.new_image = new_image;
+            check_gap(&mut st, &mut info, 4096, marks);
+            assert_eq!(
+                info.losses,
+                vec![Loss { from: 1024, to: 4096, messages: None, cause: LossCause::Gap }]
+            );
+            assert!(!st.new_image, "checked once per image");
+        }
+        // A restarted source starts its positions again; a message where expected is no gap.
+        for (start, marks) in [(64, wire::SOURCE_RESTART), (4096, wire::SOURCE_RESTART), (1024, 0), (512, 0)]
+        {
+            let (mut st, mut info) = state();
+            st.new_image = true;
+            check_gap(&mut st, &mut info, start, marks);
+            assert!(info.losses.is_empty(), "start {start} marks {marks}");
+        }
+        // Nothing expected yet (a first bridge): nothing to compare with.
+        let (mut st, mut info) = state();
+        info.resume_position = -1;
+        st.new_image = true;
+        check_gap(&mut st, &mut info, 4096, 0);
+        assert!(info.losses.is_empty());
+    }
+
+    #[test]
+    fn deliveries_move_the_expected_position_and_close_a_run_of_drops() {
+        let (mut st, mut info) = state();
+        lost(&mut st, &mut info, 1024, 10, None);
+        lost(&mut st, &mut info, 1088, 40, None);
+        assert_eq!(info.dropped, 2);
+        assert!(info.losses.is_empty(), "the run stays open until a delivery");
+        delivered(&mut st, &mut info, 100, 1184);
+        assert_eq!(
+            info.losses,
+            vec![Loss { from: 1024, to: 1184, messages: Some(2), cause: LossCause::Dropped }]
+        );
+        assert_eq!((info.messages, info.bytes, info.source_position), (1, 100, 1184));
+        assert_eq!(info.resume_position, 1184 + 160, "one frame: 32 + 100 bytes, aligned to 32");
+    }
+}
