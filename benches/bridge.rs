@@ -13,7 +13,11 @@
 //! - `throughput_32B` (criterion): back-to-back offers, the receiver thread counting; time per
 //!   message from the first offer to the last receipt;
 //! - `oneway_32B`: 10 000 msg/s stamped with the monotonic clock, the receiver recording
-//!   `now - stamp` (same process, same clock); percentiles.
+//!   `now - stamp` (same process, same clock); percentiles. A third lane, `two_shmlog_hops`,
+//!   measures the two hops the bridge pair adds, without Aeron: a relay thread woken by the
+//!   stream's doorbell (as the out bridge is) writing into a second stream (as the in bridge
+//!   does), and a reader polling it. Plain Aeron plus those two hops is the bridge pair's floor
+//!   on this machine.
 //!
 //! Needs `--features bridge`, Java 17+ and the driver jar (scripts/fetch-aeron-driver.sh);
 //! without them it prints SKIPPED.
@@ -204,6 +208,48 @@ fn plain(a: &MediaDriver, b: &MediaDriver, channel: &str, t0: Instant) -> (Aeron
     (AeronTx(publication, [0; 32]), Running { stop, sink, handles: vec![rx, ha, hb] })
 }
 
+/// The two hops the bridge pair adds to plain Aeron, without Aeron: a shmlog publication, a relay
+/// thread that sleeps on the stream's doorbell as `BridgeOut::run` does and offers each message
+/// into a second stream (as `BridgeIn` does), and a reader of that stream polling as the others.
+fn hops(t0: Instant) -> (Publication, Running) {
+    let (sink, stop) = (Sink::new(t0), Arc::new(AtomicBool::new(false)));
+    let (d1, d2) = (ShmDir::new("bridge-bench-hop1"), ShmDir::new("bridge-bench-hop2"));
+    let publication = Publication::builder(STREAM).dir(d1.path()).create().unwrap();
+    let mut relay_in = Subscription::builder(STREAM).dir(d1.path()).open().unwrap();
+    let mut relay_out = Publication::builder(STREAM).dir(d2.path()).create().unwrap();
+    let mut sub = Subscription::builder(STREAM).dir(d2.path()).open().unwrap();
+    let st = stop.clone();
+    let relay = std::thread::spawn(move || {
+        let mut scratch = Vec::new();
+        while !st.load(Ordering::Relaxed) {
+            let n = relay_in.poll(
+                |m: &[u8], _: &Header| {
+                    scratch.clear();
+                    scratch.extend_from_slice(m);
+                    while relay_out.offer(&scratch).is_err() {
+                        std::thread::yield_now();
+                    }
+                },
+                64,
+            );
+            if n == 0 {
+                relay_in.wait_readable(Duration::from_millis(1));
+            }
+        }
+    });
+    let s = sink.clone();
+    let rx = std::thread::spawn(move || {
+        let sink = s;
+        let _dirs = (d1, d2);
+        while !sink.stop.load(Ordering::Relaxed) {
+            if sub.poll(|m: &[u8], _: &Header| sink.on_message(m), 256) == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    (publication, Running { stop, sink, handles: vec![relay, rx] })
+}
+
 /// The bridge pair: a shmlog publication on A, both bridges in threads, a reader on B.
 fn bridged(a: &MediaDriver, b: &MediaDriver, channel: &str, t0: Instant) -> (Publication, Running) {
     let (sink, stop) = (Sink::new(t0), Arc::new(AtomicBool::new(false)));
@@ -331,6 +377,13 @@ impl Hosts {
         (tx, r)
     }
 
+    fn hops(&self) -> (Publication, Running) {
+        let (mut tx, r) = hops(self.t0);
+        tx.wait_for_readers(1, Duration::from_secs(30)).unwrap();
+        burst(&mut tx, &r.sink, WARM_UP);
+        (tx, r)
+    }
+
     fn bridged(&self) -> (Publication, Running) {
         let (mut tx, r) = bridged(&self.a, &self.b, &Self::channel(), self.t0);
         tx.wait_for_readers(1, Duration::from_secs(30)).unwrap();
@@ -377,7 +430,8 @@ fn main() {
     let rounds = args.n(5, 1);
     let n = args.n(1_000_000, 2_000) as u64;
     let per = args.n(10_000, 200) as u64;
-    let (mut ta, mut tb, mut la, mut lb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ta, mut tb, mut la, mut lb, mut lh) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let pids = [std::process::id(), hosts.a.pid(), hosts.b.pid()];
     let (mut ca, mut cb) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -392,6 +446,9 @@ fn main() {
         tb.push(n as f64 / burst(&mut tx, &r.sink, n).as_secs_f64());
         cb.push((cpu_ns(&pids) - cpu) as f64 / n as f64);
         lb.extend(paced(&mut tx, &r.sink, per));
+        drop(r);
+        let (mut tx, r) = hosts.hops();
+        lh.extend(paced(&mut tx, &r.sink, per));
     }
     let (cpu_a, cpu_b) = (Pcts::of(&mut ca).p50, Pcts::of(&mut cb).p50);
     support::record_value(B, "cpu_per_message/aeron", cpu_a, "ns");
@@ -410,9 +467,14 @@ fn main() {
         "[{B}] throughput: bridge pair {:.2}× plain Aeron's messages/s (median of {rounds} rounds of {n})",
         mb / ma
     );
-    let (pa, pb) = (Pcts::of(&mut la), Pcts::of(&mut lb));
+    let (pa, pb, ph) = (Pcts::of(&mut la), Pcts::of(&mut lb), Pcts::of(&mut lh));
     pa.report(B, "oneway_32B/aeron");
     pb.report(B, "oneway_32B/bridge");
+    ph.report(B, "oneway_32B/two_shmlog_hops");
+    eprintln!(
+        "[{B}] floor of the bridge pair: plain Aeron p50 + the two shmlog hops' p50 = {:.2}× plain Aeron's p50",
+        (pa.p50 + ph.p50) / pa.p50
+    );
     eprintln!(
         "[{B}] one-way at {RATE} msg/s: bridge pair p50 {:.2}×, p99 {:.2}× plain Aeron",
         pb.p50 / pa.p50,
