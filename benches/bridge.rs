@@ -243,7 +243,7 @@ fn hops(t0: Instant) -> (Publication, Running) {
         let _dirs = (d1, d2);
         while !sink.stop.load(Ordering::Relaxed) {
             if sub.poll(|m: &[u8], _: &Header| sink.on_message(m), 256) == 0 {
-                std::thread::yield_now();
+                shmlog_reader_idle(&mut sub);
             }
         }
     });
@@ -289,7 +289,7 @@ fn bridged(a: &MediaDriver, b: &MediaDriver, channel: &str, t0: Instant) -> (Pub
         let _dirs = (da, db); // removed when the receiver ends
         while !sink.stop.load(Ordering::Relaxed) {
             if sub.poll(|m: &[u8], _: &Header| sink.on_message(m), 256) == 0 {
-                std::thread::yield_now();
+                shmlog_reader_idle(&mut sub);
             }
         }
     });
@@ -306,6 +306,16 @@ fn cpu_ns(pids: &[u32]) -> u64 {
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
         .sum()
+}
+
+/// How the shmlog readers idle: yield as the plain Aeron receiver does, or (`BRIDGE_BENCH_WAIT=1`)
+/// sleep on the doorbell.
+fn shmlog_reader_idle(sub: &mut Subscription) {
+    if std::env::var_os("BRIDGE_BENCH_WAIT").is_some() {
+        sub.wait_readable(Duration::from_millis(1));
+    } else {
+        std::thread::yield_now();
+    }
 }
 
 /// Sends `n` messages back to back and waits for all; returns the time.

@@ -342,7 +342,9 @@ fn one_bridge_out_to_a_multicast_group_feeds_two_far_hosts() {
     }
     let _one = support::exclusive();
     let (a, b, c) = (Host::new("mc-a"), Host::new("mc-b"), Host::new("mc-c"));
-    let channel = format!("aeron:udp?endpoint=224.0.1.1:{}|interface=127.0.0.1", free_port());
+    // fc=min: the sender waits for the slowest receiver (Aeron's multicast default, `max`,
+    // follows the fastest and lets a slower one fall behind and lose data).
+    let channel = format!("aeron:udp?endpoint=224.0.1.1:{}|interface=127.0.0.1|fc=min", free_port());
     let _inb = BridgeProc::spawn("in", &b, &channel, &[]);
     let _inc = BridgeProc::spawn("in", &c, &channel, &[]);
     let n = support::iterations(5_000, 200_000) as u64;

@@ -248,8 +248,8 @@ pub fn status_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u3
 }
 
 #[cfg_attr(not(feature = "bridge"), allow(dead_code))]
-/// `<stream>.<out|in>.<pid>.resume` in `dir`: 8 bytes, the bridge's resume position, rewritten
-/// in place after every duty cycle that carried something, so that a successor of a bridge
+/// `<stream>.<out|in>.<pid>.resume` in `dir`: 8 bytes, the bridge's resume position, mapped and
+/// stored to after every duty cycle that carried something, so that a successor of a bridge
 /// killed with SIGKILL knows to the message where it stopped (the status file is up to 100 ms
 /// old).
 pub fn resume_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u32) -> PathBuf {

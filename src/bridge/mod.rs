@@ -41,6 +41,7 @@ pub use outbound::BridgeOut;
 
 use crate::api::bridge_status;
 use crate::error::Error;
+use crate::region::{MmapRegion, RegionMut};
 use crate::IdleStrategy;
 use client::Client;
 use std::fmt;
@@ -305,8 +306,8 @@ struct Status {
     info: BridgeInfo,
     dir: PathBuf,
     next_write: Instant,
-    resume: Option<std::fs::File>,
-    saved_resume: i64,
+    /// The resume file's 8 bytes, mapped: a store per duty cycle, no system call.
+    resume: Option<MmapRegion>,
 }
 
 impl Status {
@@ -320,20 +321,15 @@ impl Status {
             b.aeron_stream_id,
             &aeron_dir.to_string_lossy(),
         );
-        let resume =
-            std::fs::File::create(bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid)).ok();
-        Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume, saved_resume: i64::MIN }
+        let resume = map_resume(&bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid)).ok();
+        Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume }
     }
 
-    /// Rewrites the resume file if the resume position moved: one 8-byte `pwrite` per duty
-    /// cycle that carried something.
+    /// Stores the resume position into the mapped resume file: it is in the page cache the
+    /// moment the store is, so a successor reads it even after a SIGKILL.
     fn save_resume(&mut self) {
-        if self.info.resume_position != self.saved_resume {
-            use std::os::unix::fs::FileExt;
-            self.saved_resume = self.info.resume_position;
-            if let Some(f) = &self.resume {
-                let _ = f.write_at(&self.saved_resume.to_le_bytes(), 0);
-            }
+        if let Some(r) = &self.resume {
+            r.store_i64(0, self.info.resume_position, Ordering::Release);
         }
     }
 
@@ -389,6 +385,13 @@ impl Status {
             self.info.pid,
         ));
     }
+}
+
+/// Creates the 8-byte resume file (-1: nothing carried yet) and maps it.
+fn map_resume(path: &Path) -> std::io::Result<MmapRegion> {
+    std::fs::write(path, (-1i64).to_le_bytes())?;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+    MmapRegion::map(&file, 0, 8)
 }
 
 /// Runs a bridge's duty cycle until `stop` is set, idling with `idle` when it found no work.
