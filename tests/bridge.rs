@@ -439,6 +439,38 @@ fn near_bridge_killed_and_restarted_resumes_where_it_stopped() {
     eprintln!("near bridge killed: {missing} of {n} messages lost, reported as {:?}", status.losses);
 }
 
+/// The near publisher closes and a new one opens the stream (a new session, positions from 0
+/// again): the out bridge follows it, marks its first message a fresh start, and the far side
+/// gets every message of both sessions, in order, with no loss reported.
+#[test]
+fn a_restarted_publisher_is_followed_without_a_false_gap() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("pubrs-a"), Host::new("pubrs-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(4_000, 100_000) as u64;
+    let far = reader(b.path(), n - 1);
+    let mut rng = Rng::new("bridge-pubrs");
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    publish(&mut p, 0..n / 2, &mut rng, None);
+    drop(p);
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    // `publish` waits out NotConnected until the out bridge has joined the new session.
+    publish(&mut p, n / 2..n, &mut rng, None);
+    assert_eq!(far.join().unwrap(), (0..n).collect::<Vec<_>>());
+    let status = wait_for("the far bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb.pid()).filter(|s| s.messages == n)
+    });
+    assert_eq!((status.losses.len(), status.dropped), (0, 0), "{status:?}");
+    let near = a.bridge(out.pid()).unwrap();
+    assert_eq!((near.losses.len(), near.dropped), (0, 0), "{near:?}");
+}
+
 /// Kills the out bridge's media driver with SIGKILL: the bridge notices, starts a new driver,
 /// connects again and goes on; messages the dead driver had accepted but not sent are reported
 /// by the far bridge.

@@ -248,7 +248,8 @@ pub fn status_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u3
 }
 
 #[cfg_attr(not(feature = "bridge"), allow(dead_code))]
-/// `<stream>.<out|in>.<pid>.resume` in `dir`: 8 bytes, the bridge's resume position, mapped and
+/// `<stream>.<out|in>.<pid>.resume` in `dir`: [`RESUME_LEN`] bytes, the bridge's resume position
+/// (8 bytes) and the source session it belongs to (4 bytes, then 4 zero bytes), mapped and
 /// stored to after every duty cycle that carried something, so that a successor of a bridge
 /// killed with SIGKILL knows to the message where it stopped (the status file is up to 100 ms
 /// old).
@@ -257,12 +258,17 @@ pub fn resume_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u3
 }
 
 #[cfg_attr(not(feature = "bridge"), allow(dead_code))]
-/// Reads a resume file: `None` unless it holds exactly one position (≥ -1).
-pub fn read_resume(path: &Path) -> Option<i64> {
-    let bytes = std::fs::read(path).ok()?;
-    let p = i64::from_le_bytes(bytes.as_slice().try_into().ok()?);
-    (p >= -1).then_some(p)
+/// Reads a resume file: (position, source session); `None` unless it is [`RESUME_LEN`] bytes with
+/// a position ≥ -1.
+pub fn read_resume(path: &Path) -> Option<(i64, i32)> {
+    let bytes: [u8; RESUME_LEN] = std::fs::read(path).ok()?.try_into().ok()?;
+    let p = i64::from_le_bytes(bytes[..8].try_into().ok()?);
+    let session = i32::from_le_bytes(bytes[8..12].try_into().ok()?);
+    (p >= -1).then_some((p, session))
 }
+
+/// Length of a resume file.
+pub const RESUME_LEN: usize = 16;
 
 /// Reads a file name the way [`status_path`] writes it: (stream, direction, pid).
 pub fn parse_file_name(file_name: &str) -> Option<(String, BridgeDirection, u32)> {
@@ -402,9 +408,14 @@ mod tests {
         assert!(read(&big).unwrap_err().contains("longer than"));
         let resume = resume_path(dir.path(), "x", BridgeDirection::In, 1);
         assert_eq!(parse_resume_name("x.in.1.resume"), Some(("x".into(), BridgeDirection::In, 1)));
-        std::fs::write(&resume, 4160i64.to_le_bytes()).unwrap();
-        assert_eq!(read_resume(&resume), Some(4160));
-        for bad in [&(-2i64).to_le_bytes()[..], &[1, 2, 3], &[0; 9]] {
+        let mut good = 4160i64.to_le_bytes().to_vec();
+        good.extend((-7i32).to_le_bytes());
+        good.extend([0; 4]);
+        std::fs::write(&resume, &good).unwrap();
+        assert_eq!(read_resume(&resume), Some((4160, -7)));
+        let mut negative = (-2i64).to_le_bytes().to_vec();
+        negative.extend([0; 8]);
+        for bad in [&negative[..], &[1, 2, 3], &[0; 9], &good[..12]] {
             std::fs::write(&resume, bad).unwrap();
             assert_eq!(read_resume(&resume), None, "{bad:?}");
         }

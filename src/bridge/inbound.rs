@@ -26,6 +26,8 @@ pub struct BridgeIn {
     target: Target,
     link: Link,
     subscription: Option<Arc<Mutex<Subscription>>>,
+    /// When the subscription may be added again after a refusal.
+    next_add: Instant,
     channel: String,
     aeron_stream_id: i32,
     policy: BackPressure,
@@ -68,7 +70,7 @@ impl BridgeIn {
         let mut status = Status::new(&b, BridgeDirection::In, &link.aeron_dir);
         // A predecessor killed mid-stream left where the next message should start: a gap
         // after this restart is then reported against it.
-        status.info.resume_position = status.adopt_predecessors();
+        status.info.resume_position = status.adopt_predecessors().map_or(-1, |r| r.0);
         let builder = || Publication::builder(b.stream.clone()).dir(b.dir.clone());
         let target = if b.concurrent {
             Target::Concurrent(builder().open_concurrent()?)
@@ -79,6 +81,7 @@ impl BridgeIn {
             target,
             link,
             subscription: None,
+            next_add: Instant::now(),
             channel: b.channel,
             aeron_stream_id: b.aeron_stream_id,
             policy: b.back_pressure,
@@ -92,13 +95,18 @@ impl BridgeIn {
                 drop_run: None,
             },
         };
-        bridge.add_subscription(b.connect_timeout)?;
+        bridge.add_subscription(Instant::now(), b.connect_timeout)?;
         bridge.status.write(Instant::now());
         Ok(bridge)
     }
 
-    fn add_subscription(&mut self, timeout: Duration) -> Result<(), BridgeError> {
-        let Some(client) = self.link.client() else { return Ok(()) };
+    /// Adds the Aeron subscription if there is none (and a client to add it with, not refused
+    /// within the last second).
+    fn add_subscription(&mut self, now: Instant, timeout: Duration) -> Result<(), BridgeError> {
+        if self.subscription.is_some() {
+            return Ok(());
+        }
+        let Some(client) = self.link.client_for_add(now, &mut self.next_add) else { return Ok(()) };
         let s = client
             .add_subscription(&self.channel, self.aeron_stream_id, timeout)
             .map_err(BridgeError::Aeron)?;
@@ -122,11 +130,12 @@ impl BridgeIn {
             }
             LinkEvent::Reconnected => {
                 self.status.info.reconnects += 1;
-                if let Err(e) = self.add_subscription(self.link.timeout) {
-                    eprintln!("shmlog bridge in: {e}");
-                }
+                self.next_add = now;
             }
             LinkEvent::Steady | LinkEvent::Down => {}
+        }
+        if let Err(e) = self.add_subscription(now, self.link.timeout) {
+            eprintln!("shmlog bridge in: {e}");
         }
         let work = match &self.subscription {
             Some(s) => {
@@ -138,7 +147,7 @@ impl BridgeIn {
             None => 0,
         };
         if work > 0 {
-            self.status.save_resume();
+            self.status.save_resume(0);
         }
         self.status.write_if_due(now);
         work
@@ -255,7 +264,7 @@ fn carry(
 fn check_gap(st: &mut InState, info: &mut BridgeInfo, start: i64, marks: i64) {
     let check = std::mem::take(&mut st.new_image) || marks & wire::AFTER_DROP != 0;
     let expected = info.resume_position;
-    if check && marks & wire::SOURCE_RESTART == 0 && expected >= 0 && start > expected {
+    if check && marks & wire::FRESH_START == 0 && expected >= 0 && start > expected {
         info.push_loss(Loss { from: expected, to: start, messages: None, cause: LossCause::Gap });
     }
 }
@@ -328,8 +337,7 @@ mod tests {
             assert!(!st.new_image, "checked once per image");
         }
         // A restarted source starts its positions again; a message where expected is no gap.
-        for (start, marks) in [(64, wire::SOURCE_RESTART), (4096, wire::SOURCE_RESTART), (1024, 0), (512, 0)]
-        {
+        for (start, marks) in [(64, wire::FRESH_START), (4096, wire::FRESH_START), (1024, 0), (512, 0)] {
             let (mut st, mut info) = state();
             st.new_image = true;
             check_gap(&mut st, &mut info, start, marks);

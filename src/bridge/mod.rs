@@ -15,8 +15,8 @@
 //!   by source position. Never silently.
 //! - **Positions**: every Aeron frame carries, in its reserved value, the source-stream position
 //!   where its message starts. The in bridge uses it to report gaps after a reconnection (the
-//!   far bridge killed with messages in flight) and to skip messages it already delivered (a
-//!   restarted out bridge resumes where its predecessor's status file says it stopped).
+//!   far bridge killed with messages in flight); a restarted out bridge resumes reading where
+//!   its predecessor's resume file says it stopped.
 //! - **State** is published for `shmlog stat` in a status file beside the stream's log.
 //! - **Failures**: the driver lost is reconnected (and an embedded one restarted); the far side
 //!   gone is Aeron's "not connected", handled as back pressure; the local publisher restarting
@@ -288,7 +288,13 @@ impl Link {
         }
     }
 
-    fn client(&mut self) -> Option<&mut Client> {
+    /// The client, if there is one and the caller's resource (publication or subscription) may
+    /// be added now: at once after a (re)connection, then at most once a second after a refusal.
+    fn client_for_add(&mut self, now: Instant, next_add: &mut Instant) -> Option<&mut Client> {
+        if self.client.is_none() || now < *next_add {
+            return None;
+        }
+        *next_add = now + Duration::from_secs(1);
         self.client.as_mut()
     }
 }
@@ -325,18 +331,20 @@ impl Status {
         Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume }
     }
 
-    /// Stores the resume position into the mapped resume file: it is in the page cache the
-    /// moment the store is, so a successor reads it even after a SIGKILL.
-    fn save_resume(&mut self) {
+    /// Stores the resume position (and the source session it belongs to) into the mapped resume
+    /// file: it is in the page cache the moment the store is, so a successor reads it even after
+    /// a SIGKILL.
+    fn save_resume(&mut self, session: i32) {
         if let Some(r) = &self.resume {
+            r.store_i64(8, session as u32 as i64, Ordering::Relaxed);
             r.store_i64(0, self.info.resume_position, Ordering::Release);
         }
     }
 
     /// The status files of this stream and direction whose bridges are gone, removed; returns
-    /// the furthest resume position they recorded (-1 if none).
-    fn adopt_predecessors(&self) -> i64 {
-        let mut resume = -1;
+    /// the furthest resume position they recorded and its source session, if any.
+    fn adopt_predecessors(&self) -> Option<(i64, i32)> {
+        let mut resume: Option<(i64, i32)> = None;
         let Ok(read) = std::fs::read_dir(&self.dir) else { return resume };
         for entry in read.flatten() {
             let name = entry.file_name();
@@ -353,8 +361,9 @@ impl Status {
                     && old.aeron_stream_id == self.info.aeron_stream_id
                 {
                     let resume_file = bridge_status::resume_path(&self.dir, &stream, direction, pid);
-                    let exact = bridge_status::read_resume(&resume_file);
-                    resume = resume.max(exact.unwrap_or(old.resume_position));
+                    if let Some(r) = bridge_status::read_resume(&resume_file).filter(|r| r.0 >= 0) {
+                        resume = resume.max(Some(r));
+                    }
                     let _ = std::fs::remove_file(entry.path());
                     let _ = std::fs::remove_file(resume_file);
                 }
@@ -387,11 +396,13 @@ impl Status {
     }
 }
 
-/// Creates the 8-byte resume file (-1: nothing carried yet) and maps it.
+/// Creates the resume file (position -1: nothing carried yet) and maps it.
 fn map_resume(path: &Path) -> std::io::Result<MmapRegion> {
-    std::fs::write(path, (-1i64).to_le_bytes())?;
+    let mut initial = [0u8; bridge_status::RESUME_LEN];
+    initial[..8].copy_from_slice(&(-1i64).to_le_bytes());
+    std::fs::write(path, initial)?;
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-    MmapRegion::map(&file, 0, 8)
+    MmapRegion::map(&file, 0, bridge_status::RESUME_LEN)
 }
 
 /// Runs a bridge's duty cycle until `stop` is set, idling with `idle` when it found no work.

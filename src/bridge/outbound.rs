@@ -21,6 +21,8 @@ pub struct BridgeOut {
     sub: Subscription,
     link: Link,
     publication: Option<Arc<Mutex<Publication>>>,
+    /// When the publication may be added again after a refusal.
+    next_add: Instant,
     channel: String,
     aeron_stream_id: i32,
     policy: BackPressure,
@@ -67,12 +69,23 @@ impl BridgeOut {
                 .wait_for_publisher(b.connect_timeout)
                 .open()
         };
+        // Resumed: joined at the predecessor's position in the same session of the source.
+        let mut resumed = None;
         let sub = match resume {
-            r if r >= 0 => match builder(JoinAt::Position(r)) {
-                Ok(s) => s,
+            Some((r, session)) => match builder(JoinAt::Position(r)) {
+                Ok(s) if s.session_id() == Some(session) => {
+                    resumed = Some((r, session));
+                    s
+                }
+                // A new session of the source (its publisher restarted): start afresh.
+                Ok(s) => {
+                    drop(s);
+                    builder(JoinAt::Slowest)?
+                }
                 Err(crate::Error::PositionNotAvailable { .. }) => {
                     let s = builder(JoinAt::Slowest)?;
-                    if let Some(join) = s.join_position().filter(|&j| j > r) {
+                    let join = s.join_position().filter(|&j| j > r && s.session_id() == Some(session));
+                    if let Some(join) = join {
                         status.info.push_loss(Loss {
                             from: r,
                             to: join,
@@ -84,13 +97,14 @@ impl BridgeOut {
                 }
                 Err(e) => return Err(e.into()),
             },
-            _ => builder(JoinAt::Slowest)?,
+            None => builder(JoinAt::Slowest)?,
         };
-        status.info.resume_position = resume;
+        status.info.resume_position = resumed.map_or(-1, |r| r.0);
         let mut out = BridgeOut {
             sub,
             link,
             publication: None,
+            next_add: Instant::now(),
             channel: b.channel,
             aeron_stream_id: b.aeron_stream_id,
             policy: b.back_pressure,
@@ -99,19 +113,25 @@ impl BridgeOut {
                 assembly: Vec::new(),
                 assembly_start: None,
                 held: None,
-                flags: 0,
-                session: None,
+                // Only a resumed stream continues what the far side saw before.
+                flags: if resumed.is_some() { 0 } else { wire::FRESH_START },
+                session: resumed.map(|r| r.1),
                 drop_run: None,
                 scratch: Vec::new(),
             },
         };
-        out.add_publication(b.connect_timeout)?;
+        out.add_publication(Instant::now(), b.connect_timeout)?;
         out.status.write(Instant::now());
         Ok(out)
     }
 
-    fn add_publication(&mut self, timeout: Duration) -> Result<(), BridgeError> {
-        let Some(client) = self.link.client() else { return Ok(()) };
+    /// Adds the Aeron publication if there is none (and a client to add it with, not refused
+    /// within the last second).
+    fn add_publication(&mut self, now: Instant, timeout: Duration) -> Result<(), BridgeError> {
+        if self.publication.is_some() {
+            return Ok(());
+        }
+        let Some(client) = self.link.client_for_add(now, &mut self.next_add) else { return Ok(()) };
         let p = client
             .add_publication(&self.channel, self.aeron_stream_id, timeout)
             .map_err(BridgeError::Aeron)?;
@@ -134,11 +154,12 @@ impl BridgeOut {
             }
             LinkEvent::Reconnected => {
                 self.status.info.reconnects += 1;
-                if let Err(e) = self.add_publication(self.link.timeout) {
-                    eprintln!("shmlog bridge out: {e}");
-                }
+                self.next_add = now;
             }
             LinkEvent::Steady | LinkEvent::Down => {}
+        }
+        if let Err(e) = self.add_publication(now, self.link.timeout) {
+            eprintln!("shmlog bridge out: {e}");
         }
         let work = match &self.publication {
             Some(p) => {
@@ -149,7 +170,7 @@ impl BridgeOut {
             None => 0,
         };
         if work > 0 {
-            self.status.save_resume();
+            self.status.save_resume(self.state.session.unwrap_or(0));
         }
         self.status.write_if_due(now);
         work
@@ -217,7 +238,7 @@ fn carry(
         |payload: &[u8], header: &Header| {
             if st.session != Some(header.session_id()) {
                 if st.session.is_some() {
-                    st.flags |= wire::SOURCE_RESTART;
+                    st.flags |= wire::FRESH_START;
                 }
                 st.session = Some(header.session_id());
                 st.assembly_start = None;

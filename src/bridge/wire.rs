@@ -6,9 +6,11 @@ use aeron_rs::concurrent::atomic_buffer::AtomicBuffer;
 use aeron_rs::utils::types::Index;
 use std::cell::Cell;
 
-/// The first message the out bridge read from a new session of the source stream (its
-/// publisher restarted): positions start again, so no gap is implied.
-pub(crate) const SOURCE_RESTART: i64 = 1;
+/// The out bridge does not continue its previous message here: the first message after a fresh
+/// join (no predecessor to resume from, or its position was gone) or of a new session of the
+/// source (its publisher restarted, positions start again). No gap is implied; a loss the out
+/// bridge knows of it reports itself.
+pub(crate) const FRESH_START: i64 = 1;
 /// The out bridge dropped messages right before this one (policy `Drop`).
 pub(crate) const AFTER_DROP: i64 = 2;
 
@@ -50,7 +52,7 @@ mod tests {
     #[test]
     fn positions_and_flags_share_the_value_without_touching_each_other() {
         for start in [0i64, 32, 4096, (1 << 40) + 64, i64::MAX & !31] {
-            for flags in [0, SOURCE_RESTART, AFTER_DROP, SOURCE_RESTART | AFTER_DROP] {
+            for flags in [0, FRESH_START, AFTER_DROP, FRESH_START | AFTER_DROP] {
                 assert_eq!(decode(encode(start, flags)), (start, flags));
             }
         }
