@@ -1,7 +1,7 @@
 //! The in bridge: an Aeron UDP subscription whose messages are published into the local stream.
 
 use super::wire;
-use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, LinkEvent, Status};
+use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 use crate::{ConcurrentPublication, OfferError, Publication};
 use aeron_rs::concurrent::atomic_buffer::AtomicBuffer;
@@ -26,8 +26,6 @@ pub struct BridgeIn {
     target: Target,
     link: Link,
     subscription: Option<Arc<Mutex<Subscription>>>,
-    /// When the subscription may be added again after a refusal.
-    next_add: Instant,
     channel: String,
     aeron_stream_id: i32,
     policy: BackPressure,
@@ -81,7 +79,6 @@ impl BridgeIn {
             target,
             link,
             subscription: None,
-            next_add: Instant::now(),
             channel: b.channel,
             aeron_stream_id: b.aeron_stream_id,
             policy: b.back_pressure,
@@ -106,7 +103,7 @@ impl BridgeIn {
         if self.subscription.is_some() {
             return Ok(());
         }
-        let Some(client) = self.link.client_for_add(now, &mut self.next_add) else { return Ok(()) };
+        let Some(client) = self.link.client_for_add(now) else { return Ok(()) };
         let s = client
             .add_subscription(&self.channel, self.aeron_stream_id, timeout)
             .map_err(BridgeError::Aeron)?;
@@ -118,21 +115,9 @@ impl BridgeIn {
     /// fragments. Returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let now = Instant::now();
-        match self.link.tend(now) {
-            LinkEvent::Lost => {
-                self.subscription = None;
-                self.status.info.connected = false;
-                self.state.session = None;
-                eprintln!(
-                    "shmlog bridge in: lost the media driver in {}; reconnecting",
-                    self.link.aeron_dir.display()
-                );
-            }
-            LinkEvent::Reconnected => {
-                self.status.info.reconnects += 1;
-                self.next_add = now;
-            }
-            LinkEvent::Steady | LinkEvent::Down => {}
+        if self.link.tend_for(now, &mut self.status) {
+            self.subscription = None;
+            self.state.session = None;
         }
         if let Err(e) = self.add_subscription(now, self.link.timeout) {
             eprintln!("shmlog bridge in: {e}");
@@ -146,10 +131,7 @@ impl BridgeIn {
             }
             None => 0,
         };
-        if work > 0 {
-            self.status.save_resume(0);
-        }
-        self.status.write_if_due(now);
+        self.status.end_cycle(work, 0, now);
         work
     }
 

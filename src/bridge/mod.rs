@@ -239,6 +239,8 @@ struct Link {
     client: Option<Client>,
     timeout: Duration,
     next_attempt: Instant,
+    /// When the caller's publication or subscription may be added (again).
+    next_add: Instant,
 }
 
 impl Link {
@@ -251,7 +253,8 @@ impl Link {
             }
         };
         let client = Client::connect(&aeron_dir.to_string_lossy(), timeout).map_err(BridgeError::Aeron)?;
-        Ok(Link { driver, aeron_dir, client: Some(client), timeout, next_attempt: Instant::now() })
+        let now = Instant::now();
+        Ok(Link { driver, aeron_dir, client: Some(client), timeout, next_attempt: now, next_add: now })
     }
 
     /// Runs the client's duty cycle; after the driver is lost, drops the client (the caller
@@ -288,13 +291,36 @@ impl Link {
         }
     }
 
-    /// The client, if there is one and the caller's resource (publication or subscription) may
-    /// be added now: at once after a (re)connection, then at most once a second after a refusal.
-    fn client_for_add(&mut self, now: Instant, next_add: &mut Instant) -> Option<&mut Client> {
-        if self.client.is_none() || now < *next_add {
+    /// [`Link::tend`], keeping `status` in step: on `Lost` it is marked disconnected and stderr
+    /// says so; a reconnection is counted. True if the caller must drop its publication or
+    /// subscription (it belonged to the lost client).
+    fn tend_for(&mut self, now: Instant, status: &mut Status) -> bool {
+        match self.tend(now) {
+            LinkEvent::Lost => {
+                status.info.connected = false;
+                eprintln!(
+                    "shmlog bridge {}: lost the media driver in {}; reconnecting",
+                    status.info.direction.as_str(),
+                    self.aeron_dir.display()
+                );
+                true
+            }
+            LinkEvent::Reconnected => {
+                status.info.reconnects += 1;
+                self.next_add = now;
+                false
+            }
+            LinkEvent::Steady | LinkEvent::Down => false,
+        }
+    }
+
+    /// The client, if there is one and the caller's publication or subscription may be added
+    /// now: at once after a (re)connection, then at most once a second after a refusal.
+    fn client_for_add(&mut self, now: Instant) -> Option<&mut Client> {
+        if self.client.is_none() || now < self.next_add {
             return None;
         }
-        *next_add = now + Duration::from_secs(1);
+        self.next_add = now + Duration::from_secs(1);
         self.client.as_mut()
     }
 }
@@ -372,7 +398,12 @@ impl Status {
         resume
     }
 
-    fn write_if_due(&mut self, now: Instant) {
+    /// The end of a duty cycle: the resume position if it carried something (`session`: the
+    /// source session it belongs to), the status file if it is due.
+    fn end_cycle(&mut self, work: usize, session: i32, now: Instant) {
+        if work > 0 {
+            self.save_resume(session);
+        }
         if now >= self.next_write {
             self.write(now);
         }

@@ -2,7 +2,7 @@
 //! publication.
 
 use super::wire::{self, Reserved};
-use super::{BackPressure, BridgeBuilder, BridgeError, Link, LinkEvent, Status};
+use super::{BackPressure, BridgeBuilder, BridgeError, Link, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 use crate::IdleStrategy;
 use crate::{Action, Header, JoinAt, Subscription};
@@ -21,8 +21,6 @@ pub struct BridgeOut {
     sub: Subscription,
     link: Link,
     publication: Option<Arc<Mutex<Publication>>>,
-    /// When the publication may be added again after a refusal.
-    next_add: Instant,
     channel: String,
     aeron_stream_id: i32,
     policy: BackPressure,
@@ -41,6 +39,8 @@ struct OutState {
     flags: i64,
     /// The source session being read.
     session: Option<i32>,
+    /// The source session of the last message sent (the one the resume position belongs to).
+    sent_session: i32,
     /// The run of messages being dropped (policy `Drop`), closed by the next message sent.
     drop_run: Option<Loss>,
     /// A copy of the message offered: aeron-rs offers from a mutable buffer.
@@ -104,7 +104,6 @@ impl BridgeOut {
             sub,
             link,
             publication: None,
-            next_add: Instant::now(),
             channel: b.channel,
             aeron_stream_id: b.aeron_stream_id,
             policy: b.back_pressure,
@@ -116,6 +115,7 @@ impl BridgeOut {
                 // Only a resumed stream continues what the far side saw before.
                 flags: if resumed.is_some() { 0 } else { wire::FRESH_START },
                 session: resumed.map(|r| r.1),
+                sent_session: resumed.map_or(0, |r| r.1),
                 drop_run: None,
                 scratch: Vec::new(),
             },
@@ -131,7 +131,7 @@ impl BridgeOut {
         if self.publication.is_some() {
             return Ok(());
         }
-        let Some(client) = self.link.client_for_add(now, &mut self.next_add) else { return Ok(()) };
+        let Some(client) = self.link.client_for_add(now) else { return Ok(()) };
         let p = client
             .add_publication(&self.channel, self.aeron_stream_id, timeout)
             .map_err(BridgeError::Aeron)?;
@@ -143,20 +143,8 @@ impl BridgeOut {
     /// fragments. Returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let now = Instant::now();
-        match self.link.tend(now) {
-            LinkEvent::Lost => {
-                self.publication = None;
-                self.status.info.connected = false;
-                eprintln!(
-                    "shmlog bridge out: lost the media driver in {}; reconnecting",
-                    self.link.aeron_dir.display()
-                );
-            }
-            LinkEvent::Reconnected => {
-                self.status.info.reconnects += 1;
-                self.next_add = now;
-            }
-            LinkEvent::Steady | LinkEvent::Down => {}
+        if self.link.tend_for(now, &mut self.status) {
+            self.publication = None;
         }
         if let Err(e) = self.add_publication(now, self.link.timeout) {
             eprintln!("shmlog bridge out: {e}");
@@ -169,10 +157,7 @@ impl BridgeOut {
             }
             None => 0,
         };
-        if work > 0 {
-            self.status.save_resume(self.state.session.unwrap_or(0));
-        }
-        self.status.write_if_due(now);
+        self.status.end_cycle(work, self.state.sent_session, now);
         work
     }
 
@@ -312,6 +297,7 @@ fn carry(
 /// Counts a message sent and closes a run of drops before it.
 fn sent(st: &mut OutState, info: &mut BridgeInfo, len: usize, start: i64, end: i64) {
     st.flags = 0;
+    st.sent_session = st.session.unwrap_or(0);
     if let Some(run) = st.drop_run.take() {
         info.push_loss(run);
     }
