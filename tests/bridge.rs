@@ -670,3 +670,43 @@ fn a_path_cut_between_two_network_namespaces_heals_without_loss() {
     assert_eq!((status.dropped, status.losses.len()), (0, 0), "{status:?}");
     eprintln!("path cut for 2 s: nothing lost; the out bridge held {} times", status.back_pressure);
 }
+
+/// Bad settings are refused before anything starts, each with the cause (no Java needed).
+#[test]
+fn bad_settings_are_refused_with_a_clear_error() {
+    let dir = ShmDir::new("bridge-bad");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+            .args(["bridge"])
+            .args(args)
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["--connect-timeout", "0.5"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let udp = "aeron:udp?endpoint=127.0.0.1:1";
+    assert!(run(&["out", "--stream", "x", "--channel", "aeron:ipc"]).contains("must be an aeron:udp channel"));
+    assert!(run(&["in", "--stream", "a/b", "--channel", udp]).contains("contains '/'"));
+    let no_jar = dir.path().join("no.jar");
+    let drivers = dir.path().join("drivers");
+    let err = run(&[
+        "in",
+        "--stream",
+        "x",
+        "--channel",
+        udp,
+        "--embedded-driver",
+        drivers.to_str().unwrap(),
+        "--driver-jar",
+        no_jar.to_str().unwrap(),
+    ]);
+    assert!(err.contains("no Aeron driver jar at"), "{err}");
+    let absent = dir.path().join("no-driver");
+    let err = run(&["in", "--stream", "x", "--channel", udp, "--aeron-dir", absent.to_str().unwrap()]);
+    assert!(err.contains("no Aeron media driver answers in"), "{err}");
+    // Nothing of the stream was left behind by the refused bridges.
+    assert!(dir.entries().iter().all(|e| e == "drivers"), "{:?}", dir.entries());
+}
