@@ -12,6 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The type of Aeron's sender position counters (`snd-pos`), keyed by the publication's
+/// registration id.
+const SENDER_POSITION_TYPE_ID: i32 = 2;
+
 /// How long the driver may stay silent before the client counts it as gone.
 const DRIVER_TIMEOUT_MS: u64 = 3_000;
 
@@ -101,6 +105,20 @@ impl Client {
             self.last_duty = now;
             self.aeron.conductor_agent_invoker().invoke();
         }
+    }
+
+    /// How far the driver's sender got with the publication registered as `registration_id`
+    /// (its `snd-pos` counter): the bytes up to there were sent. Still readable after the driver
+    /// died, since its counters stay mapped.
+    pub fn sender_position(&self, registration_id: i64) -> Option<i64> {
+        let reader = self.aeron.counters_reader().ok()?;
+        let mut id = None;
+        reader.for_each(|counter, type_id, key, _label| {
+            if type_id == SENDER_POSITION_TYPE_ID && key.get::<i64>(0) == registration_id {
+                id = Some(counter);
+            }
+        });
+        reader.counter_value(id?).ok().and_then(|v| i64::try_from(v).ok())
     }
 
     /// Whether the driver stopped answering (killed, or its directory was deleted).

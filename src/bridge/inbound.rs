@@ -115,10 +115,11 @@ impl BridgeIn {
     /// fragments. Returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let now = Instant::now();
-        if self.link.tend_for(now, &mut self.status) {
-            self.subscription = None;
-            self.state.session = None;
-        }
+        let (subscription, state) = (&mut self.subscription, &mut self.state);
+        self.link.tend_for(now, &mut self.status, |_| {
+            *subscription = None;
+            state.session = None;
+        });
         if let Err(e) = self.add_subscription(now, self.link.timeout) {
             eprintln!("shmlog bridge in: {e}");
         }

@@ -257,16 +257,13 @@ impl Link {
         Ok(Link { driver, aeron_dir, client: Some(client), timeout, next_attempt: now, next_add: now })
     }
 
-    /// Runs the client's duty cycle; after the driver is lost, drops the client (the caller
-    /// drops its publication or subscription) and returns `Lost`. Without a client, tries to
+    /// Runs the client's duty cycle; once the driver is lost, returns `Lost` (the caller takes
+    /// the client away). Without a client, tries to
     /// connect again at most every 500 ms (restarting an embedded driver first) and returns
     /// `Reconnected` once it has.
     fn tend(&mut self, now: Instant) -> LinkEvent {
         match &mut self.client {
-            Some(c) if c.driver_lost() => {
-                self.client = None;
-                LinkEvent::Lost
-            }
+            Some(c) if c.driver_lost() => LinkEvent::Lost,
             Some(c) => {
                 c.keep_alive(now);
                 LinkEvent::Steady
@@ -292,9 +289,10 @@ impl Link {
     }
 
     /// [`Link::tend`], keeping `status` in step: on `Lost` it is marked disconnected and stderr
-    /// says so; a reconnection is counted. True if the caller must drop its publication or
-    /// subscription (it belonged to the lost client).
-    fn tend_for(&mut self, now: Instant, status: &mut Status) -> bool {
+    /// says so, and `on_lost` may still read the lost client's counters before it is dropped
+    /// (the caller drops its publication or subscription there: it belonged to that client); a
+    /// reconnection is counted.
+    fn tend_for(&mut self, now: Instant, status: &mut Status, on_lost: impl FnOnce(&Client)) {
         match self.tend(now) {
             LinkEvent::Lost => {
                 status.info.connected = false;
@@ -303,14 +301,15 @@ impl Link {
                     status.info.direction.as_str(),
                     self.aeron_dir.display()
                 );
-                true
+                if let Some(c) = self.client.take() {
+                    on_lost(&c);
+                }
             }
             LinkEvent::Reconnected => {
                 status.info.reconnects += 1;
                 self.next_add = now;
-                false
             }
-            LinkEvent::Steady | LinkEvent::Down => false,
+            LinkEvent::Steady | LinkEvent::Down => {}
         }
     }
 

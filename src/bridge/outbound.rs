@@ -8,6 +8,7 @@ use crate::IdleStrategy;
 use crate::{Action, Header, JoinAt, Subscription};
 use aeron_rs::publication::Publication;
 use aeron_rs::utils::errors::AeronError;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,8 +34,9 @@ struct OutState {
     /// Reassembly of a fragmented message: its bytes and source start position.
     assembly: Vec<u8>,
     assembly_start: Option<i64>,
-    /// A message taken from the stream that the publication pushed back (policy `Hold`).
-    held: Option<Held>,
+    /// Messages taken from the stream and not yet offered, in order: one the publication pushed
+    /// back (policy `Hold`), and those a lost driver had taken but not sent.
+    pending: VecDeque<Msg>,
     /// Flags for the next message sent.
     flags: i64,
     /// The source session being read.
@@ -43,15 +45,24 @@ struct OutState {
     sent_session: i32,
     /// The run of messages being dropped (policy `Drop`), closed by the next message sent.
     drop_run: Option<Loss>,
-    /// A copy of the message offered: aeron-rs offers from a mutable buffer.
-    scratch: Vec<u8>,
+    /// Copies of the messages the current publication took within its last term of stream
+    /// (it never holds more unsent), with their ends in the Aeron stream: what a lost driver
+    /// had taken but not sent is offered again from here.
+    offered: VecDeque<(i64, Msg)>,
+    /// Buffers to copy messages into, reused.
+    pool: Vec<Vec<u8>>,
 }
 
-struct Held {
+/// A message taken from the source: a copy of its bytes (aeron-rs offers from a mutable
+/// buffer), and where it starts and ends in the source stream.
+struct Msg {
     bytes: Vec<u8>,
     start: i64,
     end: i64,
 }
+
+/// Buffers kept for reuse at most.
+const POOL: usize = 1024;
 
 impl BridgeOut {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
@@ -111,13 +122,14 @@ impl BridgeOut {
             state: OutState {
                 assembly: Vec::new(),
                 assembly_start: None,
-                held: None,
+                pending: VecDeque::new(),
                 // Only a resumed stream continues what the far side saw before.
                 flags: if resumed.is_some() { 0 } else { wire::FRESH_START },
                 session: resumed.map(|r| r.1),
                 sent_session: resumed.map_or(0, |r| r.1),
                 drop_run: None,
-                scratch: Vec::new(),
+                offered: VecDeque::new(),
+                pool: Vec::new(),
             },
         };
         out.add_publication(Instant::now(), b.connect_timeout)?;
@@ -139,12 +151,19 @@ impl BridgeOut {
         Ok(())
     }
 
-    /// One duty cycle: tends the Aeron client, retries a held message, then carries up to 64
-    /// fragments. Returns the work done (0: idle).
+    /// One duty cycle: tends the Aeron client, offers the messages taken but not yet offered,
+    /// then carries up to 64 fragments. Returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let now = Instant::now();
-        if self.link.tend_for(now, &mut self.status) {
-            self.publication = None;
+        let (publication, mut sent_to) = (&mut self.publication, None);
+        self.link.tend_for(now, &mut self.status, |lost| {
+            if let Some(p) = publication.take() {
+                let registration = p.lock().unwrap_or_else(|e| e.into_inner()).original_registration_id();
+                sent_to = lost.sender_position(registration);
+            }
+        });
+        if let Some(sent_to) = sent_to {
+            self.send_again_after(sent_to);
         }
         if let Err(e) = self.add_publication(now, self.link.timeout) {
             eprintln!("shmlog bridge out: {e}");
@@ -161,6 +180,30 @@ impl BridgeOut {
         work
     }
 
+    /// After the driver was lost: offers again, first thing on the next publication, every
+    /// message its sender had not sent in full (it had reached Aeron stream position `sent_to`).
+    /// Without that, the messages the dead driver held would be lost.
+    fn send_again_after(&mut self, sent_to: i64) {
+        let (st, info) = (&mut self.state, &mut self.status.info);
+        let first = st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len());
+        let unsent: Vec<Msg> = st.offered.drain(first..).map(|(_, m)| m).collect();
+        for (_, m) in st.offered.drain(..) {
+            recycle(&mut st.pool, m.bytes);
+        }
+        let Some(from) = unsent.first().map(|m| m.start) else { return };
+        let bytes: u64 = unsent.iter().map(|m| m.bytes.len() as u64).sum();
+        info.messages -= unsent.len() as u64;
+        info.bytes -= bytes;
+        info.resume_position = from;
+        eprintln!(
+            "shmlog bridge out: offering again {} messages from source position {from} that the lost driver had not sent",
+            unsent.len()
+        );
+        for m in unsent.into_iter().rev() {
+            st.pending.push_front(m);
+        }
+    }
+
     /// Runs [`BridgeOut::do_work`] until `stop` is set. With nothing to carry it sleeps on the
     /// stream's doorbell (woken the moment the publisher writes, or after 1 ms to tend the Aeron
     /// client); while the publication pushes back it backs off.
@@ -170,7 +213,7 @@ impl BridgeOut {
             let work = self.do_work();
             if work > 0 {
                 backoff.idle(work);
-            } else if self.state.held.is_some() || self.publication.is_none() {
+            } else if !self.state.pending.is_empty() || self.publication.is_none() {
                 backoff.idle(0);
             } else {
                 self.sub.wait_readable(Duration::from_millis(1));
@@ -202,7 +245,7 @@ impl Drop for BridgeOut {
     }
 }
 
-/// Retries the held message, then reads and offers up to [`FRAGMENT_LIMIT`] fragments.
+/// Offers the pending messages, then reads and offers up to [`FRAGMENT_LIMIT`] fragments.
 fn carry(
     sub: &mut Subscription,
     p: &Publication,
@@ -210,16 +253,21 @@ fn carry(
     st: &mut OutState,
     info: &mut BridgeInfo,
 ) -> usize {
-    if let Some(h) = st.held.take() {
-        match offer(p, &mut st.scratch, &h.bytes, wire::encode(h.start, st.flags)) {
-            Ok(()) => sent(st, info, h.bytes.len(), h.start, h.end),
+    let mut work = 0;
+    while let Some(mut m) = st.pending.pop_front() {
+        match offer(p, &mut m.bytes, wire::encode(m.start, st.flags)) {
+            Ok(aeron_end) => {
+                sent(st, info, m.bytes.len(), m.start, m.end);
+                remember(st, p, aeron_end, m);
+                work += 1;
+            }
             Err(_) => {
-                st.held = Some(h);
-                return 0;
+                st.pending.push_front(m);
+                return work;
             }
         }
     }
-    sub.controlled_poll(
+    work + sub.controlled_poll(
         |payload: &[u8], header: &Header| {
             if st.session != Some(header.session_id()) {
                 if st.session.is_some() {
@@ -252,18 +300,23 @@ fn carry(
                 st.assembly_start = None;
                 &st.assembly[..]
             };
-            match offer(p, &mut st.scratch, message, wire::encode(start, st.flags)) {
-                Ok(()) => {
-                    let len = message.len();
-                    sent(st, info, len, start, end);
+            let mut bytes = st.pool.pop().unwrap_or_default();
+            bytes.clear();
+            bytes.extend_from_slice(message);
+            let mut m = Msg { bytes, start, end };
+            match offer(p, &mut m.bytes, wire::encode(start, st.flags)) {
+                Ok(aeron_end) => {
+                    sent(st, info, m.bytes.len(), start, end);
+                    remember(st, p, aeron_end, m);
                     Action::Continue
                 }
                 Err(Refused::Busy) if policy == BackPressure::Hold => {
-                    st.held = Some(Held { bytes: message.to_vec(), start, end });
+                    st.pending.push_back(m);
                     info.back_pressure += 1;
                     Action::Break
                 }
                 Err(why) => {
+                    recycle(&mut st.pool, m.bytes);
                     if let Refused::Never(e) = why {
                         eprintln!("shmlog bridge out: message at position {start} cannot be sent: {e}");
                     }
@@ -315,19 +368,37 @@ enum Refused {
     Never(&'static str),
 }
 
-fn offer(p: &Publication, scratch: &mut Vec<u8>, message: &[u8], reserved: i64) -> Result<(), Refused> {
+/// Keeps the copy of a message the publication took, and lets go of those more than a term
+/// behind it (a publication never holds more unsent).
+fn remember(st: &mut OutState, p: &Publication, aeron_end: i64, m: Msg) {
+    let term = i64::from(p.term_buffer_length());
+    while st.offered.front().is_some_and(|(end, _)| end + term < aeron_end) {
+        if let Some((_, old)) = st.offered.pop_front() {
+            recycle(&mut st.pool, old.bytes);
+        }
+    }
+    st.offered.push_back((aeron_end, m));
+}
+
+fn recycle(pool: &mut Vec<Vec<u8>>, bytes: Vec<u8>) {
+    if pool.len() < POOL {
+        pool.push(bytes);
+    }
+}
+
+/// Offers `message`; its end position in the Aeron stream if taken.
+fn offer(p: &Publication, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
     let max = usize::try_from(p.max_message_length()).unwrap_or(0);
     if message.len() > max {
         return Err(Refused::Never("longer than the channel's maximum message (its term length / 8)"));
     }
-    scratch.clear();
-    scratch.extend_from_slice(message);
-    let buffer = aeron_rs::concurrent::atomic_buffer::AtomicBuffer::wrap_slice(&mut scratch[..]);
+    let len = message.len() as i32;
+    let buffer = aeron_rs::concurrent::atomic_buffer::AtomicBuffer::wrap_slice(message);
     Reserved::set(reserved);
     // An administrative pause (term rotation) clears at once: one immediate retry.
     for _ in 0..2 {
-        match p.offer_opt(buffer, 0, message.len() as i32, wire::reserved_value) {
-            Ok(_) => return Ok(()),
+        match p.offer_opt(buffer, 0, len, wire::reserved_value) {
+            Ok(position) => return Ok(position as i64),
             Err(AeronError::AdminAction) => continue,
             Err(_) => return Err(Refused::Busy),
         }
