@@ -261,6 +261,10 @@ fn bridged(a: &MediaDriver, b: &MediaDriver, channel: &str, t0: Instant) -> (Pub
             .channel(channel)
             .aeron_stream_id(2)
             .driver(Driver::Attach(driver.dir().to_path_buf()))
+            // `BRIDGE_BENCH_SPIN_US`: the out bridge polls that long before sleeping (default 0).
+            .spin_before_sleep(Duration::from_micros(
+                std::env::var("BRIDGE_BENCH_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+            ))
     };
     let (ready_tx, ready_rx) = mpsc::channel();
     let (inb, st, r) = (bridge(&db, b), stop.clone(), ready_tx.clone());
