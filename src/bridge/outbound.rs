@@ -155,14 +155,15 @@ impl BridgeOut {
     /// then carries up to 64 fragments. Returns the work done (0: idle).
     pub fn do_work(&mut self) -> usize {
         let now = Instant::now();
-        let (publication, mut sent_to) = (&mut self.publication, None);
-        self.link.tend_for(now, &mut self.status, |lost| {
+        let (publication, mut sent_to, mut lost) = (&mut self.publication, None, false);
+        self.link.tend_for(now, &mut self.status, |client| {
+            lost = true;
             if let Some(p) = publication.take() {
                 let registration = p.lock().unwrap_or_else(|e| e.into_inner()).original_registration_id();
-                sent_to = lost.sender_position(registration);
+                sent_to = client.sender_position(registration);
             }
         });
-        if let Some(sent_to) = sent_to {
+        if lost {
             self.send_again_after(sent_to);
         }
         if let Err(e) = self.add_publication(now, self.link.timeout) {
@@ -181,11 +182,17 @@ impl BridgeOut {
     }
 
     /// After the driver was lost: offers again, first thing on the next publication, every
-    /// message its sender had not sent in full (it had reached Aeron stream position `sent_to`).
-    /// Without that, the messages the dead driver held would be lost.
-    fn send_again_after(&mut self, sent_to: i64) {
+    /// message its sender had not sent in full (it had reached Aeron stream position `sent_to`,
+    /// if its counter could be read). Without that, the messages the dead driver held would be
+    /// lost; with no position, what it held is lost and the far side reports the gap.
+    fn send_again_after(&mut self, sent_to: Option<i64>) {
         let (st, info) = (&mut self.state, &mut self.status.info);
-        let first = st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len());
+        let first = match sent_to {
+            Some(sent_to) => {
+                st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len())
+            }
+            None => st.offered.len(),
+        };
         let unsent: Vec<Msg> = st.offered.drain(first..).map(|(_, m)| m).collect();
         for (_, m) in st.offered.drain(..) {
             recycle(&mut st.pool, m.bytes);
@@ -261,9 +268,13 @@ fn carry(
                 remember(st, p, aeron_end, m);
                 work += 1;
             }
-            Err(_) => {
+            Err(Refused::Busy) if policy == BackPressure::Hold => {
                 st.pending.push_front(m);
                 return work;
+            }
+            Err(why) => {
+                dropped(st, info, m.start, m.end, why);
+                recycle(&mut st.pool, m.bytes);
             }
         }
     }
@@ -317,34 +328,33 @@ fn carry(
                 }
                 Err(why) => {
                     recycle(&mut st.pool, m.bytes);
-                    if let Refused::Never(e) = why {
-                        eprintln!("shmlog bridge out: message at position {start} cannot be sent: {e}");
-                    }
-                    if why == Refused::Busy {
-                        info.back_pressure += 1;
-                    }
-                    info.dropped += 1;
-                    st.flags |= wire::AFTER_DROP;
-                    match &mut st.drop_run {
-                        Some(run) => {
-                            run.to = end;
-                            run.messages = run.messages.map(|n| n + 1);
-                        }
-                        None => {
-                            st.drop_run = Some(Loss {
-                                from: start,
-                                to: end,
-                                messages: Some(1),
-                                cause: LossCause::Dropped,
-                            })
-                        }
-                    }
+                    dropped(st, info, start, end, why);
                     Action::Continue
                 }
             }
         },
         FRAGMENT_LIMIT,
     )
+}
+
+/// Counts a message dropped (policy `Drop`, or one that can never be sent) into the current run
+/// of drops, and marks the next message sent as following a drop.
+fn dropped(st: &mut OutState, info: &mut BridgeInfo, start: i64, end: i64, why: Refused) {
+    match why {
+        Refused::Never(e) => eprintln!("shmlog bridge out: message at position {start} cannot be sent: {e}"),
+        Refused::Busy => info.back_pressure += 1,
+    }
+    info.dropped += 1;
+    st.flags |= wire::AFTER_DROP;
+    match &mut st.drop_run {
+        Some(run) => {
+            run.to = end;
+            run.messages = run.messages.map(|n| n + 1);
+        }
+        None => {
+            st.drop_run = Some(Loss { from: start, to: end, messages: Some(1), cause: LossCause::Dropped })
+        }
+    }
 }
 
 /// Counts a message sent and closes a run of drops before it.
