@@ -195,8 +195,12 @@ fn carry(
                 st.new_image = true;
                 st.assembling = false;
             }
-            // The fragment is copied out at once (into the assembly or the local stream).
-            let payload = &buf.as_slice()[offset as usize..(offset + length) as usize];
+            // The fragment is copied out at once (into the assembly or the local stream). Its
+            // bounds come from the driver's frame header: checked, never trusted.
+            let bounds = usize::try_from(offset).ok().zip(usize::try_from(length).ok());
+            let Some(payload) = bounds.and_then(|(o, l)| buf.as_slice().get(o..o.checked_add(l)?)) else {
+                return Ok(ControlledPollAction::Continue);
+            };
             let flags = header.flags();
             if flags & BEGIN != 0 && flags & END == 0 {
                 st.assembly.clear();

@@ -64,7 +64,9 @@ pub enum BackPressure {
 pub enum Driver {
     /// A driver already running with this directory (`aeron.dir`).
     Attach(PathBuf),
-    /// A driver the bridge starts, restarts if it dies, and stops.
+    /// A driver the bridge starts, restarts if it dies, and stops. The driver gets SIGTERM when
+    /// the thread that started it ends (so it never outlives a killed bridge): open the bridge
+    /// on the thread that will run it.
     Embedded(DriverConfig),
 }
 
