@@ -711,3 +711,41 @@ fn bad_settings_are_refused_with_a_clear_error() {
     // Nothing of the stream was left behind by the refused bridges.
     assert!(dir.entries().iter().all(|e| e == "drivers"), "{:?}", dir.entries());
 }
+
+/// `shmlog stat` (through `inspect::streams`) lists each bridge's status file under its stream,
+/// alive or not, and reports a damaged one; `clean` removes the files of bridges that are gone
+/// and keeps a running bridge's (no Java needed: the files are written here as a bridge would).
+#[test]
+fn stat_lists_bridges_and_clean_removes_only_dead_ones() {
+    let dir = ShmDir::new("bridge-files");
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let me = std::process::id();
+    let mut info =
+        BridgeInfo::new(STREAM, BridgeDirection::Out, "aeron:udp?endpoint=127.0.0.1:1", 7, "/dev/shm/a");
+    info.messages = 42;
+    std::fs::write(dir.path().join(format!("{STREAM}.out.{me}.bridge")), info.to_text()).unwrap();
+    std::fs::write(dir.path().join(format!("{STREAM}.in.{dead_pid}.bridge")), info.to_text()).unwrap();
+    std::fs::write(dir.path().join(format!("{STREAM}.in.{dead_pid}.resume")), [0u8; 16]).unwrap();
+    std::fs::write(dir.path().join(format!("other.out.{me}.bridge")), "messages many\n").unwrap();
+    let streams = inspect::streams(dir.path()).unwrap();
+    let orders =
+        streams.iter().find(|s| s.name == STREAM).expect("a stream with only bridge files is listed");
+    let mut seen: Vec<(u32, bool, u64)> =
+        orders.bridges.iter().map(|b| (b.pid, b.alive, b.messages)).collect();
+    seen.sort();
+    let mut want = vec![(me, true, 42), (dead_pid, false, 42)];
+    want.sort();
+    assert_eq!(seen, want);
+    let other = streams.iter().find(|s| s.name == "other").unwrap();
+    assert!(other.bridges.is_empty() && other.bridge_problems.len() == 1, "{other:?}");
+    let report = inspect::clean(dir.path(), false).unwrap();
+    let removed: Vec<_> =
+        report.removed.iter().map(|e| e.path.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    assert!(removed.iter().all(|n| n.contains(&format!(".in.{dead_pid}."))), "{removed:?}");
+    let mut left = dir.entries();
+    left.sort();
+    assert_eq!(left, [format!("{STREAM}.out.{me}.bridge"), format!("other.out.{me}.bridge")]);
+}
