@@ -216,7 +216,8 @@ fn bridge_text(s: &mut String, b: &BridgeInfo) {
         b.back_pressure,
         b.dropped,
         b.reconnects,
-        age(b.updated_ms as i64 * 1_000_000)
+        // A status file's time is not trusted: clamp it before scaling.
+        age(i64::try_from(b.updated_ms).unwrap_or(i64::MAX).saturating_mul(1_000_000))
     );
     for l in &b.losses {
         let n = l.messages.map_or_else(|| "unknown number of".to_owned(), |n| n.to_string());
@@ -476,6 +477,23 @@ fn clean_json(report: &CleanReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bridge_status_with_hostile_numbers_still_prints() {
+        let mut b = BridgeInfo::new("s", shmlog::inspect::BridgeDirection::In, "c", 1, "d");
+        b.updated_ms = u64::MAX;
+        b.bytes = u64::MAX;
+        b.losses.push(shmlog::inspect::Loss {
+            from: 0,
+            to: i64::MAX,
+            messages: Some(u64::MAX),
+            cause: shmlog::inspect::LossCause::Gap,
+        });
+        let mut s = String::new();
+        bridge_text(&mut s, &b);
+        assert!(s.contains("in the future") && s.contains("LOST"), "{s}");
+        assert!(bridge_json(&b)["updated_ms"].as_u64() == Some(u64::MAX));
+    }
 
     #[test]
     fn bytes_are_human() {
