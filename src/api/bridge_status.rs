@@ -250,7 +250,7 @@ pub fn status_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u3
 #[cfg_attr(not(feature = "bridge"), allow(dead_code))]
 /// `<stream>.<out|in>.<pid>.resume` in `dir`: [`RESUME_LEN`] bytes, the bridge's resume position
 /// (8 bytes) and the source session it belongs to (4 bytes, then 4 zero bytes), mapped and
-/// stored to after every duty cycle that carried something, so that a successor of a bridge
+/// stored to right after each message the bridge carries, so that a successor of a bridge
 /// killed with SIGKILL knows to the message where it stopped (the status file is up to 100 ms
 /// old).
 pub fn resume_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u32) -> PathBuf {

@@ -1,7 +1,7 @@
 //! The in bridge: an Aeron UDP subscription whose messages are published into the local stream.
 
 use super::wire;
-use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, Status};
+use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 use crate::{ConcurrentPublication, OfferError, Publication};
 use aeron_rs::concurrent::atomic_buffer::AtomicBuffer;
@@ -126,13 +126,14 @@ impl BridgeIn {
         let work = match &self.subscription {
             Some(s) => {
                 let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
-                let n = carry(&mut s, &mut self.target, self.policy, &mut self.state, &mut self.status.info);
+                let Status { info, resume, .. } = &mut self.status;
+                let n = carry(&mut s, &mut self.target, self.policy, &mut self.state, info, resume);
                 self.status.info.connected = s.image_count() > 0;
                 n
             }
             None => 0,
         };
-        self.status.end_cycle(work, 0, now);
+        self.status.end_cycle(now);
         work
     }
 
@@ -177,15 +178,16 @@ fn carry(
     policy: BackPressure,
     st: &mut InState,
     info: &mut BridgeInfo,
+    resume: &ResumeFile,
 ) -> usize {
     if let Some((bytes, start)) = st.held.take() {
         match target.offer(&bytes) {
-            Ok(_) => delivered(st, info, bytes.len(), start),
+            Ok(_) => delivered(st, info, resume, bytes.len(), start),
             Err(e) if e.is_retryable() => {
                 st.held = Some((bytes, start));
                 return 0;
             }
-            Err(e) => lost(st, info, start, bytes.len(), Some(e)),
+            Err(e) => lost(st, info, resume, start, bytes.len(), Some(e)),
         }
     }
     let n = sub.controlled_poll(
@@ -224,7 +226,7 @@ fn carry(
             let len = message.len();
             match target.offer(message) {
                 Ok(_) => {
-                    delivered(st, info, len, start);
+                    delivered(st, info, resume, len, start);
                     Ok(ControlledPollAction::Continue)
                 }
                 Err(e) if e.is_retryable() && policy == BackPressure::Hold => {
@@ -236,7 +238,7 @@ fn carry(
                     if e.is_retryable() {
                         info.back_pressure += 1;
                     }
-                    lost(st, info, start, len, (!e.is_retryable()).then_some(e));
+                    lost(st, info, resume, start, len, (!e.is_retryable()).then_some(e));
                     Ok::<_, AeronError>(ControlledPollAction::Continue)
                 }
             }
@@ -256,7 +258,7 @@ fn check_gap(st: &mut InState, info: &mut BridgeInfo, start: i64, marks: i64) {
     }
 }
 
-fn delivered(st: &mut InState, info: &mut BridgeInfo, len: usize, start: i64) {
+fn delivered(st: &mut InState, info: &mut BridgeInfo, resume: &ResumeFile, len: usize, start: i64) {
     if let Some(run) = st.drop_run.take() {
         info.push_loss(run);
     }
@@ -266,10 +268,18 @@ fn delivered(st: &mut InState, info: &mut BridgeInfo, len: usize, start: i64) {
     // Where the next message starts if this one was a single frame in the source (fragment
     // headers or term padding in between make a gap's `from` early by that much).
     info.resume_position = start + ((len as i64 + 32 + 31) & !31);
+    resume.save(info.resume_position, 0);
 }
 
 /// A message the local stream could not take (dropped under `Drop`, or refused for good).
-fn lost(st: &mut InState, info: &mut BridgeInfo, start: i64, len: usize, why: Option<OfferError>) {
+fn lost(
+    st: &mut InState,
+    info: &mut BridgeInfo,
+    resume: &ResumeFile,
+    start: i64,
+    len: usize,
+    why: Option<OfferError>,
+) {
     if let Some(e) = why {
         eprintln!("shmlog bridge in: message at source position {start} ({len} bytes) dropped: {e}");
     }
@@ -285,6 +295,7 @@ fn lost(st: &mut InState, info: &mut BridgeInfo, start: i64, len: usize, why: Op
         }
     }
     info.resume_position = end;
+    resume.save(end, 0);
 }
 
 #[cfg(test)]
@@ -341,11 +352,12 @@ mod tests {
     #[test]
     fn deliveries_move_the_expected_position_and_close_a_run_of_drops() {
         let (mut st, mut info) = state();
-        lost(&mut st, &mut info, 1024, 10, None);
-        lost(&mut st, &mut info, 1088, 40, None);
+        let none = ResumeFile(None);
+        lost(&mut st, &mut info, &none, 1024, 10, None);
+        lost(&mut st, &mut info, &none, 1088, 40, None);
         assert_eq!(info.dropped, 2);
         assert!(info.losses.is_empty(), "the run stays open until a delivery");
-        delivered(&mut st, &mut info, 100, 1184);
+        delivered(&mut st, &mut info, &none, 100, 1184);
         assert_eq!(
             info.losses,
             vec![Loss { from: 1024, to: 1184, messages: Some(2), cause: LossCause::Dropped }]

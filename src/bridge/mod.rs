@@ -339,8 +339,23 @@ struct Status {
     info: BridgeInfo,
     dir: PathBuf,
     next_write: Instant,
-    /// The resume file's 8 bytes, mapped: a store per duty cycle, no system call.
-    resume: Option<MmapRegion>,
+    resume: ResumeFile,
+}
+
+/// The mapped resume file (`bridge_status::resume_path`): where the bridge stands, stored right
+/// after each message it carries (a store, no system call), so a bridge killed at any point
+/// leaves at most the message in hand unrecorded.
+struct ResumeFile(Option<MmapRegion>);
+
+impl ResumeFile {
+    /// Stores the resume position and the source session it belongs to. The page holding them
+    /// is in the page cache the moment the store is, so a successor reads it after a SIGKILL.
+    fn save(&self, position: i64, session: i32) {
+        if let Some(r) = &self.0 {
+            r.store_i64(8, session as u32 as i64, Ordering::Relaxed);
+            r.store_i64(0, position, Ordering::Release);
+        }
+    }
 }
 
 impl Status {
@@ -355,17 +370,7 @@ impl Status {
             &aeron_dir.to_string_lossy(),
         );
         let resume = map_resume(&bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid)).ok();
-        Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume }
-    }
-
-    /// Stores the resume position (and the source session it belongs to) into the mapped resume
-    /// file: it is in the page cache the moment the store is, so a successor reads it even after
-    /// a SIGKILL.
-    fn save_resume(&mut self, session: i32) {
-        if let Some(r) = &self.resume {
-            r.store_i64(8, session as u32 as i64, Ordering::Relaxed);
-            r.store_i64(0, self.info.resume_position, Ordering::Release);
-        }
+        Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume: ResumeFile(resume) }
     }
 
     /// The status files of this stream and direction whose bridges are gone, removed; returns
@@ -399,12 +404,8 @@ impl Status {
         resume
     }
 
-    /// The end of a duty cycle: the resume position if it carried something (`session`: the
-    /// source session it belongs to), the status file if it is due.
-    fn end_cycle(&mut self, work: usize, session: i32, now: Instant) {
-        if work > 0 {
-            self.save_resume(session);
-        }
+    /// The end of a duty cycle: the status file, if it is due.
+    fn end_cycle(&mut self, now: Instant) {
         if now >= self.next_write {
             self.write(now);
         }

@@ -2,7 +2,7 @@
 //! publication.
 
 use super::wire::{self, Reserved};
-use super::{BackPressure, BridgeBuilder, BridgeError, Link, Status};
+use super::{BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 use crate::IdleStrategy;
 use crate::{Action, Header, JoinAt, Subscription};
@@ -173,11 +173,12 @@ impl BridgeOut {
             Some(p) => {
                 let p = p.lock().unwrap_or_else(|e| e.into_inner());
                 self.status.info.connected = p.is_connected();
-                carry(&mut self.sub, &p, self.policy, &mut self.state, &mut self.status.info)
+                let Status { info, resume, .. } = &mut self.status;
+                carry(&mut self.sub, &p, self.policy, &mut self.state, info, resume)
             }
             None => 0,
         };
-        self.status.end_cycle(work, self.state.sent_session, now);
+        self.status.end_cycle(now);
         work
     }
 
@@ -202,6 +203,7 @@ impl BridgeOut {
         info.messages -= unsent.len() as u64;
         info.bytes -= bytes;
         info.resume_position = from;
+        self.status.resume.save(from, st.sent_session);
         eprintln!(
             "shmlog bridge out: offering again {} messages from source position {from} that the lost driver had not sent",
             unsent.len()
@@ -259,12 +261,13 @@ fn carry(
     policy: BackPressure,
     st: &mut OutState,
     info: &mut BridgeInfo,
+    resume: &ResumeFile,
 ) -> usize {
     let mut work = 0;
     while let Some(mut m) = st.pending.pop_front() {
         match offer(p, &mut m.bytes, wire::encode(m.start, st.flags)) {
             Ok(aeron_end) => {
-                sent(st, info, m.bytes.len(), m.start, m.end);
+                sent(st, info, resume, m.bytes.len(), m.start, m.end);
                 remember(st, p, aeron_end, m);
                 work += 1;
             }
@@ -317,7 +320,7 @@ fn carry(
             let mut m = Msg { bytes, start, end };
             match offer(p, &mut m.bytes, wire::encode(start, st.flags)) {
                 Ok(aeron_end) => {
-                    sent(st, info, m.bytes.len(), start, end);
+                    sent(st, info, resume, m.bytes.len(), start, end);
                     remember(st, p, aeron_end, m);
                     Action::Continue
                 }
@@ -357,8 +360,8 @@ fn dropped(st: &mut OutState, info: &mut BridgeInfo, start: i64, end: i64, why: 
     }
 }
 
-/// Counts a message sent and closes a run of drops before it.
-fn sent(st: &mut OutState, info: &mut BridgeInfo, len: usize, start: i64, end: i64) {
+/// Counts a message sent, closes a run of drops before it, and records the resume position.
+fn sent(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFile, len: usize, start: i64, end: i64) {
     st.flags = 0;
     st.sent_session = st.session.unwrap_or(0);
     if let Some(run) = st.drop_run.take() {
@@ -368,6 +371,7 @@ fn sent(st: &mut OutState, info: &mut BridgeInfo, len: usize, start: i64, end: i
     info.bytes += len as u64;
     info.source_position = start;
     info.resume_position = end;
+    resume.save(end, st.sent_session);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
