@@ -1,5 +1,6 @@
 //! The in bridge: an Aeron UDP subscription whose messages are published into the local stream.
 
+use super::client::Client;
 use super::wire;
 use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
@@ -12,7 +13,7 @@ use aeron_rs::utils::errors::AeronError;
 use aeron_rs::utils::types::Index;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Fragments taken from the channel per duty cycle.
 const FRAGMENT_LIMIT: i32 = 64;
@@ -26,8 +27,6 @@ pub struct BridgeIn {
     target: Target,
     link: Link,
     subscription: Option<Arc<Mutex<Subscription>>>,
-    channel: String,
-    aeron_stream_id: i32,
     policy: BackPressure,
     status: Status,
     state: InState,
@@ -64,7 +63,7 @@ struct InState {
 impl BridgeIn {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeIn, BridgeError> {
         b.validate()?;
-        let link = Link::open(&b.driver, b.connect_timeout)?;
+        let link = Link::open(&b)?;
         let mut status = Status::new(&b, BridgeDirection::In, &link.aeron_dir);
         // A predecessor killed mid-stream left where the next message should start: a gap
         // after this restart is then reported against it.
@@ -79,8 +78,6 @@ impl BridgeIn {
             target,
             link,
             subscription: None,
-            channel: b.channel,
-            aeron_stream_id: b.aeron_stream_id,
             policy: b.back_pressure,
             status,
             state: InState {
@@ -92,23 +89,9 @@ impl BridgeIn {
                 drop_run: None,
             },
         };
-        bridge.add_subscription(Instant::now(), b.connect_timeout)?;
+        bridge.link.ensure(&mut bridge.subscription, Instant::now(), Client::add_subscription)?;
         bridge.status.write(Instant::now());
         Ok(bridge)
-    }
-
-    /// Adds the Aeron subscription if there is none (and a client to add it with, not refused
-    /// within the last second).
-    fn add_subscription(&mut self, now: Instant, timeout: Duration) -> Result<(), BridgeError> {
-        if self.subscription.is_some() {
-            return Ok(());
-        }
-        let Some(client) = self.link.client_for_add(now) else { return Ok(()) };
-        let s = client
-            .add_subscription(&self.channel, self.aeron_stream_id, timeout)
-            .map_err(BridgeError::Aeron)?;
-        self.subscription = Some(s);
-        Ok(())
     }
 
     /// One duty cycle: tends the Aeron client, retries a held message, then carries up to 64
@@ -120,7 +103,7 @@ impl BridgeIn {
             *subscription = None;
             state.session = None;
         });
-        if let Err(e) = self.add_subscription(now, self.link.timeout) {
+        if let Err(e) = self.link.ensure(&mut self.subscription, now, Client::add_subscription) {
             eprintln!("shmlog bridge in: {e}");
         }
         let work = match &self.subscription {

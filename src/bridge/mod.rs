@@ -239,6 +239,9 @@ struct Link {
     driver: Option<MediaDriver>,
     aeron_dir: PathBuf,
     client: Option<Client>,
+    /// The channel and stream id of the bridge's publication or subscription.
+    channel: String,
+    aeron_stream_id: i32,
     timeout: Duration,
     next_attempt: Instant,
     /// When the caller's publication or subscription may be added (again).
@@ -246,8 +249,9 @@ struct Link {
 }
 
 impl Link {
-    fn open(driver: &Driver, timeout: Duration) -> Result<Link, BridgeError> {
-        let (driver, aeron_dir) = match driver {
+    fn open(b: &BridgeBuilder) -> Result<Link, BridgeError> {
+        let timeout = b.connect_timeout;
+        let (driver, aeron_dir) = match &b.driver {
             Driver::Attach(dir) => (None, dir.clone()),
             Driver::Embedded(cfg) => {
                 let cfg = own_driver_dir(cfg)?;
@@ -256,7 +260,16 @@ impl Link {
         };
         let client = Client::connect(&aeron_dir.to_string_lossy(), timeout).map_err(BridgeError::Aeron)?;
         let now = Instant::now();
-        Ok(Link { driver, aeron_dir, client: Some(client), timeout, next_attempt: now, next_add: now })
+        Ok(Link {
+            driver,
+            aeron_dir,
+            client: Some(client),
+            channel: b.channel.clone(),
+            aeron_stream_id: b.aeron_stream_id,
+            timeout,
+            next_attempt: now,
+            next_add: now,
+        })
     }
 
     /// Runs the client's duty cycle; once the driver is lost, returns `Lost` (the caller takes
@@ -315,14 +328,23 @@ impl Link {
         }
     }
 
-    /// The client, if there is one and the caller's publication or subscription may be added
-    /// now: at once after a (re)connection, then at most once a second after a refusal.
-    fn client_for_add(&mut self, now: Instant) -> Option<&mut Client> {
-        if self.client.is_none() || now < self.next_add {
-            return None;
+    /// Fills `slot` with the bridge's publication or subscription (`add`: `Client::add_publication`
+    /// or `Client::add_subscription`) if it is empty and a client may add it now: at once after a
+    /// (re)connection, then at most once a second after a refusal.
+    fn ensure<T>(
+        &mut self,
+        slot: &mut Option<T>,
+        now: Instant,
+        add: impl FnOnce(&mut Client, &str, i32, Duration) -> Result<T, String>,
+    ) -> Result<(), BridgeError> {
+        if slot.is_some() || now < self.next_add {
+            return Ok(());
         }
+        let Some(client) = self.client.as_mut() else { return Ok(()) };
         self.next_add = now + Duration::from_secs(1);
-        self.client.as_mut()
+        *slot =
+            Some(add(client, &self.channel, self.aeron_stream_id, self.timeout).map_err(BridgeError::Aeron)?);
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The out bridge: a reader of the local stream that offers every message to an Aeron UDP
 //! publication.
 
+use super::client::Client;
 use super::wire::{self, Reserved};
 use super::{BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
 use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
@@ -22,8 +23,6 @@ pub struct BridgeOut {
     sub: Subscription,
     link: Link,
     publication: Option<Arc<Mutex<Publication>>>,
-    channel: String,
-    aeron_stream_id: i32,
     policy: BackPressure,
     status: Status,
     state: OutState,
@@ -67,7 +66,7 @@ const POOL: usize = 1024;
 impl BridgeOut {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
         b.validate()?;
-        let link = Link::open(&b.driver, b.connect_timeout)?;
+        let link = Link::open(&b)?;
         let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir);
         // A predecessor killed mid-stream left where it stopped: resume there if the log still
         // holds it, so a quick restart loses nothing.
@@ -115,8 +114,6 @@ impl BridgeOut {
             sub,
             link,
             publication: None,
-            channel: b.channel,
-            aeron_stream_id: b.aeron_stream_id,
             policy: b.back_pressure,
             status,
             state: OutState {
@@ -132,23 +129,9 @@ impl BridgeOut {
                 pool: Vec::new(),
             },
         };
-        out.add_publication(Instant::now(), b.connect_timeout)?;
+        out.link.ensure(&mut out.publication, Instant::now(), Client::add_publication)?;
         out.status.write(Instant::now());
         Ok(out)
-    }
-
-    /// Adds the Aeron publication if there is none (and a client to add it with, not refused
-    /// within the last second).
-    fn add_publication(&mut self, now: Instant, timeout: Duration) -> Result<(), BridgeError> {
-        if self.publication.is_some() {
-            return Ok(());
-        }
-        let Some(client) = self.link.client_for_add(now) else { return Ok(()) };
-        let p = client
-            .add_publication(&self.channel, self.aeron_stream_id, timeout)
-            .map_err(BridgeError::Aeron)?;
-        self.publication = Some(p);
-        Ok(())
     }
 
     /// One duty cycle: tends the Aeron client, offers the messages taken but not yet offered,
@@ -166,7 +149,7 @@ impl BridgeOut {
         if lost {
             self.send_again_after(sent_to);
         }
-        if let Err(e) = self.add_publication(now, self.link.timeout) {
+        if let Err(e) = self.link.ensure(&mut self.publication, now, Client::add_publication) {
             eprintln!("shmlog bridge out: {e}");
         }
         let work = match &self.publication {
