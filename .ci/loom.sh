@@ -27,7 +27,9 @@
 #      shmlog_mutant_no_doorbell_recheck  a sleeper does not look again after arming: h;
 #      shmlog_mutant_doorbell_arm_first   a sleeper arms before it reads the bell: h;
 #      shmlog_mutant_no_doorbell_pass_on  a reader woken by the writer's single wake-up does not
-#                                         wake the other sleepers: i deadlocks;
+#                                         wake the other sleepers: i and i2 deadlock;
+#      shmlog_mutant_uncounted_sleeper    sleepers do not count themselves among the readers' bell's
+#                                         sleepers (what wait_any and the async receiver did): i, i2;
 #      shmlog_mutant_relaxed_catalog      a catalog record's state is published with Relaxed: the
 #                                         journal model j sees a state before its fields;
 #      shmlog_mutant_pending_after_reserve a concurrent writer publishes its pending position after
@@ -104,7 +106,8 @@ mutant shmlog_mutant_trust_slot_words stream::loom_models::g_
 mutant shmlog_mutant_no_doorbell_barrier stream::loom_models::h_
 mutant shmlog_mutant_no_doorbell_recheck stream::loom_models::h_
 mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
-mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_
+mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
+mutant shmlog_mutant_uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
 mutant shmlog_mutant_relaxed_catalog journal::loom_models::j_
 mutant shmlog_mutant_pending_after_reserve log::loom_concurrent::k1_
 mutant shmlog_mutant_release_before_clean log::loom_concurrent::k1_

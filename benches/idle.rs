@@ -62,7 +62,7 @@ fn blocking_loop(mut sub: Subscription, clock: Clock, seen: &AtomicU64, lat: &At
     while !stop.load(Ordering::Relaxed) {
         let mut stamp = 0u64;
         let handler = |p: &[u8], _: &shmlog::Header| stamp = u64::from_le_bytes(p[..8].try_into().unwrap());
-        if sub.poll_blocking(handler, 1, Duration::from_millis(10)) > 0 {
+        if sub.poll_blocking(handler, 1, Duration::from_millis(10)).fragments() > 0 {
             let now = clock.now_ns();
             lat.store(now.saturating_sub(stamp), Ordering::Relaxed);
             n += 1;

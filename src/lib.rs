@@ -159,7 +159,7 @@ pub use log::header::Header;
 pub use log::reader::Action;
 
 #[cfg(all(feature = "async", not(shmlog_loom)))]
-pub use api::async_rx::AsyncReceiver;
+pub use api::async_rx::{AsyncReceiver, AsyncSender};
 #[cfg(all(feature = "serde", not(shmlog_loom)))]
 pub use api::codec::Postcard;
 #[cfg(not(shmlog_loom))]
@@ -177,10 +177,11 @@ pub use api::{
     concurrent::{ConcurrentClaim, ConcurrentPublication},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Publication, PublicationBuilder},
-    subscription::{Subscription, SubscriptionBuilder},
+    subscription::{Polled, Subscription, SubscriptionBuilder, MAX_LOSSES},
 };
 #[cfg(not(shmlog_loom))]
 pub use region::pod::Pod;
 #[cfg(not(shmlog_loom))]
 pub use stream::dir::default_dir;
 pub use stream::join::JoinAt;
+pub use stream::loss::{Loss, LossCause};

@@ -119,6 +119,11 @@ pub(crate) mod protocol {
     /// them all (without it, the other sleepers miss the commit).
     pub(crate) const DOORBELL_WAKE_OTHERS: bool = !cfg!(shmlog_mutant_no_doorbell_pass_on);
 
+    /// Every reader sleeping on the readers' bell counts itself among its sleepers, whichever
+    /// way it sleeps (one bell, several, or through the async waiter thread): the reader the
+    /// writer's single wake-up reaches learns from the count whom to pass it on to.
+    pub(crate) const DOORBELL_COUNT_SLEEPERS: bool = !cfg!(shmlog_mutant_uncounted_sleeper);
+
     /// A sleeper looks once more after arming the bell, before it sleeps (no lost wake-up).
     pub(crate) const DOORBELL_RECHECK: bool = !cfg!(shmlog_mutant_no_doorbell_recheck);
 

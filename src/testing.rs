@@ -25,6 +25,7 @@ pub fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (S
         created_ns: 0,
         name: "heap",
         concurrent: false,
+        session_seq: 1,
     };
     let log = Log::initialize(Arc::clone(&region), &init);
     (region, log)

@@ -6,7 +6,7 @@
 
 mod support;
 
-use shmlog::{Header, OfferError, Publication, Subscription};
+use shmlog::{Header, OfferError, Polled, Publication, Subscription};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::{exclusive, raw, ShmDir};
@@ -174,7 +174,7 @@ fn a_sleepers_timeout_fires() {
         Duration::from_millis(50),
     );
     let slept = start.elapsed();
-    assert_eq!(n, 0);
+    assert_eq!(n, Polled::TimedOut);
     assert!(slept >= Duration::from_millis(50), "returned early: {slept:?}");
     assert!(slept < Duration::from_secs(10), "overslept: {slept:?}");
     assert!(!sub.is_closed(), "the publisher lives");
@@ -325,7 +325,10 @@ fn a_garbage_doorbell_page_loses_nothing() {
             );
         }
         let start = Instant::now();
-        assert_eq!(sub.poll_blocking(|_: &[u8], _: &Header| {}, 16, Duration::from_millis(30)), 0);
+        assert_eq!(
+            sub.poll_blocking(|_: &[u8], _: &Header| {}, 16, Duration::from_millis(30)),
+            Polled::TimedOut
+        );
         assert!(start.elapsed() >= Duration::from_millis(30));
         next
     });

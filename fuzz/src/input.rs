@@ -173,6 +173,7 @@ pub fn fresh_log(g: Geometry, initial_term_id: i32, term_count: i32) -> Log<Heap
             created_ns: 0,
             name: "fuzz",
             concurrent: false,
+            session_seq: 1,
         },
     );
     if term_count > 0 {

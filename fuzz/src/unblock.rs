@@ -33,6 +33,7 @@ pub fn unblock(data: &[u8]) {
             created_ns: 0,
             name: "fuzz",
             concurrent: true,
+            session_seq: 1,
         },
     );
     let r = log.region();

@@ -1,29 +1,37 @@
-//! An async receiver (feature `async`): a `futures_core::Stream` of messages that never blocks the
-//! executor's threads. A task that finds nothing arms the stream's doorbell, re-checks, and hands
-//! the bell to the process's one waiter thread, which sleeps on every registered bell at once
-//! (`futex_waitv`) and wakes the tasks whose bell rang. Works with any executor (tokio, smol, ...).
+//! Async receive and send (feature `async`), for any executor (tokio, smol, ...), never blocking
+//! its threads. A task that finds nothing to receive (or no room to send) arms the stream's
+//! doorbell, looks once more, and hands the armed bell to the process's one waiter thread, which
+//! sleeps on every registered bell at once (`stream::doorbell::sleep`, the same sleep every other
+//! way of waiting uses) and wakes the tasks whose bell rang.
 
-use super::channel::{Receiver, RecvError};
+use super::channel::{Receiver, RecvError, SendError, Sender};
 use super::codec::{Bytes, Codec};
-use crate::error::Error;
+use crate::error::{Error, OfferError};
 use crate::region::{MmapRegion, Region, RegionMut};
-use crate::stream::doorbell::Doorbell;
+use crate::stream::doorbell::{self, Armed, Doorbell, WakeBudget};
 use futures_core::Stream;
+use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// A [`Receiver`] as a `Stream`: yields each message (or a decode error) and ends when the session
-/// is closed.
+/// A [`Receiver`] for async code: [`AsyncReceiver::recv`] awaits the next message, and the
+/// receiver is also a `futures_core::Stream` of them that ends when the session is closed.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use futures_core::Stream;
-/// use shmlog::{AsyncReceiver, Bytes, Receiver, Subscription};
-/// let rx = AsyncReceiver::new(Receiver::new(Subscription::builder("orders").open()?, Bytes))?;
-/// // with futures::StreamExt or tokio_stream::StreamExt: while let Some(m) = rx.next().await { .. }
-/// # let _ = rx; Ok(()) }
+/// use shmlog::{AsyncReceiver, Bytes, Receiver, RecvError, Subscription};
+/// let mut rx = AsyncReceiver::new(Receiver::new(Subscription::builder("orders").open()?, Bytes))?;
+/// loop {
+///     match rx.recv().await {
+///         Ok(message) => println!("{} bytes", message.len()),
+///         Err(RecvError::Lost(loss)) => eprintln!("missed {loss}"),
+///         Err(RecvError::Closed) => break,
+///         Err(e) => eprintln!("{e}"),
+///     }
+/// }
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct AsyncReceiver<T = Vec<u8>, C: Codec<T> = Bytes> {
@@ -31,51 +39,64 @@ pub struct AsyncReceiver<T = Vec<u8>, C: Codec<T> = Bytes> {
     /// The stream's doorbell page, mapped for the waiter thread (which may outlive a poll).
     bell: Arc<Doorbell<MmapRegion>>,
     waiter: &'static Waiter,
+    /// The bell handed to the waiter by the last poll that found nothing.
+    armed: Option<Armed>,
+    budget: WakeBudget,
 }
 
 impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     /// Wraps `rx`; maps the stream's doorbell page once more, for the waiter thread (started
-    /// with the first receiver of the process).
+    /// with the first async receiver or sender of the process).
     pub fn new(mut rx: Receiver<T, C>) -> Result<Self, Error> {
         let bell = rx.subscription().map_doorbell()?;
-        Ok(Self { rx, bell: Arc::new(bell), waiter: waiter()? })
+        Ok(Self { rx, bell: Arc::new(bell), waiter: waiter()?, armed: None, budget: WakeBudget::default() })
+    }
+
+    /// The next message: `Err(RecvError::Lost)` first if messages were missed before it (once
+    /// per loss), `Err(RecvError::Closed)` once the session is closed and everything it sent was
+    /// received (a new publisher's session is joined by itself: receiving again waits for it).
+    pub async fn recv(&mut self) -> Result<T, RecvError<C::Error>> {
+        poll_fn(|cx| self.poll_recv(cx)).await
     }
 
     /// The receiver back (e.g. to read on blocking).
     pub fn into_inner(self) -> Receiver<T, C> {
         self.rx
     }
-}
 
-impl<T, C: Codec<T>> Stream for AsyncReceiver<T, C>
-where
-    Self: Unpin,
-{
-    type Item = Result<T, C::Error>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError<C::Error>>> {
+        // Woken by our bell (not by the executor for another reason) and nothing for us: a
+        // wake-up without news, which the budget bounds.
+        let bell_woke = self.armed.take().is_some_and(|a| self.bell.rang(a));
+        let mut first = true;
         loop {
-            match this.rx.try_recv() {
-                Ok(value) => return Poll::Ready(Some(Ok(value))),
-                Err(RecvError::Decode(e)) => return Poll::Ready(Some(Err(e))),
-                Err(RecvError::Closed) => return Poll::Ready(None),
+            match self.rx.try_recv() {
                 Err(RecvError::Timeout) => {}
+                other => {
+                    if bell_woke {
+                        self.budget.after_wake(true);
+                    }
+                    return Poll::Ready(other);
+                }
+            }
+            if std::mem::take(&mut first) && bell_woke {
+                if let Some(nap) = self.budget.after_wake(false) {
+                    self.waiter.wake_at(cx.waker().clone(), Instant::now() + nap);
+                    return Poll::Pending;
+                }
             }
             // The steps of a doorbell sleep, the sleep itself left to the waiter thread.
-            let (_, off, seen) = this.bell.arm_for_writer();
-            let exact = crate::sync::heavy_barrier();
-            if this.rx.subscription().readable_now() {
+            let armed = self.bell.arm_readers();
+            let exact = doorbell::barrier();
+            if self.rx.subscription().readable() {
                 continue;
             }
             // Wake the task at the latest at its next liveness check (or soon, if the barrier
             // was refused): polls notice a dead publisher only when they run.
-            let wait =
-                if exact { this.rx.subscription().liveness_interval() } else { Duration::from_millis(1) };
-            this.waiter.register(Sleeper {
-                bell: Some(Arc::clone(&this.bell)),
-                off,
-                seen,
+            let wait = if exact { self.rx.subscription().liveness_interval() } else { doorbell::NAP };
+            self.armed = Some(armed);
+            self.waiter.register(Sleeper {
+                bell: Some((Arc::clone(&self.bell), armed)),
                 waker: cx.waker().clone(),
                 until: Instant::now() + wait,
             });
@@ -84,12 +105,90 @@ where
     }
 }
 
+/// Each message (or a decode error, or a loss report: [`RecvError::Decode`],
+/// [`RecvError::Lost`]) until the session is closed.
+impl<T, C: Codec<T>> Stream for AsyncReceiver<T, C>
+where
+    Self: Unpin,
+{
+    type Item = Result<T, RecvError<C::Error>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_recv(cx).map(|r| match r {
+            Err(RecvError::Closed) => None,
+            other => Some(other),
+        })
+    }
+}
+
+/// A [`Sender`] for async code: [`AsyncSender::send`] awaits room while the stream is
+/// back-pressured instead of blocking the executor's thread or spinning. The publisher's doorbell
+/// is rung by a reader that moves only while somebody waits on it, so waiting costs readers
+/// nothing otherwise.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use shmlog::{AsyncSender, Bytes, Publication, Sender};
+/// let mut tx = AsyncSender::new(Sender::new(Publication::builder("orders").create()?, Bytes))?;
+/// tx.send(&b"buy 100 @ 42".to_vec()).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AsyncSender<T, C: Codec<T> = Bytes> {
+    tx: Sender<T, C>,
+    /// The stream's doorbell page, mapped for the waiter thread.
+    bell: Arc<Doorbell<MmapRegion>>,
+    waiter: &'static Waiter,
+    encoded: Vec<u8>,
+}
+
+impl<T, C: Codec<T>> AsyncSender<T, C> {
+    /// Wraps `tx`; maps the stream's doorbell page once more, for the waiter thread.
+    pub fn new(mut tx: Sender<T, C>) -> Result<Self, Error> {
+        let bell = tx.publication().map_doorbell()?;
+        Ok(Self { tx, bell: Arc::new(bell), waiter: waiter()?, encoded: Vec::new() })
+    }
+
+    /// Offers `value`, awaiting room while back-pressured (readers that hold the publisher back
+    /// wake it when they move; dead ones are swept within the liveness interval). Other errors,
+    /// `NotConnected` among them, return at once. Cancel-safe: a send dropped while it waits
+    /// has appended nothing.
+    pub async fn send(&mut self, value: &T) -> Result<i64, SendError<C::Error>> {
+        self.encoded.clear();
+        self.tx.codec().encode(value, &mut self.encoded).map_err(SendError::Encode)?;
+        let Self { tx, bell, waiter, encoded } = self;
+        poll_fn(|cx| loop {
+            let publication = tx.publication();
+            match publication.offer(encoded) {
+                Err(OfferError::BackPressured) => {}
+                other => return Poll::Ready(other.map_err(SendError::Offer)),
+            }
+            let armed = bell.arm_writer();
+            let exact = doorbell::barrier();
+            if publication.has_room() {
+                continue;
+            }
+            let wait = if exact { publication.liveness_interval() } else { doorbell::NAP };
+            waiter.register(Sleeper {
+                bell: Some((Arc::clone(bell), armed)),
+                waker: cx.waker().clone(),
+                until: Instant::now() + wait,
+            });
+            return Poll::Pending;
+        })
+        .await
+    }
+
+    /// The sender back.
+    pub fn into_inner(self) -> Sender<T, C> {
+        self.tx
+    }
+}
+
 /// A task waiting for a bell (or, without one, for its time to come).
 #[derive(Debug)]
 struct Sleeper {
-    bell: Option<Arc<Doorbell<MmapRegion>>>,
-    off: usize,
-    seen: i32,
+    bell: Option<(Arc<Doorbell<MmapRegion>>, Armed)>,
     waker: Waker,
     until: Instant,
 }
@@ -102,8 +201,8 @@ pub(crate) struct Waiter {
     control: MmapRegion,
 }
 
-/// The process's waiter, started by the first `AsyncReceiver` (an error, not a panic, if the
-/// system refuses the page or the thread; the next receiver tries again).
+/// The process's waiter, started by the first async receiver or sender (an error, not a panic,
+/// if the system refuses the page or the thread; the next one tries again).
 pub(crate) fn waiter() -> Result<&'static Waiter, Error> {
     static WAITER: Mutex<Option<&'static Waiter>> = Mutex::new(None);
     let mut slot = WAITER.lock().unwrap_or_else(|e| e.into_inner());
@@ -123,9 +222,9 @@ pub(crate) fn waiter() -> Result<&'static Waiter, Error> {
 
 impl Waiter {
     /// Wakes `waker` at `until` (a task with nothing to sleep on but time: a replay that caught
-    /// up with a recording still being recorded).
+    /// up with a recording still being recorded, a receiver napping).
     pub(crate) fn wake_at(&self, waker: Waker, until: Instant) {
-        self.register(Sleeper { bell: None, off: 0, seen: 0, waker, until });
+        self.register(Sleeper { bell: None, waker, until });
     }
 
     fn register(&self, sleeper: Sleeper) {
@@ -142,10 +241,7 @@ impl Waiter {
             let mut next = now + Duration::from_secs(1);
             let mut sleepers = std::mem::take(&mut *self.sleepers.lock().unwrap_or_else(|e| e.into_inner()));
             sleepers.retain(|s| {
-                let rang = s
-                    .bell
-                    .as_ref()
-                    .is_some_and(|b| b.region().load_i32(s.off, crate::sync::Ordering::Acquire) != s.seen);
+                let rang = s.bell.as_ref().is_some_and(|(bell, armed)| bell.rang(*armed));
                 if rang || now >= s.until {
                     s.waker.wake_by_ref();
                     return false;
@@ -153,15 +249,14 @@ impl Waiter {
                 next = next.min(s.until);
                 true
             });
-            let mut words: Vec<(&MmapRegion, usize, i32)> = vec![(&self.control, 0, control)];
-            words
-                .extend(sleepers.iter().filter_map(|s| s.bell.as_ref().map(|b| (b.region(), s.off, s.seen))));
-            let timeout = next.saturating_duration_since(now);
-            if crate::region::wait_any_i32(&words, timeout).is_err() {
-                // No futex_waitv: look again every millisecond.
-                self.control.wait_i32(0, control, timeout.min(Duration::from_millis(1)));
-            }
-            drop(words);
+            let bells: Vec<(&Doorbell<MmapRegion>, Armed)> = sleepers
+                .iter()
+                .filter_map(|s| s.bell.as_ref().map(|(bell, armed)| (&**bell, *armed)))
+                .collect();
+            // The one sleep of `stream::doorbell`: counted among each readers' bell's sleepers,
+            // and a ring passed on to the others if the writer's single wake-up reached us.
+            doorbell::sleep(&bells, Some((&self.control, 0, control)), next.saturating_duration_since(now));
+            drop(bells);
             self.sleepers.lock().unwrap_or_else(|e| e.into_inner()).extend(sleepers);
         }
     }

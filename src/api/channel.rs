@@ -8,6 +8,7 @@ use super::publication::Publication;
 use super::subscription::Subscription;
 use crate::error::OfferError;
 use crate::log::header::Header;
+use crate::stream::loss::Loss;
 use std::collections::VecDeque;
 use std::fmt;
 use std::marker::PhantomData;
@@ -43,6 +44,8 @@ pub enum RecvError<E> {
     Closed,
     /// A message arrived that the codec could not decode (it is dropped; the next one follows).
     Decode(E),
+    /// Messages were missed before the next one (see [`crate::Loss`]); reported once, in order.
+    Lost(Loss),
 }
 
 impl<E: fmt::Display> fmt::Display for RecvError<E> {
@@ -51,6 +54,7 @@ impl<E: fmt::Display> fmt::Display for RecvError<E> {
             RecvError::Timeout => f.write_str("timed out"),
             RecvError::Closed => f.write_str("the session is closed"),
             RecvError::Decode(e) => write!(f, "decode: {e}"),
+            RecvError::Lost(loss) => write!(f, "lost: {loss}"),
         }
     }
 }
@@ -96,6 +100,11 @@ impl<T, C: Codec<T>> Sender<T, C> {
             .with_encoded(value, &mut self.scratch, |bytes| p.offer_blocking(bytes, timeout))
             .map_err(SendError::Encode)?
             .map_err(SendError::Offer)
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn codec(&self) -> &C {
+        &self.codec
     }
 
     /// The publication underneath (position, readers, ...).
@@ -167,11 +176,17 @@ impl<T, C: Codec<T>> Receiver<T, C> {
     }
 
     /// The next message, waiting for it at most `timeout` (sleeping, not spinning).
+    /// `Err(RecvError::Lost)` comes first if messages were missed before it (once per loss).
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvError<C::Error>> {
         let deadline = Instant::now().checked_add(timeout);
         loop {
             if let Some(next) = self.ready.pop_front() {
                 return next.map_err(RecvError::Decode);
+            }
+            // Sessions are joined only by polls that deliver nothing and by waits, so a loss
+            // taken here lies after every message queued before and before every one polled next.
+            if let Some(loss) = self.subscription.take_loss() {
+                return Err(RecvError::Lost(loss));
             }
             if self.fill() > 0 {
                 continue;
@@ -214,15 +229,14 @@ impl<T, C: Codec<T>> Receiver<T, C> {
 }
 
 /// Every message until the session closes, each as it arrives (blocking); a message the codec
-/// cannot decode comes as `Err`.
+/// cannot decode comes as `Err(RecvError::Decode)`, missed messages as `Err(RecvError::Lost)`.
 impl<T, C: Codec<T>> Iterator for Receiver<T, C> {
-    type Item = Result<T, C::Error>;
+    type Item = Result<T, RecvError<C::Error>>;
 
     fn next(&mut self) -> Option<Self::Item> {
         match self.recv() {
-            Ok(value) => Some(Ok(value)),
-            Err(RecvError::Decode(e)) => Some(Err(e)),
-            Err(_) => None,
+            Err(RecvError::Closed | RecvError::Timeout) => None,
+            other => Some(other),
         }
     }
 }

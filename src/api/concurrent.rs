@@ -52,11 +52,16 @@ impl ConcurrentPublication {
         let dir = crate::stream::prepare(name, settings.dir_setting(), mode, max_readers)?;
         let open_readers = || crate::stream::files::open_readers(&dir, name, max_readers, mode, true);
         let mut readers = open_readers()?;
-        let new_log = NewLog { dir: &dir, name, geometry, mode, concurrent: true };
+        // The next session's number if we create the log; the counter is raised to it after (a
+        // writer that joins an existing log finds its number already counted).
+        let session_seq = readers.1.sessions().wrapping_add(1);
+        let new_log =
+            NewLog { dir: &dir, name, geometry, mode, concurrent: true, session_seq: &|| session_seq };
         let WriterLog { file, path, log, slot } = concurrent_files::open_concurrent(&new_log)?;
         if !readers.0.is_current().unwrap_or(false) {
             readers = open_readers()?;
         }
+        readers.1.raise_sessions(log.session_seq());
         let (slot_file, slots): (SlotFile, Slots<MmapRegion>) = readers;
         let liveness = ConcurrentPaced {
             readers: Paced::new(slot_file, settings.liveness()),

@@ -10,7 +10,7 @@ use crate::layout::frame::max_message_len;
 use crate::layout::log_meta::Geometry;
 use crate::region::MmapRegion;
 use crate::stream::files::{self, OwnedLog};
-use crate::stream::liveness::{FileWriter, Paced, SlotFile};
+use crate::stream::liveness::{self, FileWriter, Paced, SlotFile};
 use crate::stream::slots::Slots;
 use crate::stream::writer::Writer;
 use crate::sys::fs::is_same_file;
@@ -192,10 +192,12 @@ impl PublicationBuilder {
             geometry,
             mode: self.file_mode,
             concurrent: false,
+            session_seq: &|| readers.1.next_session(),
         })?;
         // The slot file's last user may have removed it between our open and our publish.
         if !readers.0.is_current().unwrap_or(false) {
             readers = open_readers()?;
+            readers.1.raise_sessions(owned.log.session_seq());
         }
         Publication::new(owned, readers, &self)
     }
@@ -316,6 +318,24 @@ impl Publication {
         }
     }
 
+    /// `true` if an offer now would not be back-pressured (reads the reader positions).
+    #[cfg(feature = "async")]
+    pub(crate) fn has_room(&mut self) -> bool {
+        self.writer.has_room()
+    }
+
+    #[cfg(feature = "async")]
+    pub(crate) fn liveness_interval(&self) -> Duration {
+        self.liveness_interval
+    }
+
+    /// The stream's doorbell page, mapped on its own (for a thread that sleeps for us).
+    #[cfg(feature = "async")]
+    pub(crate) fn map_doorbell(&self) -> Result<crate::stream::doorbell::Doorbell<MmapRegion>, Error> {
+        let slot_file = &self.writer.liveness().slot_file;
+        slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &slot_file.path, e))
+    }
+
     /// Position after the last message appended.
     pub fn position(&self) -> i64 {
         self.writer.position()
@@ -374,8 +394,10 @@ impl Publication {
         &self.path
     }
 
-    /// Marks end of stream at the current position and removes the log file (unless kept).
-    /// Subscribers read everything before it, then report `is_end_of_stream()`.
+    /// Marks end of stream at the current position and removes the log file (unless kept, or
+    /// a live subscriber waits for a session or still reads an earlier one: it owes this one,
+    /// so the log stays until the stream's last user leaves). Subscribers read everything
+    /// before the end, then report `is_end_of_stream()`.
     pub fn close(self) {
         drop(self)
     }
@@ -385,8 +407,13 @@ impl Drop for Publication {
     fn drop(&mut self) {
         self.writer.close();
         if !self.keep_files {
-            self.writer.liveness().slot_file.remove_if_abandoned();
-            if is_same_file(&self.file, &self.path).unwrap_or(false) {
+            let slot_file = &self.writer.liveness().slot_file;
+            let owed = liveness::readers_elsewhere(self.writer.slots(), slot_file, self.session_id);
+            if owed {
+                self.writer.log().set_left_for_readers();
+            }
+            slot_file.remove_if_abandoned();
+            if !owed && is_same_file(&self.file, &self.path).unwrap_or(false) {
                 let _ = std::fs::remove_file(&self.path);
             }
         }

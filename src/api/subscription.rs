@@ -10,14 +10,16 @@ use crate::log::Log;
 use crate::region::{MmapRegion, ReadOnlyRegion};
 use crate::stream::concurrent_files;
 use crate::stream::concurrent_writer;
-use crate::stream::doorbell::Rung;
+use crate::stream::doorbell::{self, Rung, WakeBudget};
 use crate::stream::files::{self, Found};
 use crate::stream::join::{JoinAt, JoinRefused};
 use crate::stream::liveness::{publisher_alive, LogWriters, SlotFile};
+use crate::stream::loss::{Loss, LossCause, SessionKind, Sessions};
 use crate::stream::name;
 use crate::stream::reader::Reader;
 use crate::stream::slots::{SlotMut, Slots};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,7 @@ pub struct SubscriptionBuilder {
     name: String,
     dir: Option<PathBuf>,
     join: JoinAt,
+    later: JoinAt,
     max_readers: usize,
     file_mode: u32,
     liveness_interval: Duration,
@@ -44,9 +47,23 @@ impl SubscriptionBuilder {
         self
     }
 
-    /// Where to start reading (default [`JoinAt::Slowest`]).
+    /// Where to start reading a session that is running when the subscription opens (default
+    /// [`JoinAt::Slowest`]); an explicit [`JoinAt::Position`] applies to the first session joined,
+    /// whenever it began.
     pub fn join_at(mut self, join: JoinAt) -> Self {
         self.join = join;
+        self
+    }
+
+    /// Where to start reading a session that begins while the subscription waits for one: after
+    /// it opened, or after the session it read before (a publisher restarted). Default
+    /// [`JoinAt::Earliest`]: from the session's first message, or, if the log no longer holds it
+    /// (the publisher ran more than a term ahead before the subscription looked), from the oldest
+    /// it holds. Whatever the rule, the messages of such a session before the join position are
+    /// reported as a [`crate::Loss`] ([`Subscription::take_loss`]), and so are whole sessions
+    /// that began and ended unseen. [`JoinAt::Position`] makes no sense here and is refused.
+    pub fn later_sessions(mut self, rule: JoinAt) -> Self {
+        self.later = rule;
         self
     }
 
@@ -103,9 +120,17 @@ impl SubscriptionBuilder {
     /// Without a publisher the subscription still opens (unless `wait_for_publisher` was set) and
     /// joins the first session that appears; until then it polls nothing and is not connected.
     pub fn open(self) -> Result<Subscription, Error> {
+        if matches!(self.later, JoinAt::Position(_)) {
+            return Err(Error::InvalidConfig("later sessions cannot be joined at an explicit position"));
+        }
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
         let (slot_file, slots, slot) = claim_slot(&dir, &self)?;
         let mut sub = Subscription {
+            sessions: Sessions::new(slots.sessions()),
+            later: self.later,
+            losses: VecDeque::new(),
+            losses_dropped: 0,
+            vanishing: None,
             log_path: name::log_path(&dir, &self.name),
             slot_file,
             slots,
@@ -126,6 +151,34 @@ impl SubscriptionBuilder {
         Ok(sub)
     }
 }
+
+/// What [`Subscription::poll_blocking`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Polled {
+    /// This many fragments were delivered (at least one).
+    Fragments(usize),
+    /// Nothing arrived in time; the session goes on.
+    TimedOut,
+    /// The session is over (its publisher closed it or died) and everything it committed was
+    /// read. The subscription joins the next session by itself: polling again waits for it.
+    Closed,
+    /// Reading stopped at a fault (see [`Subscription::fault`]): nothing more of this session is
+    /// delivered, and a wait returns at once until its publisher is gone. Stop, or back off.
+    Fault(&'static str),
+}
+
+impl Polled {
+    /// The fragments delivered (0 unless [`Polled::Fragments`]): for an idle strategy.
+    pub fn fragments(self) -> usize {
+        match self {
+            Polled::Fragments(n) => n,
+            _ => 0,
+        }
+    }
+}
+
+/// Untaken loss reports a subscription keeps (see [`Subscription::take_loss`]).
+pub const MAX_LOSSES: usize = 1024;
 
 type Table = Slots<ReadOnlyRegion>;
 type OwnSlot = SlotMut<MmapRegion>;
@@ -209,6 +262,15 @@ pub struct Subscription {
     slots: Table,
     state: State,
     next_join: JoinAt,
+    /// The newest of the stream's sessions this subscription knows of.
+    sessions: Sessions,
+    /// The rule for sessions that begin while we wait (`SubscriptionBuilder::later_sessions`).
+    later: JoinAt,
+    /// Losses not yet taken (`take_loss`), oldest first, at most [`MAX_LOSSES`].
+    losses: VecDeque<Loss>,
+    losses_dropped: u64,
+    /// The stream's session counter as the last check found it ahead of every log.
+    vanishing: Option<i32>,
     copy_payloads: bool,
     spin: Duration,
     idle_polls: u32,
@@ -233,6 +295,7 @@ impl Subscription {
             name: name.into(),
             dir: None,
             join: JoinAt::Slowest,
+            later: JoinAt::Earliest,
             max_readers: DEFAULT_MAX_READERS,
             file_mode: 0o600,
             liveness_interval: DEFAULT_LIVENESS_INTERVAL,
@@ -297,22 +360,30 @@ impl Subscription {
 
     /// Like [`Subscription::poll`], but when nothing is there, sleeps until something is (a
     /// message, the end of the stream, a closed session) or `timeout` passes, and polls again.
-    /// Returns the fragments delivered: 0 on timeout and once the session is closed (see
-    /// [`Subscription::is_closed`]).
+    /// Says which: [`Polled::Fragments`], [`Polled::TimedOut`], [`Polled::Closed`] (the session
+    /// is over and everything it committed was read), or [`Polled::Fault`].
     ///
     /// The sleep costs no CPU: the subscription waits on the stream's doorbell, a futex the
-    /// publisher rings after a commit only when some reader sleeps (see `docs/tuning.md`).
+    /// publisher rings after a commit only when some reader sleeps (see `docs/waiting.md`).
     pub fn poll_blocking(
         &mut self,
         mut handler: impl FragmentHandler,
         fragment_limit: usize,
         timeout: Duration,
-    ) -> usize {
-        let n = self.poll(|p: &[u8], h: &Header| handler.on_fragment(p, h), fragment_limit);
-        if n > 0 || !self.wait_readable(timeout) {
-            return n;
+    ) -> Polled {
+        let mut n = self.poll(|p: &[u8], h: &Header| handler.on_fragment(p, h), fragment_limit);
+        if n == 0 {
+            if !self.wait_readable(timeout) {
+                return Polled::TimedOut;
+            }
+            n = self.poll(handler, fragment_limit);
         }
-        self.poll(handler, fragment_limit)
+        match (n, self.fault()) {
+            (0, Some(fault)) => Polled::Fault(fault),
+            (0, None) if self.is_closed() => Polled::Closed,
+            (0, None) => Polled::TimedOut,
+            (n, _) => Polled::Fragments(n),
+        }
     }
 
     /// Waits until a poll would find something (a message, the end of the stream, a fault) or
@@ -326,7 +397,7 @@ impl Subscription {
         if !self.spin.is_zero() {
             let spin_end = start + self.spin.min(timeout);
             loop {
-                if self.has_news() || self.is_closed() {
+                if self.readable() {
                     return true;
                 }
                 if Instant::now() >= spin_end {
@@ -335,79 +406,99 @@ impl Subscription {
                 std::hint::spin_loop();
             }
         }
-        loop {
-            if self.has_news() || self.is_closed() {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= self.next_check {
-                // Before the timeout: a zero timeout still learns that a publisher died.
-                self.next_check = now + self.liveness_interval;
-                let _ = self.check();
-                if self.has_news() || self.is_closed() {
-                    return true;
-                }
-            }
-            let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-            if remaining.is_zero() {
-                return false;
-            }
-            let chunk = remaining.min(self.next_check - now);
-            let rung = match &self.state {
-                State::Reading(s) => s.reader.wait_for_news(chunk),
-                _ => self.bell().map_or(Rung::TimedOut, |bell| bell.wait_for_writer(|| false, chunk)),
-            };
-            if rung == Rung::Woken && !self.has_news() {
-                // Rung without news for us: a new session, or a sleeper's spurious wake-up.
-                self.next_check = Instant::now();
-            }
-        }
+        let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+        Self::wait_any(&mut [self], left)
     }
 
     /// Waits until one of `subscriptions` is readable (see [`Subscription::wait_readable`]) or
     /// `timeout` passes; `true` if one is. One thread, several streams, no spinning: it sleeps
     /// on all their doorbells at once (`futex_waitv`, Linux 5.16 and later; on older kernels it
-    /// sleeps on the first and looks at the others every millisecond; so it does beyond 127
-    /// streams, `futex_waitv`'s limit).
+    /// sleeps on the first and looks at the others every millisecond).
     pub fn wait_any(subscriptions: &mut [&mut Subscription], timeout: Duration) -> bool {
         let deadline = Instant::now().checked_add(timeout);
+        let mut budget = WakeBudget::default();
         loop {
-            if subscriptions.iter().any(|s| s.has_news() || s.is_closed()) {
+            if subscriptions.iter().any(|s| s.readable()) {
                 return true;
             }
             let now = Instant::now();
-            let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-            if remaining.is_zero() {
-                return false;
-            }
-            let mut chunk = remaining;
+            let mut chunk = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+            let timed_out = chunk.is_zero();
             for s in subscriptions.iter_mut() {
                 if now >= s.next_check {
+                    // Before the timeout: a zero timeout still learns that a publisher died.
                     s.next_check = now + s.liveness_interval;
                     let _ = s.check();
                 }
                 chunk = chunk.min(s.next_check.saturating_duration_since(now));
             }
-            let bells: Vec<_> =
-                subscriptions.iter().filter_map(|s| s.bell()).map(|b| b.arm_for_writer()).collect();
-            if !crate::sync::heavy_barrier() {
-                chunk = chunk.min(Duration::from_millis(1));
-            }
-            if subscriptions.iter().any(|s| s.has_news() || s.is_closed()) {
+            if subscriptions.iter().any(|s| s.readable()) {
                 return true;
             }
-            if crate::region::wait_any_i32(&bells, chunk).is_err() {
-                // No futex_waitv: the first bell, briefly.
-                if let Some(&(region, off, seen)) = bells.first() {
-                    crate::region::RegionMut::wait_i32(
-                        region,
-                        off,
-                        seen,
-                        chunk.min(Duration::from_millis(1)),
-                    );
+            if timed_out {
+                return false;
+            }
+            let (rung, rang) = match &*subscriptions {
+                [one] => Self::sleep_on_one(one, chunk),
+                _ => Self::sleep_on_all(subscriptions, chunk),
+            };
+            if rung != Rung::Woken {
+                continue;
+            }
+            let news = subscriptions.iter().any(|s| s.readable());
+            if !news {
+                // Rung without news for us: a new session (look now), or a spurious wake-up.
+                let now = Instant::now();
+                for (i, s) in subscriptions.iter_mut().enumerate() {
+                    if rang & (1 << i.min(63)) != 0 {
+                        s.next_check = now;
+                    }
                 }
             }
+            if let Some(nap) = budget.after_wake(news) {
+                std::thread::sleep(nap);
+            }
         }
+    }
+
+    /// The steps of a doorbell sleep (`stream::doorbell`) on one subscription's bell, without an
+    /// allocation (`wait_readable`'s). Returns how it ended and whether the bell rang (bit 0).
+    fn sleep_on_one(s: &Subscription, chunk: Duration) -> (Rung, u64) {
+        let Some(bell) = s.bell() else {
+            std::thread::sleep(chunk.min(doorbell::NAP));
+            return (Rung::TimedOut, 0);
+        };
+        let armed = bell.arm_readers();
+        let chunk = if doorbell::barrier() { chunk } else { chunk.min(doorbell::NAP) };
+        if s.readable() {
+            return (Rung::Ready, 0);
+        }
+        let rung = doorbell::sleep(&[(bell, armed)], None, chunk);
+        (rung, u64::from(bell.rang(armed)))
+    }
+
+    /// The same steps over every subscription's bell at once. Returns how it ended and which
+    /// bells rang (bit `i` for subscription `i`; bit 63 also stands for all beyond it).
+    fn sleep_on_all(subscriptions: &[&mut Subscription], chunk: Duration) -> (Rung, u64) {
+        let armed: Vec<_> = subscriptions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.bell().map(|bell| (i, bell, bell.arm_readers())))
+            .collect();
+        let chunk = if doorbell::barrier() { chunk } else { chunk.min(doorbell::NAP) };
+        if subscriptions.iter().any(|s| s.readable()) {
+            return (Rung::Ready, 0);
+        }
+        let bells: Vec<_> = armed.iter().map(|&(_, bell, a)| (bell, a)).collect();
+        let rung = if bells.is_empty() {
+            std::thread::sleep(chunk.min(doorbell::NAP));
+            Rung::TimedOut
+        } else {
+            doorbell::sleep(&bells, None, chunk)
+        };
+        let rang =
+            armed.iter().filter(|(_, bell, a)| bell.rang(*a)).fold(0, |m, &(i, ..)| m | 1 << i.min(63));
+        (rung, rang)
     }
 
     /// The stream's doorbell, through our slot.
@@ -420,8 +511,7 @@ impl Subscription {
     }
 
     /// `true` if a poll now would deliver or report something, or the session is closed.
-    #[cfg(feature = "async")]
-    pub(crate) fn readable_now(&self) -> bool {
+    pub(crate) fn readable(&self) -> bool {
         self.has_news() || self.is_closed()
     }
 
@@ -485,22 +575,46 @@ impl Subscription {
             State::Reading(s) => Some(&s.file),
             _ => None,
         };
-        let Found::Live(next) = files::open_log(&self.log_path, current)? else { return Ok(()) };
+        let next = match files::open_log(&self.log_path, current)? {
+            Found::Live(next) => next,
+            // A session that began while we waited and is over already: ours to read all the same.
+            Found::Dead(dead) if self.sessions.classify(dead.session_seq) != SessionKind::Running => {
+                match files::map_finished(dead, &self.log_path)? {
+                    Some(next) => next,
+                    None => return Ok(()),
+                }
+            }
+            _ => {
+                self.notice_vanished_sessions();
+                return Ok(());
+            }
+        };
         let slot = self.leave_session();
-        let rule = std::mem::replace(&mut self.next_join, JoinAt::Slowest);
+        let seq = next.log.session_seq();
+        let kind = self.sessions.classify(seq);
+        let asked = std::mem::replace(&mut self.next_join, JoinAt::Slowest);
+        let explicit = matches!(asked, JoinAt::Position(_));
+        let rule = if explicit || kind == SessionKind::Running { asked } else { self.later };
         match Reader::join(next.log, &self.slots, slot, rule, self.copy_payloads) {
             Ok(reader) => {
+                self.sessions.joined(seq);
+                let session_id = reader.log().session_id();
+                for loss in
+                    Sessions::losses(kind, session_id, reader.join_position(), explicit).into_iter().flatten()
+                {
+                    self.report(loss);
+                }
                 self.state = State::Reading(Session {
+                    publisher_alive: publisher_alive(&next.file),
                     file: next.file,
                     reader,
-                    publisher_alive: true,
                     unblocker: None,
                 });
                 Ok(())
             }
             Err((slot, refused)) => {
                 self.state = State::Waiting(slot);
-                self.next_join = rule;
+                self.next_join = asked;
                 Err(match refused {
                     JoinRefused::NotAvailable { requested, oldest, newest, nearest } => {
                         Error::PositionNotAvailable { requested, oldest, newest, nearest }
@@ -515,19 +629,77 @@ impl Subscription {
         }
     }
 
+    /// With no session to join: sessions the stream's counter says began after every one we
+    /// know of, whose logs are gone (replaced by a newer one that is gone too, or removed by
+    /// `clean`), are reported missed once the counter has stood ahead for a whole check (a
+    /// publisher takes its number just before its log appears under the stream's name).
+    fn notice_vanished_sessions(&mut self) {
+        let counter = self.slots.sessions();
+        match self.sessions.classify(counter) {
+            SessionKind::Later { missed } if self.vanishing == Some(counter) => {
+                let session_id = self.session_id().or(self.ended.map(|e| e.session_id)).unwrap_or(0);
+                let sessions = missed.saturating_add(1);
+                self.report(Loss {
+                    session_id,
+                    from: 0,
+                    to: 0,
+                    cause: LossCause::SessionsMissed { sessions },
+                });
+                self.sessions.joined(counter);
+                self.vanishing = None;
+            }
+            SessionKind::Later { .. } => self.vanishing = Some(counter),
+            SessionKind::Running => self.vanishing = None,
+        }
+    }
+
     /// Leaves the session being read (noting how it ended); returns the slot.
     fn leave_session(&mut self) -> OwnSlot {
         match std::mem::replace(&mut self.state, State::Switching) {
             State::Waiting(slot) => slot,
             State::Reading(s) => {
-                self.ended = Some(Ended {
-                    session_id: s.reader.log().session_id(),
-                    end_of_stream: s.reader.at_end_of_stream(),
-                });
+                let session_id = s.reader.log().session_id();
+                self.ended = Some(Ended { session_id, end_of_stream: s.reader.at_end_of_stream() });
+                if s.reader.fault().is_some() {
+                    // Committed messages past a fault were never delivered.
+                    let from = s.reader.position();
+                    let end = s.reader.log().eos_position();
+                    let to = s.reader.log().producer_position().unwrap_or(from).min(end);
+                    if to > from {
+                        self.report(Loss { session_id, from, to, cause: LossCause::Fault });
+                    }
+                }
                 s.reader.leave()
             }
             State::Switching => unreachable!("only inside a method"),
         }
+    }
+
+    /// Queues a loss report for `take_loss` (and the receivers), oldest first. Past
+    /// [`MAX_LOSSES`] untaken reports, the oldest is dropped and counted in the next one kept: a
+    /// subscription whose owner never asks cannot grow without bound.
+    fn report(&mut self, loss: Loss) {
+        if self.losses.len() == MAX_LOSSES {
+            self.losses.pop_front();
+            self.losses_dropped += 1;
+        }
+        self.losses.push_back(loss);
+    }
+
+    /// The oldest loss report not taken yet: messages this subscription did not deliver and
+    /// knows it did not (a session that began while it waited, joined past its start; whole
+    /// sessions that began and ended unseen; a session left at a fault). Reports come in order
+    /// with the messages: a poll never delivers messages from after a loss before the loss is
+    /// reported here, since sessions are only joined by calls that deliver nothing (a poll that
+    /// found nothing, a wait). So asking after every poll that returned 0 (or before every poll)
+    /// places each loss exactly; [`crate::Receiver`] and `AsyncReceiver` do it for you.
+    pub fn take_loss(&mut self) -> Option<Loss> {
+        self.losses.pop_front()
+    }
+
+    /// Loss reports dropped unread because more than [`MAX_LOSSES`] were waiting.
+    pub fn losses_dropped(&self) -> u64 {
+        self.losses_dropped
     }
 
     /// How the last session left ended, once.
@@ -640,7 +812,10 @@ impl Drop for Subscription {
             State::Switching => return,
         };
         self.slot_file.release(slot);
-        // The last user of a stream's slot file removes it (no publisher, no other reader).
-        self.slot_file.remove_if_abandoned();
+        // The last user of a stream's slot file removes it (no publisher, no other reader), and
+        // a finished log a publisher left for readers that owed it.
+        if self.slot_file.remove_if_abandoned() {
+            files::remove_finished_log(&self.log_path);
+        }
     }
 }

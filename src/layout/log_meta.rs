@@ -21,7 +21,7 @@ pub const PAGE_MAX: usize = 1 << 30;
 /// `b"SHMLOG\0L"` little-endian: the first thing checked when a file is opened as a log.
 pub const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
 /// Bumped whenever the layout of the log or reader-slot file changes incompatibly.
-pub const LAYOUT_VERSION: i32 = 4;
+pub const LAYOUT_VERSION: i32 = 5;
 
 // Aeron-compatible fields (offsets inside the metadata section).
 /// Three packed tail counters, `termId << 32 | offset`, one per partition.
@@ -52,6 +52,13 @@ pub const NAME_LEN: usize = 540;
 pub const WRITER_MODE: usize = 544;
 /// One past the highest writer slot ever claimed (`i32`), so scans stop early.
 pub const WRITERS_HIGH_WATER: usize = 548;
+/// The session's number among the stream's sessions (`i32`, from the reader-slot file's
+/// `SESSIONS` counter when the publisher created it): a reader that moves from session `n` to
+/// `n + 3` knows that two whole sessions began and ended unseen.
+pub const SESSION_SEQ: usize = 552;
+/// 1 if the publisher left its closed log in place for readers that still owed its session
+/// (`i32`): the stream's last user removes it (a log kept on purpose, `keep_files`, stays).
+pub const LEFT_FOR_READERS: usize = 556;
 
 /// One publication writes the log (`Publication`); a negative frame length is a fault.
 pub const MODE_EXCLUSIVE: i32 = 0;
@@ -61,7 +68,7 @@ pub const MODE_CONCURRENT: i32 = 1;
 
 /// Every metadata field accessed as an `i32` (the others are `i64`, or the name's bytes).
 #[cfg(any(shmlog_fuzz, shmlog_loom))]
-pub const I32_FIELDS: [usize; 15] = [
+pub const I32_FIELDS: [usize; 17] = [
     ACTIVE_TERM_COUNT,
     INITIAL_TERM_ID,
     HEADER_LENGTH,
@@ -77,6 +84,8 @@ pub const I32_FIELDS: [usize; 15] = [
     NAME_LEN,
     WRITER_MODE,
     WRITERS_HIGH_WATER,
+    SESSION_SEQ,
+    LEFT_FOR_READERS,
 ];
 
 // Counters the publisher keeps for `stat`, on their own block (i64 each).

@@ -21,6 +21,10 @@ pub const SLOT_COUNT: usize = 12;
 pub const READY: usize = 16;
 /// One past the highest slot index ever claimed (`i64`), so scans stop early.
 pub const HIGH_WATER: usize = 64;
+/// Sessions ever created on the stream while this file existed (`i32`, wrapping): each new
+/// session's publisher takes the next number (the log's `SESSION_SEQ`). A reader compares it with
+/// the sessions it knows of, so that no session begins and ends without it knowing.
+pub const SESSIONS: usize = 72;
 /// Bytes of the header: one page.
 pub const HEADER_LEN: usize = 4096;
 /// Offset of the doorbell page.

@@ -469,6 +469,7 @@ mod tests {
             created_ns: 0,
             name: "clean",
             concurrent: false,
+            session_seq: 1,
         };
         let mut w = Appender::new(Log::initialize(HeapRegion::new(geometry.file_length()), &init)).unwrap();
         let append = |w: &mut Appender<HeapRegion>| loop {

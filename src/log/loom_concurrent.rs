@@ -61,6 +61,7 @@ fn concurrent_log() -> (Log<Shared>, Shared) {
         created_ns: 2,
         name: "loom",
         concurrent: true,
+        session_seq: 1,
     };
     (Log::initialize(Arc::clone(&region), &init), region)
 }

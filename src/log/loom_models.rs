@@ -300,6 +300,7 @@ pub(crate) fn new_plain_log(term_length: usize, initial_term_id: i32) -> (Log<Sh
         created_ns: 2,
         name: "loom",
         concurrent: false,
+        session_seq: 1,
     };
     let log = Log::initialize(Arc::clone(&region), &init);
     (log, region)

@@ -75,6 +75,8 @@ pub struct LogInit<'a> {
     pub name: &'a str,
     /// Several writers share the log (see `log::concurrent`).
     pub concurrent: bool,
+    /// The session's number among its stream's (`layout::log_meta::SESSION_SEQ`).
+    pub session_seq: i32,
 }
 
 /// A log buffer in a region: the three partitions and the metadata after them.
@@ -119,6 +121,7 @@ impl<R: RegionMut> Log<R> {
         r.store_i32(m + meta::PUBLISHER_PID, init.pid, Ordering::Relaxed);
         r.store_i32(m + meta::SESSION_ID, init.session_id, Ordering::Relaxed);
         r.store_i32(m + meta::STREAM_ID, init.stream_id, Ordering::Relaxed);
+        r.store_i32(m + meta::SESSION_SEQ, init.session_seq, Ordering::Relaxed);
         let name = &init.name.as_bytes()[..init.name.len().min(meta::NAME_MAX)];
         r.store_i32(m + meta::NAME_LEN, name.len() as i32, Ordering::Relaxed);
         // SAFETY: a fresh log that nobody else has opened yet: readers only open it by name once
@@ -157,6 +160,12 @@ impl<R: RegionMut> Log<R> {
     /// Stores the end-of-stream position: readers drain to it and then report end of stream.
     pub fn set_eos_position(&self, position: i64) {
         self.region.store_i64(self.meta + meta::EOS_POSITION, position, Ordering::Release);
+    }
+
+    /// Marks a closed log as left in place for readers that owe its session (see
+    /// `layout::log_meta::LEFT_FOR_READERS`).
+    pub fn set_left_for_readers(&self) {
+        self.region.store_i32(self.meta + meta::LEFT_FOR_READERS, 1, Ordering::Release);
     }
 
     /// Stores a gauge (release: a reader that acquires a later frame sees at least this value).
@@ -354,6 +363,11 @@ impl<R: Region> Log<R> {
     }
 
     /// Creation time, ns since the Unix epoch.
+    /// The session's number among its stream's sessions, as the publisher wrote it.
+    pub fn session_seq(&self) -> i32 {
+        self.region.load_i32(self.meta + meta::SESSION_SEQ, Ordering::Relaxed)
+    }
+
     pub fn created_ns(&self) -> i64 {
         self.region.load_i64(self.meta + meta::CREATED_NS, Ordering::Relaxed)
     }

@@ -31,6 +31,7 @@ fn new_log(
             created_ns: 0,
             name: "t",
             concurrent: false,
+            session_seq: 1,
         },
     );
     (region, Appender::new(log).unwrap())

@@ -191,6 +191,7 @@ mod tests {
             created_ns: 0,
             name: "unblock",
             concurrent: true,
+            session_seq: 1,
         };
         let log = Log::initialize(Arc::clone(&region), &init);
         let writer = |slot| {

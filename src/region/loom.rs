@@ -430,6 +430,15 @@ impl RegionMut for LoomRegion {
         true
     }
 
+    /// One word only: loom has no wait on several condition variables, and the doorbell's sleep
+    /// on several bells is the sleep on one, repeated per bell (the models use one).
+    fn wait_any_i32(words: &[(&Self, usize, i32)], timeout: std::time::Duration) -> std::io::Result<bool> {
+        match words {
+            [(region, off, expected)] => Ok(region.wait_i32(*off, *expected, timeout)),
+            _ => panic!("LoomRegion: a sleep on {} words is not modelled", words.len()),
+        }
+    }
+
     fn wake_i32(&self, off: usize, count: i32) {
         let futex = self.futex(off);
         let _queue = futex.queue.lock().unwrap();
@@ -648,6 +657,7 @@ mod tests {
                 created_ns: 5,
                 name: "loom",
                 concurrent: false,
+                session_seq: 1,
             };
             let log = crate::log::Log::initialize(&r, &init);
             log.set_eos_position(64);

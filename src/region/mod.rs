@@ -41,8 +41,6 @@ pub use heap::HeapRegion;
 pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 pub use mmap::{MmapRegion, ReadOnlyRegion};
-#[cfg(not(shmlog_loom))]
-pub(crate) use raw::wait_any_i32;
 pub use window::{Span, Window};
 
 /// Read access to a region of possibly shared memory.
@@ -131,6 +129,14 @@ pub trait RegionMut: Region {
 
     /// Wakes up to `count` sleepers on the `i32` at `off` (`i32::MAX`: all).
     fn wake_i32(&self, off: usize, count: i32);
+
+    /// Sleeps until one of `words` (a region, the offset of an `i32` in it, the value it is
+    /// expected to hold) no longer holds its value or is woken, or `timeout` passes: `Ok(true)`
+    /// unless it timed out. `Err` where the system cannot sleep on several words at once
+    /// (`futex_waitv` came with Linux 5.16): callers then wait on one word with short timeouts.
+    fn wait_any_i32(words: &[(&Self, usize, i32)], timeout: std::time::Duration) -> std::io::Result<bool>
+    where
+        Self: Sized;
 
     /// Copies `src` into the region at `off`.
     ///
@@ -285,6 +291,13 @@ macro_rules! forward_region {
             }
             fn wake_i32(&self, off: usize, count: i32) {
                 (**self).wake_i32(off, count)
+            }
+            fn wait_any_i32(
+                words: &[(&Self, usize, i32)],
+                timeout: std::time::Duration,
+            ) -> std::io::Result<bool> {
+                let inner: Vec<(&T, usize, i32)> = words.iter().map(|&(r, off, v)| (&**r, off, v)).collect();
+                T::wait_any_i32(&inner, timeout)
             }
             #[inline(always)]
             unsafe fn copy_in(&self, off: usize, src: &[u8]) {

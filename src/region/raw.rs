@@ -174,24 +174,6 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
     }
 }
 
-/// Sleeps until one of `words` (a region, an offset of an `i32` in it, the value it is expected
-/// to hold) no longer holds its value or is woken, or `timeout` passes: `Ok(true)` unless it
-/// timed out. `Err` where the kernel has no `futex_waitv` (before Linux 5.16).
-pub(crate) fn wait_any_i32<B: WritableBacking>(
-    words: &[(&RawRegion<B>, usize, i32)],
-    timeout: std::time::Duration,
-) -> std::io::Result<bool> {
-    let waiters: Vec<futex::Waiter> = words
-        .iter()
-        .map(|(region, off, expected)| {
-            futex::Waiter::new(region.atomic_i32(*off).as_ptr() as *const u32, *expected as u32)
-        })
-        .collect();
-    // SAFETY: every word is in bounds and 4-aligned (checked by `atomic_i32`) in a region that
-    // `words` borrows for the whole call.
-    unsafe { futex::wait_any(&waiters, timeout) }.map(|woke| woke == futex::Woke::Maybe)
-}
-
 impl<B: WritableBacking> RegionMut for RawRegion<B> {
     #[inline(always)]
     fn store_i32(&self, off: usize, value: i32, order: Ordering) {
@@ -232,6 +214,18 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
         let word = self.atomic_i32(off).as_ptr() as *const u32;
         // SAFETY: as in `wait_i32`; the kernel only uses the address as a key.
         unsafe { futex::wake(word, count) };
+    }
+
+    fn wait_any_i32(words: &[(&Self, usize, i32)], timeout: std::time::Duration) -> std::io::Result<bool> {
+        let waiters: Vec<futex::Waiter> = words
+            .iter()
+            .map(|(region, off, expected)| {
+                futex::Waiter::new(region.atomic_i32(*off).as_ptr() as *const u32, *expected as u32)
+            })
+            .collect();
+        // SAFETY: every word is in bounds and 4-aligned (checked by `atomic_i32`) in a region that
+        // `words` borrows for the whole call.
+        unsafe { futex::wait_any(&waiters, timeout) }.map(|woke| woke == futex::Woke::Maybe)
     }
 
     #[inline(always)]

@@ -26,14 +26,34 @@
 //!
 //! The barriers are `sys::barrier`'s asymmetric pair outside the model (a compiler barrier on the
 //! hot side, `membarrier` on the sleeping side), SeqCst fences in the loom build.
+//!
+//! **One wake-up, passed on.** The writer wakes one sleeping reader per ring, so a publisher with
+//! N sleepers pays for one wake-up. Every reader that sleeps on the readers' bell counts itself
+//! in `READERS_SLEEPING` around its sleep, and one that finds the bell rung while others sleep
+//! wakes them all (once per ring: `READERS_PASSED`). That holds only if *every* sleeper counts
+//! itself and passes on: a sleeper that skipped it (a second way to sleep written beside this
+//! one) could take the single wake-up and keep it. So every way to sleep on a stream goes
+//! through this module, in two steps that may run on two threads: [`Doorbell::arm_readers`] (or
+//! [`Doorbell::arm_writer`]) then [`barrier`], the caller's re-check, then [`sleep`] on one or
+//! several armed bells (blocking calls, `Subscription::wait_any`, and the async waiter thread,
+//! which sleeps on behalf of tasks that armed their bells themselves).
+//!
+//! **Misbehaving peers.** The doorbell page is writable by every reader. A forged word can only
+//! delay a wake-up (every sleep has a timeout) or cause spurious ones; counts are read with
+//! wrapping arithmetic, so no value panics. A peer that keeps changing a bell would wake its
+//! sleepers as fast as it writes: [`WakeBudget`] turns a run of wake-ups without news into naps
+//! of [`NAP`], so such a peer costs a sleeper at most about a thousand polls a second and a
+//! millisecond of delay.
 
 use crate::layout::slots::{
     DOORBELL_LEN, READERS_ARMED, READERS_BELL, READERS_PASSED, READERS_SLEEPING, WRITER_ARMED, WRITER_BELL,
 };
 use crate::region::RegionMut;
-use crate::sync::protocol::{DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_RECHECK, DOORBELL_WAKE_OTHERS};
+use crate::sync::protocol::{
+    DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_COUNT_SLEEPERS, DOORBELL_RECHECK, DOORBELL_WAKE_OTHERS,
+};
 use crate::sync::{LightBarrier, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a wait on a bell ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,11 +66,24 @@ pub enum Rung {
     TimedOut,
 }
 
+/// The longest a sleeper sleeps when the kernel refused its half of the barrier (a hot side that
+/// relies on it may miss the sleeper), when it cannot sleep on several bells at once, and the nap
+/// of a [`WakeBudget`] spent.
+pub const NAP: Duration = Duration::from_millis(1);
+
 /// One side's view of a stream's doorbell page, at offset `base` of `region`.
 #[derive(Debug)]
 pub struct Doorbell<R> {
     region: R,
     base: usize,
+}
+
+/// A bell a sleeper armed: which one, and the value its sleep must expect. Made by
+/// [`Doorbell::arm_readers`] or [`Doorbell::arm_writer`], spent by [`sleep`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Armed {
+    bell: usize,
+    seen: i32,
 }
 
 impl<R: RegionMut> Doorbell<R> {
@@ -110,8 +143,9 @@ impl<R: RegionMut> Doorbell<R> {
     #[inline(never)]
     fn wake(&self, armed: usize, bell: usize) {
         if self.region.swap_i32(self.base + armed, 0) != 0 {
-            // One reader: it wakes the others itself (see `wait`), so a publisher with N
-            // sleeping readers pays for one wake-up, not N. The writer's bell has one sleeper.
+            // One sleeper: a woken reader wakes the others itself (see `sleep`), so a publisher
+            // with N sleeping readers pays for one wake-up, not N. The writer's bell has one
+            // sleeper at most (one publication writes a stream).
             self.bump(bell, 1);
         }
     }
@@ -123,83 +157,165 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
-    /// end?) or the writer rings, at most `timeout`.
-    pub fn wait_for_writer(&self, ready: impl FnMut() -> bool, timeout: Duration) -> Rung {
-        self.wait(READERS_ARMED, READERS_BELL, ready, timeout)
+    /// end?) or the writer rings, at most `timeout`. The three steps of a sleep in one call (the
+    /// subscription takes them one by one over all the streams it waits for).
+    #[cfg(any(test, shmlog_loom))]
+    pub fn wait_for_writer(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
+        let armed = self.arm_readers();
+        self.wait(armed, ready, timeout)
     }
 
     /// The writer: sleeps until `ready()` (is there room now?) or a reader rings, at most
     /// `timeout`.
-    pub fn wait_for_readers(&self, ready: impl FnMut() -> bool, timeout: Duration) -> Rung {
-        self.wait(WRITER_ARMED, WRITER_BELL, ready, timeout)
+    pub fn wait_for_readers(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
+        let armed = self.arm_writer();
+        self.wait(armed, ready, timeout)
     }
 
-    /// A sleeper's first steps: reads the bell, then says it sleeps. Returns the value read,
-    /// which the sleep must expect.
-    fn arm(&self, armed: usize, bell: usize) -> i32 {
+    fn wait(&self, armed: Armed, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
+        let timeout = if barrier() { timeout } else { timeout.min(NAP) };
+        if DOORBELL_RECHECK && ready() {
+            return Rung::Ready;
+        }
+        sleep(&[(self, armed)], None, timeout)
+    }
+
+    /// A reader's first step of a sleep: arms the readers' bell for the writer's next ring. Then
+    /// [`barrier`], a last look at what the reader waits for, and [`sleep`].
+    pub fn arm_readers(&self) -> Armed {
+        self.arm(READERS_ARMED, READERS_BELL)
+    }
+
+    /// The writer's first step of a sleep: arms the writer's bell for the next reader that moves.
+    pub fn arm_writer(&self) -> Armed {
+        self.arm(WRITER_ARMED, WRITER_BELL)
+    }
+
+    /// Reads the bell, then says somebody sleeps on it. Returns the value read, which the sleep
+    /// must expect.
+    fn arm(&self, armed: usize, bell: usize) -> Armed {
         let r = &self.region;
         // The bell first: a waker that clears our `armed` below has read our store, so its bump
         // comes after this load, and the futex wait below sees the word changed.
-        if DOORBELL_BELL_FIRST {
+        let seen = if DOORBELL_BELL_FIRST {
             let seen = r.load_i32(self.base + bell, Ordering::Acquire);
             r.store_i32(self.base + armed, 1, Ordering::SeqCst);
             seen
         } else {
             r.store_i32(self.base + armed, 1, Ordering::SeqCst);
             r.load_i32(self.base + bell, Ordering::Acquire)
-        }
+        };
+        Armed { bell, seen }
     }
 
-    #[cfg(feature = "async")]
-    pub fn region(&self) -> &R {
-        &self.region
+    /// `true` if the bell `armed` was armed on rang since (its sleep would not sleep).
+    pub fn rang(&self, armed: Armed) -> bool {
+        self.region.load_i32(self.base + armed.bell, Ordering::Acquire) != armed.seen
     }
 
-    /// For a reader that sleeps on several doorbells at once: arms this one for the writer's
-    /// ring and returns the readers' bell as `(region, offset, value to expect)`. The caller
-    /// then issues `sync::heavy_barrier` once, re-checks every stream, and only then sleeps on
-    /// all the bells (the steps of [`Doorbell::wait_for_writer`], spread over several bells).
-    pub fn arm_for_writer(&self) -> (&R, usize, i32) {
-        let seen = self.arm(READERS_ARMED, READERS_BELL);
-        (&self.region, self.base + READERS_BELL, seen)
+    /// The futex word of `armed` and the value to expect, for a sleep on several words.
+    fn word(&self, armed: Armed) -> (&R, usize, i32) {
+        (&self.region, self.base + armed.bell, armed.seen)
     }
 
-    fn wait(&self, armed: usize, bell: usize, mut ready: impl FnMut() -> bool, timeout: Duration) -> Rung {
-        let seen = self.arm(armed, bell);
-        let mut timeout = timeout;
-        if DOORBELL_BARRIER && !crate::sync::heavy_barrier() {
-            // The kernel refused the sleeper's half of the barrier: a hot side that relies on it
-            // may miss us, so sleep briefly and look again rather than for long.
-            timeout = timeout.min(Duration::from_millis(1));
+    /// Counts a reader in among the readers' bell's sleepers.
+    fn count_in(&self) {
+        self.region.fetch_add_i32(self.base + READERS_SLEEPING, 1);
+    }
+
+    /// Counts a reader out again; returns how many others are counted. Wrapping: the word is
+    /// writable by every reader, and no value of it may panic us (a forged count at worst skips
+    /// or adds a pass-on).
+    fn count_out(&self) -> i32 {
+        self.region.fetch_add_i32(self.base + READERS_SLEEPING, -1).wrapping_sub(1)
+    }
+
+    /// After a sleep on the readers' bell that found it rung: wakes the other sleepers, once per
+    /// ring (the first reader woken for a ring wakes the rest; the others, woken by it, find the
+    /// ring already passed on, or they would wake each other for ever).
+    fn pass_on(&self) {
+        let now = self.region.load_i32(self.base + READERS_BELL, Ordering::Acquire);
+        if self.region.swap_i32(self.base + READERS_PASSED, now) != now {
+            self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
         }
-        if DOORBELL_RECHECK && ready() {
-            return Rung::Ready;
+    }
+}
+
+/// The sleeper's barrier, after arming every bell it will sleep on and before its last look at
+/// what it waits for. `false` if the kernel refused the part that makes a hot side's light
+/// barrier enough: then the caller sleeps at most [`NAP`] and looks again.
+pub fn barrier() -> bool {
+    !DOORBELL_BARRIER || crate::sync::heavy_barrier()
+}
+
+/// The last step of a sleep: sleeps on every armed bell of `bells` (and on `own`, a word of the
+/// caller's that another thread bumps to interrupt it: the async waiter's registrations) until
+/// one rings or `timeout` passes. A sleeper on a readers' bell counts itself in while it sleeps
+/// and, if the bell rang, passes the ring on to the other sleepers (see the module docs). The
+/// caller armed each bell, issued [`barrier`] and looked once more before calling this.
+pub fn sleep<R: RegionMut>(
+    bells: &[(&Doorbell<R>, Armed)],
+    own: Option<(&R, usize, i32)>,
+    timeout: Duration,
+) -> Rung {
+    let counted = |a: &Armed| DOORBELL_COUNT_SLEEPERS && a.bell == READERS_BELL;
+    for (bell, armed) in bells {
+        if counted(armed) {
+            bell.count_in();
         }
-        if bell != READERS_BELL {
-            return self.sleep(bell, seen, timeout);
+    }
+    let woken = match (bells, own) {
+        ([(bell, armed)], None) => {
+            let (region, off, seen) = bell.word(*armed);
+            region.wait_i32(off, seen, timeout)
         }
-        // Readers count themselves in, so the first one woken knows whether to pass it on.
-        let sleeping = self.base + READERS_SLEEPING;
-        self.region.fetch_add_i32(sleeping, 1);
-        let rung = self.sleep(bell, seen, timeout);
-        let others = self.region.fetch_add_i32(sleeping, -1) - 1;
-        if DOORBELL_WAKE_OTHERS && rung == Rung::Woken && others > 0 {
-            // The first reader woken for a ring wakes the rest, once: the others, woken by us,
-            // find the ring already passed on (or they would wake each other for ever).
-            let now = self.region.load_i32(self.base + bell, Ordering::Acquire);
-            if self.region.swap_i32(self.base + READERS_PASSED, now) != now {
-                self.region.wake_i32(self.base + bell, i32::MAX);
+        _ => {
+            let words: Vec<(&R, usize, i32)> =
+                own.into_iter().chain(bells.iter().map(|(bell, armed)| bell.word(*armed))).collect();
+            R::wait_any_i32(&words, timeout).unwrap_or_else(|_| {
+                // No sleep on several words: the first, briefly; the caller looks again.
+                let (region, off, seen) = words[0];
+                region.wait_i32(off, seen, timeout.min(NAP))
+            })
+        }
+    };
+    for (bell, armed) in bells {
+        if counted(armed) {
+            let others = bell.count_out();
+            // Rung since we armed: the writer's single wake-up may have been ours.
+            if DOORBELL_WAKE_OTHERS && others > 0 && bell.rang(*armed) {
+                bell.pass_on();
             }
         }
-        rung
     }
+    if woken {
+        Rung::Woken
+    } else {
+        Rung::TimedOut
+    }
+}
 
-    fn sleep(&self, bell: usize, seen: i32, timeout: Duration) -> Rung {
-        if self.region.wait_i32(self.base + bell, seen, timeout) {
-            Rung::Woken
-        } else {
-            Rung::TimedOut
+/// Bounds what a peer that keeps changing a bell can cost a sleeper: a wake-up that brings no
+/// news within [`NAP`] of another such wake-up means the next sleep is a plain nap of [`NAP`]
+/// (the bell is not watched meanwhile). Honest wake-ups without news (a new session, a ring
+/// passed on to a reader on another session) are rare and single.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WakeBudget {
+    last_empty: Option<Instant>,
+}
+
+impl WakeBudget {
+    /// After a wake-up: `news` says whether it brought any. Returns how long to nap instead of
+    /// sleeping on the bell next time (or `None`).
+    pub fn after_wake(&mut self, news: bool) -> Option<Duration> {
+        if news {
+            self.last_empty = None;
+            return None;
         }
+        let now = Instant::now();
+        let nap = self.last_empty.is_some_and(|t| now.saturating_duration_since(t) < NAP);
+        self.last_empty = Some(now);
+        nap.then_some(NAP)
     }
 }
 
@@ -231,6 +347,29 @@ mod tests {
         let start = Instant::now();
         assert_eq!(bell.wait_for_readers(|| false, Duration::from_millis(20)), Rung::TimedOut);
         assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    /// The sleeper count is writable by every reader: no value of it may panic a sleeper (the
+    /// review's T7: `fetch_add(-1) - 1` overflowed in debug builds at `i32::MIN`).
+    #[test]
+    fn a_forged_sleeper_count_panics_nobody() {
+        let (region, bell) = bell();
+        for forged in [i32::MAX, i32::MIN, -1, 0] {
+            region.store_i32(DOORBELL + READERS_SLEEPING, forged, Ordering::Relaxed);
+            let armed = bell.arm_readers();
+            region.fetch_add_i32(DOORBELL + READERS_BELL, 1); // rung: the pass-on runs too
+            assert_eq!(sleep(&[(&bell, armed)], None, Duration::from_millis(1)), Rung::Woken);
+            assert_eq!(region.load_i32(DOORBELL + READERS_SLEEPING, Ordering::Relaxed), forged);
+        }
+    }
+
+    #[test]
+    fn every_wake_without_news_after_the_first_in_a_millisecond_is_a_nap() {
+        let mut budget = WakeBudget::default();
+        assert_eq!(budget.after_wake(false), None, "a single wake-up without news is honest");
+        assert_eq!(budget.after_wake(false), Some(NAP), "two in a row within a millisecond");
+        assert_eq!(budget.after_wake(true), None);
+        assert_eq!(budget.after_wake(false), None, "news resets the budget");
     }
 
     #[test]

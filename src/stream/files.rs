@@ -119,7 +119,7 @@ impl Drop for TempGuard<'_> {
 }
 
 /// Options for a new log.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct NewLog<'a> {
     pub dir: &'a Path,
     pub name: &'a str,
@@ -127,6 +127,21 @@ pub struct NewLog<'a> {
     pub mode: u32,
     /// For a `ConcurrentPublication`: several writers share the log.
     pub concurrent: bool,
+    /// Takes the session's number among the stream's (`Slots::next_session`): called once the
+    /// file's storage is reserved, just before the log is initialised and published, so that
+    /// a reader seeing the stream's counter ahead of every log waits only microseconds for it.
+    pub session_seq: &'a dyn Fn() -> i32,
+}
+
+impl std::fmt::Debug for NewLog<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewLog")
+            .field("dir", &self.dir)
+            .field("name", &self.name)
+            .field("geometry", &self.geometry)
+            .field("concurrent", &self.concurrent)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A log we created and own: the publisher lock is held on `file`.
@@ -149,6 +164,7 @@ pub fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
         return Err(Error::io("lock", &tmp, io::Error::other("fresh file already locked")));
     }
     let region = MmapRegion::map(&file, 0, len as usize).map_err(|e| Error::io("map", &tmp, e))?;
+    let session_seq = (opts.session_seq)();
     let log = Log::initialize(
         region,
         &LogInit {
@@ -160,6 +176,7 @@ pub fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
             created_ns: now_ns(),
             name: opts.name,
             concurrent: opts.concurrent,
+            session_seq,
         },
     );
     let path = name::log_path(opts.dir, opts.name);
@@ -229,8 +246,10 @@ pub struct ReadLog {
 pub enum Found {
     /// No log: no publisher has created one, or the last one closed.
     Nothing,
-    /// A log whose publisher is dead (not mapped: a crashed publisher's leftover may be GiBs).
-    Dead,
+    /// A log whose publisher is gone (closed, or died), not mapped (a crashed publisher's
+    /// leftover may be GiBs), with the session number it claims: a reader that owes that session
+    /// reads it ([`map_finished`]).
+    Dead(DeadLog),
     /// The log a reader reads already (same file).
     Same,
     /// A live publisher's log, mapped read-only and pre-faulted, reader lock held.
@@ -254,14 +273,54 @@ pub fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
     let len = check_owner(&file, path)?;
     log_length_possible(len).map_err(|what| Error::Corrupt { path: path.into(), what })?;
     if !publisher_alive(&file) {
-        return Ok(Found::Dead);
+        let mut seq = [0u8; 4];
+        let at = len - META_LEN as u64 + meta::SESSION_SEQ as u64;
+        file.read_exact_at(&mut seq, at).map_err(|e| Error::io("read log", path, e))?;
+        return Ok(Found::Dead(DeadLog { file, len, session_seq: i32::from_le_bytes(seq) }));
     }
+    map_for_reading(file, len, path).map(|log| log.map_or(Found::Nothing, Found::Live))
+}
+
+/// A log whose publisher is gone, as [`open_log`] found it.
+#[derive(Debug)]
+pub struct DeadLog {
+    file: File,
+    len: u64,
+    /// The session number the log claims (not validated yet).
+    pub session_seq: i32,
+}
+
+/// Maps a log whose publisher is gone for a reader that owes its session (it began while the
+/// reader waited): what it committed is all there is, and stays until the last reader leaves.
+/// `None` if it is being removed.
+pub fn map_finished(dead: DeadLog, path: &Path) -> Result<Option<ReadLog>, Error> {
+    map_for_reading(dead.file, dead.len, path)
+}
+
+/// Takes a reader's lock on the log and maps it read-only, pre-faulted; `None` if the lock is
+/// refused (the log is being removed: `clean` holds it).
+fn map_for_reading(file: File, len: u64, path: &Path) -> Result<Option<ReadLog>, Error> {
     if !lock::try_lock(&file, Kind::Shared, READER_LOCK, 1).map_err(|e| Error::io("lock", path, e))? {
-        return Ok(Found::Nothing);
+        return Ok(None);
     }
     let region = ReadOnlyRegion::map(&file, len as usize, true).map_err(|e| Error::io("map", path, e))?;
     let log = Log::open(region).map_err(|e| e.at(path))?;
-    Ok(Found::Live(ReadLog { file, log }))
+    Ok(Some(ReadLog { file, log }))
+}
+
+/// Removes the stream's log at `path` if its publisher left it for readers that owed its session
+/// (`LEFT_FOR_READERS`; a log kept on purpose stays), and it has no live publisher and no reader
+/// maps it: the stream's last user leaving. Returns whether it did.
+pub fn remove_finished_log(path: &Path) -> bool {
+    let Ok(file) = open_existing(path, true) else { return false };
+    if !matches!(super::liveness::lock_log_owners(&file), Ok(true)) {
+        return false;
+    }
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return false };
+    let mut flag = [0u8; 4];
+    let at = len.saturating_sub(META_LEN as u64) + meta::LEFT_FOR_READERS as u64;
+    let left = file.read_exact_at(&mut flag, at).is_ok() && i32::from_le_bytes(flag) == 1;
+    left && is_same_file(&file, path).unwrap_or(false) && fs::remove_file(path).is_ok()
 }
 
 pub(crate) fn same_inode(a: &File, b: &File) -> bool {

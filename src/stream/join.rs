@@ -34,6 +34,11 @@ pub enum JoinAt {
     Slowest,
     /// At the publisher's current position: only messages offered from now on.
     Latest,
+    /// At the oldest message the log still holds: the session's first message while the
+    /// publisher is less than a term ahead of it, otherwise the first message start of the
+    /// term before the publisher's. The default for sessions that begin while a subscription
+    /// waits for them (`SubscriptionBuilder::later_sessions`).
+    Earliest,
     /// At an exact position where a message starts (a position returned by this crate) that the
     /// log still holds (at most one term behind the publisher); applies to the first session
     /// joined. Anything else is refused with `Error::PositionNotAvailable`, which names the
@@ -79,6 +84,7 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
                 _ => producer,
             },
             JoinAt::Latest => producer,
+            JoinAt::Earliest => reader::message_start_at_or_after(log, (producer - term).max(0), producer),
             JoinAt::Position(p) => p,
         };
         slot.activate(session, position);
@@ -97,7 +103,9 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
         let in_log = position >= oldest && position <= newest && position % FRAME_ALIGNMENT as i64 == 0;
         let available = in_log
             && match rule {
-                JoinAt::Position(_) => position == newest || reader::message_starts_at(log, position),
+                JoinAt::Position(_) | JoinAt::Earliest => {
+                    position == newest || reader::message_starts_at(log, position)
+                }
                 // The frame being written where the slowest reader caught up (an open claim, or an
                 // offer caught mid-copy) is readable once committed and never cleaned (it is in the
                 // active term), so as good a join position as a committed one, if it is one: a
@@ -153,6 +161,7 @@ mod tests {
             created_ns: 0,
             name: "join",
             concurrent: false,
+            session_seq: 1,
         };
         let log = Log::initialize(Arc::clone(&region), &init);
         let reader_log = Log::open(region).unwrap();
@@ -206,6 +215,23 @@ mod tests {
         assert_eq!(join(&log, &slots, &c, JoinAt::Latest), Ok(newest));
         assert_eq!(join(&log, &slots, &c, JoinAt::Position(320)), Ok(320));
         assert_eq!(slots.view(2).join_position, 320);
+        assert_eq!(join(&log, &slots, &c, JoinAt::Earliest), Ok(0), "the session's start, still held");
+    }
+
+    #[test]
+    fn earliest_is_the_oldest_message_start_the_log_still_holds() {
+        let (mut app, log, slots) = setup();
+        // Messages of 2000 bytes: three frames each (1024, 1024, 64), so most positions a term
+        // behind the writer are inside a message.
+        while app.position() < 2 * T as i64 + 5000 {
+            offer(&mut app, 2000);
+        }
+        let newest = app.position();
+        let s = slot(&slots, 0);
+        let at = join(&log, &slots, &s, JoinAt::Earliest).unwrap();
+        assert!(at >= newest - T as i64 && at < newest - T as i64 + 2112, "{at} vs {newest}");
+        assert!(reader::message_starts_at(&log, at));
+        assert_eq!(slots.view(0).join_position, at);
     }
 
     #[test]

@@ -99,6 +99,12 @@ pub fn slot_owner_alive(slot_file: &File, index: usize) -> bool {
     held(slot_file, Kind::Exclusive, start, len)
 }
 
+/// `true` if a live reader of the stream is not reading `session` (it waits for a session, or
+/// still reads an earlier one): it owes `session`, whose closed log must stay for it to read.
+pub fn readers_elsewhere<R: Region>(slots: &Slots<R>, slot_file: &SlotFile, session: i32) -> bool {
+    slots.readers_elsewhere(session).any(|i| slot_owner_alive(&slot_file.file, i))
+}
+
 /// `true` while some reader holds any of the `count` slots of the slot file.
 pub fn slots_held(slot_file: &File, count: usize) -> bool {
     held(slot_file, Kind::Exclusive, s::SLOTS_START as u64, (count * s::SLOT_LEN) as u64)

@@ -36,11 +36,15 @@
 //! - `i_doorbell_one_wake_reaches_every_sleeper`: two readers sleep on the doorbell while the
 //!   writer commits; the writer wakes one of them (a modelled `FUTEX_WAKE` of one is
 //!   `notify_one`), which must wake the other (the mutant that does not pass it on deadlocks).
+//! - `i2_doorbell_one_wake_reaches_every_kind_of_sleeper`: the same with the second reader
+//!   sleeping in steps, as `Subscription::wait_any` and the async receiver's waiter thread do
+//!   (`doorbell::sleep` after arming and a last look): the mutant whose sleepers do not count
+//!   themselves (what those two did before) deadlocks.
 //!
 //! The model `e_fragmented_messages_vs_assembler` (fragments vs the real `FragmentAssembler`)
 //! is in `log::loom_models`, next to the other models of the log alone.
 
-use super::doorbell::Doorbell;
+use super::doorbell::{self, Doorbell};
 use super::join::JoinAt;
 use super::reader::Reader;
 use super::slots::{SlotLocks, SlotMut, Slots};
@@ -246,6 +250,26 @@ impl SlotReader {
             if self.reader.position() == before {
                 self.reader.wait_for_news(std::time::Duration::MAX);
             }
+        }
+    }
+
+    /// Like [`SlotReader::read_to_sleeping`], but sleeping the way `Subscription::wait_any` and
+    /// the async receiver do: the doorbell's steps one by one (arm, barrier, a last look, then
+    /// `doorbell::sleep`, which the async receiver leaves to its waiter thread).
+    fn read_to_sleeping_in_steps(&mut self, end: i64, fragment_limit: usize) {
+        while self.reader.position() < end {
+            let before = self.reader.position();
+            self.poll(fragment_limit);
+            if self.reader.position() != before {
+                continue;
+            }
+            let bell = self.reader.bell().expect("a slot with a doorbell");
+            let armed = bell.arm_readers();
+            assert!(doorbell::barrier());
+            if self.reader.has_news() {
+                continue;
+            }
+            doorbell::sleep(&[(bell, armed)], None, std::time::Duration::MAX);
         }
     }
 
@@ -529,5 +553,42 @@ fn i_doorbell_one_wake_reaches_every_sleeper() {
         writer.join().unwrap();
         assert_eq!(other.join().unwrap(), sent);
         assert_eq!(first.got, sent);
+    });
+}
+
+#[test]
+fn i2_doorbell_one_wake_reaches_every_kind_of_sleeper() {
+    check("i2_doorbell_one_wake_reaches_every_kind_of_sleeper", || {
+        // As `i`, but the second reader sleeps in steps (`Subscription::wait_any`, the async
+        // receiver): before every way to sleep went through `doorbell::sleep`, that sleeper was
+        // not counted among the sleepers, and the writer's single wake-up could reach it and
+        // stop there, or reach the other, which saw nobody to pass it on to (a deadlock here).
+        let term = 1024;
+        let (log, region) = new_plain_log(term, 0);
+        let window = log.geometry().window as i64;
+        let slots = slot_region(2);
+        new_slots(&slots, 2);
+        let sent = layout(&[16; 2], term as i64);
+        let end = sent.last().unwrap().end;
+        let join = |index: usize, pid: i64| {
+            let slot = claimed(&slots, index, pid).with_bell(bell(&slots));
+            SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME)
+        };
+        let (mut blocking, mut in_steps) = (join(0, 7), join(1, 8));
+        let mut writer = writer(log, &slots, 2).with_doorbell();
+        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+        let writer = thread::spawn(move || {
+            for m in &payloads {
+                offer(&mut writer, m);
+            }
+        });
+        let other = thread::spawn(move || {
+            in_steps.read_to_sleeping_in_steps(end, 4);
+            in_steps.got
+        });
+        blocking.read_to_sleeping(end, 4);
+        writer.join().unwrap();
+        assert_eq!(other.join().unwrap(), sent);
+        assert_eq!(blocking.got, sent);
     });
 }

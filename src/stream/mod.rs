@@ -8,6 +8,7 @@ pub(crate) mod concurrent_writer;
 pub(crate) mod doorbell;
 pub(crate) mod flow;
 pub(crate) mod join;
+pub(crate) mod loss;
 pub(crate) mod reader;
 pub(crate) mod slots;
 pub(crate) mod writer;

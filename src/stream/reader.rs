@@ -7,7 +7,9 @@
 //! It also decides when a session is over (end of stream, or nothing committed left) and reports
 //! what flow control should have made impossible as a fault instead of delivering it.
 
-use super::doorbell::{Doorbell, Rung};
+use super::doorbell::Doorbell;
+#[cfg(shmlog_loom)]
+use super::doorbell::Rung;
 use super::join::{self, JoinAt, JoinRefused};
 use super::slots::{SlotMut, Slots};
 use crate::layout::frame::{framed_length, max_message_len, HEADER_LEN};
@@ -300,6 +302,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Sleeps on the stream's doorbell until the writer commits, ends the stream or starts a new
     /// session, at most `timeout` (does not sleep if [`Reader::has_news`] already). Without a
     /// doorbell, returns `TimedOut` at once.
+    #[cfg(shmlog_loom)]
     pub fn wait_for_news(&self, timeout: std::time::Duration) -> Rung {
         match self.slot.bell() {
             Some(bell) => bell.wait_for_writer(|| self.has_news(), timeout),

@@ -118,6 +118,25 @@ impl<R: RegionMut> Slots<R> {
 }
 
 impl<R: RegionMut> Slots<R> {
+    /// Takes the number of a new session of the stream (its publisher, before it creates the
+    /// log): one more than any session before it.
+    pub fn next_session(&self) -> i32 {
+        self.region.fetch_add_i32(s::SESSIONS, 1).wrapping_add(1)
+    }
+
+    /// Raises the session counter to at least `seq` (a publisher whose slot file was replaced
+    /// between taking its number and publishing its log: readers of the new file must not count
+    /// its session as several).
+    pub fn raise_sessions(&self, seq: i32) {
+        let mut now = self.sessions();
+        while seq.wrapping_sub(now) > 0 {
+            match self.region.compare_exchange_i32(s::SESSIONS, now, seq) {
+                Ok(_) => return,
+                Err(found) => now = found,
+            }
+        }
+    }
+
     /// The doorbell page of the file (every valid slot file has one: `open` checks the length).
     #[inline(always)]
     pub fn doorbell(&self) -> Doorbell<&R> {
@@ -157,6 +176,11 @@ impl<R: Region> Slots<R> {
 
     pub fn count(&self) -> usize {
         self.count
+    }
+
+    /// Sessions the stream has had while this file existed (see [`Slots::next_session`]).
+    pub fn sessions(&self) -> i32 {
+        self.region.load_i32(s::SESSIONS, Ordering::Acquire)
     }
 
     /// Slots ever claimed, clamped to the table (a peer may have written anything there).
@@ -216,6 +240,15 @@ impl<R: Region> Slots<R> {
             found.max = Some(found.max.map_or(p, |m| m.max(p)));
         }
         found
+    }
+
+    /// Slots (below the high-water mark) whose readers are not reading `session`: waiting for a
+    /// session, or still reading an earlier one. Liveness is not checked.
+    pub fn readers_elsewhere(&self, session: i32) -> impl Iterator<Item = usize> + '_ {
+        (0..self.high_water()).filter(move |&i| match self.state(i) {
+            (_, s::STATE_FREE) => false,
+            (sid, state) => state != s::STATE_ACTIVE || sid != session,
+        })
     }
 
     /// A snapshot of slot `index`.

@@ -280,6 +280,14 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         slots.doorbell().wait_for_readers(|| position < flow.recompute(slots, *session_id, position), timeout)
     }
 
+    /// `true` if the limit, recomputed from the reader positions now, lets an append in: what a
+    /// back-pressured writer re-checks after arming its bell (the async sender's).
+    #[cfg(feature = "async")]
+    pub fn has_room(&mut self) -> bool {
+        let position = self.appender.position();
+        position < self.flow.recompute(&self.slots, self.session_id, position)
+    }
+
     /// Position after the last message appended (or claimed).
     pub fn position(&self) -> i64 {
         self.appender.position()
@@ -304,6 +312,11 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     pub fn liveness(&self) -> &K {
         &self.liveness
+    }
+
+    /// The stream's reader slots.
+    pub fn slots(&self) -> &Slots<S> {
+        &self.slots
     }
 }
 

@@ -7,9 +7,11 @@
 
 pub mod concurrent_roles;
 pub mod dir;
+pub mod loss_roles;
 pub mod peer;
 pub mod raw;
 pub mod roles;
+pub mod wake_roles;
 pub mod wire;
 
 pub use dir::ShmDir;

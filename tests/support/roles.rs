@@ -34,6 +34,9 @@ pub fn run_if_peer() {
         "recorder" => recorder(&cfg, &ctx),
         "cwriter" => super::concurrent_roles::writer(&cfg, &ctx),
         "creader" => super::concurrent_roles::reader(&cfg, &ctx),
+        "wake_sleeper" => super::wake_roles::sleeper(&cfg, &ctx),
+        "loss_publisher" => super::loss_roles::publisher(&cfg, &ctx),
+        "loss_reader" => super::loss_roles::reader(&cfg, &ctx),
         other => ctx.fail(&format!("unknown role {other}")),
     }
 }
@@ -601,7 +604,7 @@ fn sleeper(cfg: &Settings, ctx: &Ctx) -> ! {
             ctx.emit("closed", &format!("n={next}"));
             leave(sub, 0);
         }
-        if n == 0 {
+        if n == shmlog::Polled::TimedOut {
             ctx.emit("timeout", &format!("n={next}"));
             leave(sub, 0);
         }

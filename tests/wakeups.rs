@@ -1,0 +1,231 @@
+//! One wait protocol: every way to sleep on a stream (`poll_blocking`, `Receiver`,
+//! `Subscription::wait_any`, `AsyncReceiver`, `AsyncSender`) is woken by the publisher's single
+//! wake-up passed on between sleepers, none waits for a timeout, and a peer that keeps ringing
+//! costs a sleeper little. Deadlines and positions, never sleeps, synchronise the tests.
+
+mod support;
+
+use shmlog::{AsyncSender, Bytes, Header, Publication, Receiver, Sender, Subscription};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::peer::{Cfg, Peer};
+use support::wake_roles::message;
+use support::{exclusive, raw, ShmDir};
+
+/// Entry point of the peer processes; does nothing in a normal test run.
+#[test]
+fn peer_process() {
+    support::roles::run_if_peer();
+}
+
+const T30: Duration = Duration::from_secs(30);
+
+fn publication(dir: &ShmDir, name: &str, term: usize) -> Publication {
+    Publication::builder(name).dir(dir.path()).term_length(term).create().unwrap()
+}
+
+fn subscription(dir: &ShmDir, name: &str) -> Subscription {
+    Subscription::builder(name).dir(dir.path()).liveness_interval(Duration::from_secs(5)).open().unwrap()
+}
+
+/// Waits (bounded, yielding) until `n` readers sleep on the stream's bell.
+fn await_sleepers(dir: &ShmDir, name: &str, n: i32) {
+    let path = raw::readers_path(dir.path(), name);
+    let deadline = Instant::now() + T30;
+    while raw::file_i32(&path, raw::slots::READERS_SLEEPING) != n {
+        assert!(Instant::now() < deadline, "{n} readers never slept");
+        std::thread::yield_now();
+    }
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The review's case (T1): a `wait_readable` sleeper and a `wait_any` sleeper on one stream, one
+/// offer. Before, `wait_any` did not count itself among the sleepers nor pass the writer's single
+/// wake-up on, so one of the two slept until its liveness check (5 s here). Now both wake at once.
+#[test]
+fn a_blocking_and_a_wait_any_sleeper_both_wake_for_one_offer() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-two-kinds");
+    for round in 0..4 {
+        let name = format!("two{round}");
+        let mut p = publication(&dir, &name, 64 * 1024);
+        let (mut a, mut b) = (subscription(&dir, &name), subscription(&dir, &name));
+        let blocking = std::thread::spawn(move || {
+            let start = Instant::now();
+            assert!(a.wait_readable(T30));
+            start.elapsed()
+        });
+        let any = std::thread::spawn(move || {
+            let start = Instant::now();
+            assert!(Subscription::wait_any(&mut [&mut b], T30));
+            start.elapsed()
+        });
+        await_sleepers(&dir, &name, 2);
+        p.offer(b"news").unwrap();
+        let (slept_a, slept_b) = (blocking.join().unwrap(), any.join().unwrap());
+        assert!(
+            slept_a < Duration::from_secs(1) && slept_b < Duration::from_secs(1),
+            "round {round}: blocking slept {slept_a:?}, wait_any slept {slept_b:?} (liveness 5 s)"
+        );
+    }
+}
+
+/// Four sleeper processes, one of each kind (`poll_blocking`, `Receiver::recv_timeout`,
+/// `wait_any` over this stream and an idle one, `AsyncReceiver::recv` under a current-thread
+/// tokio runtime), on one stream: 2 000 messages at 1 000 a second, each stamped with its send
+/// time. Every message reaches every sleeper, in order, within 10 ms (a wake-up that waited for
+/// a timeout would take the 5 s liveness interval).
+#[test]
+fn every_kind_of_sleeper_gets_every_message_within_10_ms() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-four-kinds");
+    let name = "four";
+    let count = 2000u64;
+    let mut p = publication(&dir, name, 1 << 20);
+    let _idle = publication(&dir, "four-idle", 64 * 1024);
+    let cfg =
+        Cfg::new().set("dir", dir.path().display()).set("name", name).set("count", count).set("late_ms", 10);
+    let kinds = ["poll_blocking", "receiver", "wait_any", "async"];
+    let mut peers: Vec<Peer> =
+        kinds.iter().map(|k| Peer::spawn(k, "wake_sleeper", &cfg.clone().set("kind", k))).collect();
+    for peer in &mut peers {
+        peer.expect("ready", T30);
+    }
+    p.wait_for_readers(kinds.len(), T30).unwrap();
+    let start = Instant::now();
+    for seq in 0..count {
+        // Paces the publisher at 1 000 a second (not a synchronisation).
+        let due = start + Duration::from_millis(seq);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        p.offer_blocking(&message(seq), T30).unwrap();
+    }
+    for (peer, kind) in peers.iter_mut().zip(kinds) {
+        let done = peer.expect("done", T30);
+        println!("{kind}: {}", done.raw);
+        assert_eq!(done.num("n"), count as i64, "{kind}");
+        assert_eq!(done.num("late"), 0, "{kind}: messages later than 10 ms: {}", done.raw);
+    }
+}
+
+/// A peer that keeps changing the readers' bell and waking its sleepers (a hostile or broken
+/// process of the same user) makes every futex wait of a sleeper return at once. The sleeper's wake budget turns such a
+/// run into naps: it spends a small share of a core instead of spinning, and still gets the
+/// message sent meanwhile.
+#[test]
+fn a_peer_that_keeps_ringing_costs_a_sleeper_little_cpu() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-hostile");
+    let mut p = publication(&dir, "h", 64 * 1024);
+    let mut sub = subscription(&dir, "h");
+    let file =
+        std::fs::OpenOptions::new().read(true).write(true).open(raw::readers_path(dir.path(), "h")).unwrap();
+    // SAFETY: a shared mapping of a file this test owns; the bell is written through an atomic.
+    let map = unsafe { memmap2::MmapMut::map_mut(&file) }.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ringer = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let bell = map[raw::slots::READERS_BELL as usize..].as_ptr() as *mut u32;
+            // SAFETY: 4-aligned, inside the mapping, which lives as long as this thread.
+            let bell = unsafe { std::sync::atomic::AtomicU32::from_ptr(bell) };
+            while !stop.load(Ordering::Relaxed) {
+                bell.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: FUTEX_WAKE only uses the address as a key.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        bell.as_ptr(),
+                        libc::FUTEX_WAKE,
+                        i32::MAX,
+                        0usize,
+                        0usize,
+                        0u32,
+                    )
+                };
+            }
+        })
+    };
+    let cpu0 = thread_cpu();
+    let start = Instant::now();
+    assert!(!sub.wait_readable(Duration::from_millis(500)), "nothing was sent");
+    let (wall, cpu) = (start.elapsed(), thread_cpu() - cpu0);
+    p.offer(b"still delivered").unwrap();
+    assert!(sub.wait_readable(T30));
+    let mut got = Vec::new();
+    sub.poll(|m: &[u8], _: &Header| got.push(m.to_vec()), 1);
+    stop.store(true, Ordering::Relaxed);
+    ringer.join().unwrap();
+    assert_eq!(got, vec![b"still delivered".to_vec()]);
+    println!("sleeper under a ringing peer: {cpu:?} of CPU in {wall:?}");
+    assert!(cpu < wall / 10, "the sleeper spun: {cpu:?} of CPU in {wall:?}");
+}
+
+/// `AsyncSender::send` on a back-pressured stream awaits room under a current-thread runtime: the
+/// runtime's other task keeps ticking while the sender waits for a slow reader, the sender does
+/// not spin, and every message arrives in order.
+#[test]
+fn an_async_sender_awaits_room_without_blocking_the_runtime() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-async-send");
+    let mut p = publication(&dir, "s", 64 * 1024); // a window of 32 KiB
+    let sub = subscription(&dir, "s");
+    p.wait_for_readers(1, T30).unwrap();
+    let count = 2000u64;
+    let len = 1000; // 32 messages fill the window
+    let released = Arc::new(AtomicU64::new(0));
+    // A reader that takes a message only when allowed: the sender must wait for it.
+    let reader = {
+        let released = Arc::clone(&released);
+        std::thread::spawn(move || {
+            let mut rx = Receiver::new(sub, Bytes);
+            for seq in 0..count {
+                let deadline = Instant::now() + T30;
+                while released.load(Ordering::Acquire) <= seq {
+                    assert!(Instant::now() < deadline, "never released {seq}");
+                    std::thread::yield_now();
+                }
+                let m = rx.recv_timeout(T30).unwrap();
+                assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), seq);
+            }
+        })
+    };
+    let mut tx = AsyncSender::new(Sender::new(p, Bytes)).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let r = Arc::clone(&released);
+    let (ticks, cpu, wall) = runtime.block_on(async move {
+        let ticks = Arc::new(AtomicU64::new(0));
+        let t = Arc::clone(&ticks);
+        // The other task: ticks, and lets the reader take a message every tick.
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                t.fetch_add(1, Ordering::Relaxed);
+                r.fetch_add(5, Ordering::Release);
+            }
+        });
+        let (cpu0, start) = (thread_cpu(), Instant::now());
+        for seq in 0..count {
+            let mut m = seq.to_le_bytes().to_vec();
+            m.resize(len, 0);
+            tx.send(&m).await.unwrap();
+        }
+        let (cpu, wall) = (thread_cpu() - cpu0, start.elapsed());
+        ticker.abort();
+        (ticks.load(Ordering::Relaxed), cpu, wall)
+    });
+    released.store(u64::MAX, Ordering::Release);
+    reader.join().unwrap();
+    println!("async sender: {count} messages in {wall:?}, {ticks} ticks, {cpu:?} of CPU");
+    assert!(ticks >= count / 10, "the runtime's other task ran only {ticks} times");
+    assert!(cpu < wall / 2, "the sender spun: {cpu:?} of CPU in {wall:?}");
+}
