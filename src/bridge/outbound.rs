@@ -67,10 +67,10 @@ impl BridgeOut {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
         b.validate()?;
         let link = Link::open(&b)?;
-        let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir);
+        let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir)?;
         // A predecessor killed mid-stream left where it stopped: resume there if the log still
         // holds it, so a quick restart loses nothing.
-        let resume = status.adopt_predecessors();
+        let resume = status.find_predecessors()?;
         let builder = |join| {
             Subscription::builder(b.stream.clone())
                 .dir(b.dir.clone())
@@ -109,7 +109,12 @@ impl BridgeOut {
             },
             None => builder(JoinAt::Slowest)?,
         };
-        status.info.resume_position = resumed.map_or(-1, |r| r.0);
+        if let Some((position, session)) = resumed {
+            // Kept in this bridge's own resume file at once: a successor still has it if this
+            // bridge dies before it sends a message.
+            status.info.resume_position = position;
+            status.resume.save(position, session);
+        }
         let mut out = BridgeOut {
             sub,
             link,
@@ -131,6 +136,7 @@ impl BridgeOut {
         };
         out.link.ensure(&mut out.publication, Instant::now(), Client::add_publication)?;
         out.status.write(Instant::now());
+        out.status.retire_predecessors();
         Ok(out)
     }
 
@@ -227,13 +233,6 @@ impl BridgeOut {
 impl std::fmt::Debug for BridgeOut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BridgeOut").field("status", &self.status.info).finish_non_exhaustive()
-    }
-}
-
-impl Drop for BridgeOut {
-    fn drop(&mut self) {
-        // A clean stop leaves nothing to resume: the next bridge joins as a new reader.
-        self.status.remove();
     }
 }
 

@@ -108,6 +108,12 @@ fn summary(b: &BridgeInfo) -> String {
         b.dropped,
         b.reconnects
     );
+    if b.bad_positions > 0 {
+        s.push_str(&format!(
+            "\n  {} messages without a valid source position (no gap measured to them)",
+            b.bad_positions
+        ));
+    }
     for l in &b.losses {
         let n = l.messages.map_or_else(|| "unknown".into(), |n| n.to_string());
         s.push_str(&format!("\n  lost [{}, {}): {n} messages ({:?})", l.from, l.to, l.cause));
