@@ -721,11 +721,62 @@ fn bad_settings_are_refused_with_a_clear_error() {
         no_jar.to_str().unwrap(),
     ]);
     assert!(err.contains("no Aeron driver jar at"), "{err}");
+    // $AERON_JAR names a file that is not there: said, with the variable's name.
+    let out = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+        .args(["bridge", "in", "--stream", "x", "--channel", udp, "--embedded-driver"])
+        .arg(&drivers)
+        .arg("--dir")
+        .arg(dir.path())
+        .env("AERON_JAR", &no_jar)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("no Aeron driver jar at {} (AERON_JAR", no_jar.display())), "{err}");
     let absent = dir.path().join("no-driver");
     let err = run(&["in", "--stream", "x", "--channel", udp, "--aeron-dir", absent.to_str().unwrap()]);
     assert!(err.contains("no Aeron media driver answers in"), "{err}");
     // Nothing of the stream was left behind by the refused bridges.
     assert!(dir.entries().iter().all(|e| e == "drivers"), "{:?}", dir.entries());
+}
+
+/// The embedded driver's jar is found wherever the bridge is started from: with no
+/// `AERON_JAR` and no `--driver-jar`, from a directory that is not the repository's, the bridge
+/// finds `target/aeron/aeron-all-*.jar` from its own executable's place (the default used to be
+/// relative to the current directory: it failed with "no Aeron driver jar at target/aeron/…").
+#[test]
+fn the_embedded_driver_is_found_from_any_current_directory() {
+    if !aeron_available() || std::env::var_os("AERON_JAR").is_some() {
+        return;
+    }
+    let _one = support::exclusive();
+    let b = Host::new("jar-b");
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let log = b.dir.path().join("bridge.stderr");
+    let child = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+        .args(["bridge", "in", "--stream", STREAM, "--channel", &channel, "--connect-timeout", "60"])
+        .arg("--dir")
+        .arg(b.path())
+        .arg("--embedded-driver")
+        .arg(b.aeron.path())
+        .env_remove("AERON_JAR")
+        .current_dir(b.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut inb = BridgeProc { child, log };
+    let pid = inb.pid();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.bridge(pid).is_none() {
+        if let Ok(Some(status)) = inb.child.try_wait() {
+            panic!("the bridge exited ({status}): {}", std::fs::read_to_string(&inb.log).unwrap_or_default());
+        }
+        assert!(Instant::now() < deadline, "the bridge did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    inb.stop();
 }
 
 /// `shmlog stat` (through `inspect::streams`) lists each bridge's status file under its stream,
