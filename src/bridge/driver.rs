@@ -206,6 +206,8 @@ impl Drop for MediaDriver {
         while Instant::now() < deadline && self.is_running() {
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Cleanup of a driver that no message depends on any more: what fails here (it
+        // exited meanwhile, its directory is gone) changes nothing.
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.config.dir);
