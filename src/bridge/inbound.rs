@@ -29,14 +29,15 @@ use std::time::Instant;
 
 /// Fragments taken from the channel per duty cycle.
 const FRAGMENT_LIMIT: i32 = 64;
-/// Aeron's fragment flags.
-pub(crate) const BEGIN: u8 = 0x80;
-pub(crate) const END: u8 = 0x40;
+/// Aeron's BEGIN flag.
+pub const BEGIN: u8 = 0x80;
+/// Aeron's END flag.
+pub const END: u8 = 0x40;
 /// Images whose state the in bridge keeps at once, each with at most one message in assembly
 /// (at most the local stream's longest message). One more evicts the least recently used; a
 /// message it was assembling is dropped and counted. A deployment has one image per far out
 /// bridge, and a few more while one is replaced.
-pub(crate) const MAX_IMAGES: usize = 16;
+pub const MAX_IMAGES: usize = 16;
 
 /// Carries an Aeron UDP channel into a local stream. Drive it with [`BridgeIn::do_work`] in
 /// your own loop, or hand it a thread with [`BridgeIn::run`].
@@ -224,23 +225,29 @@ fn fragment_bytes(buf: &AtomicBuffer, offset: Index, length: Index) -> Option<&[
 
 /// One fragment as the in bridge takes it from an Aeron image: its payload is `None` when its
 /// bounds did not check out.
-pub(crate) struct Fragment<'a> {
-    pub(crate) session: i32,
-    pub(crate) flags: u8,
-    pub(crate) reserved: i64,
-    pub(crate) payload: Option<&'a [u8]>,
+#[derive(Clone, Copy, Debug)]
+pub struct Fragment<'a> {
+    /// The image's session id.
+    pub session: i32,
+    /// Aeron's fragment flags (BEGIN, END).
+    pub flags: u8,
+    /// The frame's reserved value (the out bridge's source position and marks).
+    pub reserved: i64,
+    /// The payload.
+    pub payload: Option<&'a [u8]>,
 }
 
 /// What the poll does after a fragment (both consume it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Next {
+pub enum Next {
+    /// Go on polling.
     Continue,
     /// The local stream pushed back and the message is held: poll no further this cycle.
     Break,
 }
 
 /// The local stream's offer, as the core calls it.
-pub(crate) type Offer<'a> = dyn FnMut(&[u8]) -> Result<i64, OfferError> + 'a;
+pub type Offer<'a> = dyn FnMut(&[u8]) -> Result<i64, OfferError> + 'a;
 
 /// The in bridge's duty cycle apart from Aeron: per-image assembly, gap checks, offers into the
 /// local stream, and the accounts of what was carried and lost.
@@ -267,16 +274,27 @@ struct ImageState {
     assembly: Vec<u8>,
 }
 
+impl ImageState {
+    fn new(session: i32, correlation: Option<i64>, now: u64) -> Self {
+        ImageState {
+            session,
+            correlation,
+            last_used: now,
+            unchecked: true,
+            part: Part::Between,
+            assembly: Vec::new(),
+        }
+    }
+}
+
 /// Where an image stands within a fragmented message.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Part {
-    /// Between messages.
+    /// Between messages (or in one it does not hold: its fragments up to the next BEGIN are
+    /// skipped).
     Between,
     /// A BEGIN was taken: the fragments so far are in the assembly; the BEGIN's reserved value.
     Assembling { reserved: i64 },
-    /// The message was dropped (too long, or a fragment out of bounds) and counted: its further
-    /// fragments are skipped up to its END.
-    Skipping,
 }
 
 struct Held {
@@ -357,14 +375,10 @@ impl InCore {
             img.assembly.clear();
         }
         let reserved = match img.part {
-            Part::Skipping => {
-                if end {
-                    img.part = Part::Between;
-                }
-                return Next::Continue;
-            }
-            // Joined inside a message (a new image starts where its sender was): the part is
-            // lost, and the next message's gap check reports it.
+            // A fragment after the start of a message this image does not hold: it joined
+            // inside that message (a new image starts where its sender was: the next message's
+            // gap check reports the part lost), or dropped it (counted then), or it was evicted
+            // (counted then too).
             Part::Between if !begin => return Next::Continue,
             Part::Between => f.reserved,
             Part::Assembling { reserved } => reserved,
@@ -379,7 +393,7 @@ impl InCore {
                 info,
                 resume,
             );
-            img.part = if end { Part::Between } else { Part::Skipping };
+            img.part = Part::Between;
             img.assembly.clear();
             return Next::Continue;
         };
@@ -391,7 +405,7 @@ impl InCore {
             // Longer than the local stream takes: dropped now rather than assembled further.
             let why = OfferError::MessageTooLarge { len, max };
             ledger.settle_lost(&mut img.unchecked, reserved, len, &why, info, resume);
-            img.part = if end { Part::Between } else { Part::Skipping };
+            img.part = Part::Between;
             img.assembly.clear();
             return Next::Continue;
         }
@@ -409,14 +423,21 @@ impl InCore {
     }
 
     /// Keeps the state of the images in `current` (session id, correlation id: the
-    /// subscription's image list) and forgets the others. A message a gone image was
-    /// assembling was cut off with it; the next image's first message, checked for a gap
-    /// against where the next message was expected, reports it.
+    /// subscription's image list, before a poll) and forgets the others: a session whose image
+    /// was replaced (another correlation id) starts again as a new image. A message a gone
+    /// image was assembling was cut off with it; the next image's first message, checked for a
+    /// gap against where the next message was expected, reports it. Images not kept yet are
+    /// noted with their correlation id while there is room.
     pub(crate) fn sync_images(&mut self, current: &[(i32, i64)]) {
         self.images.retain_mut(|img| match current.iter().find(|(s, _)| *s == img.session) {
             Some(&(_, c)) => *img.correlation.get_or_insert(c) == c,
             None => false,
         });
+        for &(session, correlation) in current {
+            if self.images.len() < MAX_IMAGES && self.images.iter().all(|img| img.session != session) {
+                self.images.push(ImageState::new(session, Some(correlation), self.clock));
+            }
+        }
     }
 
     /// The state of `session`'s image (made if new; the least recently used one evicted if
@@ -435,14 +456,7 @@ impl InCore {
                 self.ledger.settle_lost(&mut old.unchecked, reserved, old.assembly.len(), &why, info, resume);
             }
         }
-        self.images.push(ImageState {
-            session,
-            correlation: None,
-            last_used: self.clock,
-            unchecked: true,
-            part: Part::Between,
-            assembly: Vec::new(),
-        });
+        self.images.push(ImageState::new(session, None, self.clock));
         self.images.len() - 1
     }
 
@@ -478,7 +492,7 @@ fn reserve_within(v: &mut Vec<u8>, needed: usize, max: usize) {
 /// The source span `[start, end)` of a message of `len` bytes whose frames say it starts at
 /// `start`, counting it as one frame of the source (32-byte header, 32-aligned); `None` if
 /// `start` cannot be a source position (negative, or too close to `i64::MAX` for its end).
-pub(crate) fn source_span(start: i64, len: usize) -> Option<(i64, i64)> {
+pub fn source_span(start: i64, len: usize) -> Option<(i64, i64)> {
     if start < 0 {
         return None;
     }
@@ -775,7 +789,7 @@ mod tests {
         feed(&mut core, &mut sink, &mut info, &none, frag(1, BEGIN | END, 4096, &[0; 32]));
         assert!(info.losses.is_empty(), "within an image a jump is padding or fragments");
         core.sync_images(&[(1, 11)]);
-        assert_eq!(core.image_count(), 0);
+        assert_eq!(core.image_count(), 1, "the new image, noted");
         feed(&mut core, &mut sink, &mut info, &none, frag(1, BEGIN | END, 8192, &[0; 32]));
         assert_eq!(
             info.losses,

@@ -32,7 +32,7 @@ mod client;
 mod driver;
 pub(crate) mod inbound;
 mod outbound;
-mod wire;
+pub(crate) mod wire;
 
 pub use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 pub use driver::{DriverConfig, MediaDriver, AERON_VERSION};
