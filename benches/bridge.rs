@@ -362,12 +362,8 @@ fn start_driver(tag: &str) -> Result<MediaDriver, String> {
     } else {
         dir
     };
+    // The jar: $AERON_JAR, else found in target/aeron/ (DriverConfig::jar_search_list).
     let mut cfg = DriverConfig::new(dir);
-    cfg.jar = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("target/aeron/aeron-all-{}.jar", shmlog::bridge::AERON_VERSION));
-    if let Some(j) = std::env::var_os("AERON_JAR") {
-        cfg.jar = j.into();
-    }
     cfg.properties.push(("aeron.mtu.length".into(), "1408".into()));
     MediaDriver::start(&cfg)
 }

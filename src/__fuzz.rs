@@ -75,3 +75,60 @@ pub fn hold_publisher_lock(file: &std::fs::File) -> std::io::Result<bool> {
     use crate::sys::lock::{try_lock, Kind};
     try_lock(file, Kind::Exclusive, crate::stream::liveness::PUBLISHER_LOCK, 1)
 }
+
+/// The in bridge's duty cycle apart from Aeron (`src/bridge/inbound.rs`), as the bridge runs
+/// it, with no resume file.
+#[cfg(feature = "bridge")]
+pub mod bridge_in {
+    pub use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause, MAX_LOSSES};
+    use crate::bridge::inbound::InCore;
+    pub use crate::bridge::inbound::{source_span, Fragment, Next, Offer, BEGIN, END, MAX_IMAGES};
+    pub use crate::bridge::wire::{encode, AFTER_DROP, FRESH_START};
+    pub use crate::bridge::BackPressure;
+    use crate::bridge::ResumeFile;
+
+    /// An in bridge's `InCore` with a detached resume file.
+    #[allow(missing_debug_implementations)]
+    pub struct Core {
+        core: InCore,
+        resume: ResumeFile,
+    }
+
+    impl Core {
+        /// For a local stream whose longest message is `max_message_len`.
+        pub fn new(max_message_len: usize) -> Self {
+            Core { core: InCore::new(max_message_len), resume: ResumeFile::detached() }
+        }
+
+        pub fn on_fragment(
+            &mut self,
+            f: Fragment<'_>,
+            offer: &mut Offer<'_>,
+            policy: BackPressure,
+            info: &mut BridgeInfo,
+        ) -> Next {
+            self.core.on_fragment(f, offer, policy, info, &self.resume)
+        }
+
+        pub fn retry_held(&mut self, offer: &mut Offer<'_>, info: &mut BridgeInfo) -> bool {
+            self.core.retry_held(offer, info, &self.resume)
+        }
+
+        pub fn sync_images(&mut self, current: &[(i32, i64)]) {
+            self.core.sync_images(current)
+        }
+
+        /// The longest assembly kept and the largest buffer behind one.
+        pub fn assembly_bytes(&self) -> (usize, usize) {
+            self.core.assembly_bytes()
+        }
+
+        pub fn image_count(&self) -> usize {
+            self.core.image_count()
+        }
+
+        pub fn is_holding(&self) -> bool {
+            self.core.is_holding()
+        }
+    }
+}

@@ -49,15 +49,25 @@ fn free_port() -> u16 {
 struct Host {
     dir: ShmDir,
     aeron: ShmDir,
+    /// The stream directory: `dir`, or a directory in it that its first user makes.
+    streams: PathBuf,
 }
 
 impl Host {
     fn new(tag: &str) -> Host {
-        Host { dir: ShmDir::new(tag), aeron: ShmDir::new(&format!("{tag}-aeron")) }
+        let dir = ShmDir::new(tag);
+        let streams = dir.path().to_path_buf();
+        Host { dir, aeron: ShmDir::new(&format!("{tag}-aeron")), streams }
+    }
+
+    /// A host whose stream directory does not exist yet.
+    fn unmade(tag: &str) -> Host {
+        let host = Host::new(tag);
+        Host { streams: host.dir.path().join("streams"), ..host }
     }
 
     fn path(&self) -> &Path {
-        self.dir.path()
+        &self.streams
     }
 
     /// The status of this host's bridge with `pid`, as `shmlog stat` would show it.
@@ -81,7 +91,7 @@ impl BridgeProc {
     /// Spawns the bridge inside network namespace `netns` (`ip netns exec` execs it in place, so
     /// the pid is the bridge's).
     fn spawn_in(netns: Option<&str>, way: &str, host: &Host, channel: &str, extra: &[&str]) -> BridgeProc {
-        let log = host.path().join(format!("bridge-{way}-{}.stderr", support::Rng::new("log").next()));
+        let log = host.dir.path().join(format!("bridge-{way}-{}.stderr", support::Rng::new("log").next()));
         let err = std::fs::File::create(&log).unwrap();
         let mut cmd = match netns {
             Some(ns) => {
@@ -371,16 +381,20 @@ fn one_bridge_out_to_a_multicast_group_feeds_two_far_hosts() {
 
 /// Kills the far (in) bridge with SIGKILL in mid-stream and starts a new one: the near side
 /// keeps working (its own reader gets everything), the far reader follows the new bridge's
-/// session, and whatever was in flight is reported by source position.
+/// session, and whatever was in flight is reported by source position. The in bridge is the
+/// first user of the far host's stream directory (it does not exist before it starts): its
+/// resume file was once lost that way, and with it the gap report (issue 23).
 #[test]
 fn far_bridge_killed_and_restarted_loses_only_what_it_reports() {
     if !aeron_available() {
         return;
     }
     let _one = support::exclusive();
-    let (a, b) = (Host::new("kill-a"), Host::new("kill-b"));
+    let (a, b) = (Host::new("kill-a"), Host::unmade("kill-b"));
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    assert!(!b.path().exists());
     let mut inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    wait_for("the in bridge to start", Duration::from_secs(60), || b.bridge(inb.pid()));
     let n = support::iterations(8_000, 100_000) as u64;
     let far = reader(b.path(), n - 1);
     let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
@@ -707,11 +721,62 @@ fn bad_settings_are_refused_with_a_clear_error() {
         no_jar.to_str().unwrap(),
     ]);
     assert!(err.contains("no Aeron driver jar at"), "{err}");
+    // $AERON_JAR names a file that is not there: said, with the variable's name.
+    let out = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+        .args(["bridge", "in", "--stream", "x", "--channel", udp, "--embedded-driver"])
+        .arg(&drivers)
+        .arg("--dir")
+        .arg(dir.path())
+        .env("AERON_JAR", &no_jar)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("no Aeron driver jar at {} (AERON_JAR", no_jar.display())), "{err}");
     let absent = dir.path().join("no-driver");
     let err = run(&["in", "--stream", "x", "--channel", udp, "--aeron-dir", absent.to_str().unwrap()]);
     assert!(err.contains("no Aeron media driver answers in"), "{err}");
     // Nothing of the stream was left behind by the refused bridges.
     assert!(dir.entries().iter().all(|e| e == "drivers"), "{:?}", dir.entries());
+}
+
+/// The embedded driver's jar is found wherever the bridge is started from: with no
+/// `AERON_JAR` and no `--driver-jar`, from a directory that is not the repository's, the bridge
+/// finds `target/aeron/aeron-all-*.jar` from its own executable's place (the default used to be
+/// relative to the current directory: it failed with "no Aeron driver jar at target/aeron/…").
+#[test]
+fn the_embedded_driver_is_found_from_any_current_directory() {
+    if !aeron_available() || std::env::var_os("AERON_JAR").is_some() {
+        return;
+    }
+    let _one = support::exclusive();
+    let b = Host::new("jar-b");
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let log = b.dir.path().join("bridge.stderr");
+    let child = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+        .args(["bridge", "in", "--stream", STREAM, "--channel", &channel, "--connect-timeout", "60"])
+        .arg("--dir")
+        .arg(b.path())
+        .arg("--embedded-driver")
+        .arg(b.aeron.path())
+        .env_remove("AERON_JAR")
+        .current_dir(b.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut inb = BridgeProc { child, log };
+    let pid = inb.pid();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.bridge(pid).is_none() {
+        if let Ok(Some(status)) = inb.child.try_wait() {
+            panic!("the bridge exited ({status}): {}", std::fs::read_to_string(&inb.log).unwrap_or_default());
+        }
+        assert!(Instant::now() < deadline, "the bridge did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    inb.stop();
 }
 
 /// `shmlog stat` (through `inspect::streams`) lists each bridge's status file under its stream,

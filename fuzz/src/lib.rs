@@ -14,10 +14,12 @@
 //! - [`journal`]: catalog records, segment frames and damaged recordings on disk.
 //! - [`unblock`]: the unblocker of a concurrent log over hostile words.
 //! - [`bridge_status`]: a bridge's status file, as `shmlog stat` reads it.
+//! - [`bridge_in`]: the in bridge's fragment input from the network, through its duty cycle.
 
 #![allow(clippy::disallowed_types)]
 
 mod assembler;
+mod bridge_in;
 mod bridge_status;
 mod file_validation;
 mod input;
@@ -29,6 +31,7 @@ mod tests;
 mod unblock;
 
 pub use assembler::assembler;
+pub use bridge_in::bridge_in;
 pub use bridge_status::bridge_status;
 pub use file_validation::file_validation;
 pub use journal::journal;

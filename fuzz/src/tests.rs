@@ -2,16 +2,19 @@
 //! bug shows up without a fuzzing run, and on the seed corpus, which the builders below write
 //! (`cargo test -- --ignored write_seed_corpus`) and which must stay meaningful (deep enough).
 
+use crate::bridge_in::run_bridge_in;
 use crate::file_validation::run_file_validation;
 use crate::ops_oracle::run_ops;
 use crate::term_reader::run_term_reader;
-use crate::{assembler, bridge_status, file_validation, journal, ops_oracle, term_reader, unblock};
+use crate::{
+    assembler, bridge_in, bridge_status, file_validation, journal, ops_oracle, term_reader, unblock,
+};
 use shmlog::{BEGIN_FLAG, UNFRAGMENTED};
 use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 7] = [
+const TARGETS: [(&str, Target); 8] = [
     ("term_reader", term_reader),
     ("file_validation", file_validation),
     ("ops_oracle", ops_oracle),
@@ -19,6 +22,7 @@ const TARGETS: [(&str, Target); 7] = [
     ("journal", journal),
     ("unblock", unblock),
     ("bridge_status", bridge_status),
+    ("bridge_in", bridge_in),
 ];
 
 /// Bytes of a seed, written in the order the decoders read them.
@@ -348,9 +352,75 @@ fn bridge_status_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![("busy", busy.into_bytes()), ("fresh", fresh.into_bytes())]
 }
 
+// --- bridge_in seeds: max message 1 KiB (byte pair 0x3ff), hold; three sessions interleaving
+// messages of every size (some cut into 64-byte fragments, some too long), then forged fragments,
+// push-back and replaced images.
+fn bridge_in_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    // A sent fragment on session `s` (0..3): the first of a message also reads its choices
+    // (size class, size, chunk, marks, jump).
+    fn sent(seed: &mut Seed, s: u8, first: Option<(u8, u16, u16)>) {
+        seed.b(&[0, s]);
+        if let Some((class, len, chunk)) = first {
+            seed.b(&[class]);
+            match class {
+                0 => {}
+                1..=4 => {
+                    seed.b(&[len as u8]);
+                }
+                _ => {
+                    seed.u16(len);
+                }
+            }
+            seed.u16(chunk).b(&[2, 1]);
+        }
+    }
+    let mut steady = Seed::default();
+    steady.u16(1023).b(&[1, 0]);
+    for i in 0..12u16 {
+        // three sessions, each a message of 150 bytes in 64-byte fragments (3 each), interleaved
+        for s in 0..3 {
+            sent(&mut steady, s, Some((1, 150, 63)));
+        }
+        for _ in 0..2 {
+            for s in 0..3 {
+                sent(&mut steady, s, None);
+            }
+        }
+        // an unfragmented one on session 0, then one longer than the local stream takes
+        sent(&mut steady, 0, Some((0, 0, 0)));
+        if i % 4 == 0 {
+            sent(&mut steady, 1, Some((7, 1500 + i, 511)));
+            for _ in 0..2 {
+                sent(&mut steady, 1, None);
+            }
+        }
+    }
+    let mut hostile = steady.0.clone();
+    let mut h = Seed::default();
+    // forged: session 1, BEGIN only, an edge reserved value (i64::MAX), 20 bytes, good bounds
+    h.b(&[10, 1, BEGIN_FLAG, 0, 2]).u16(20).b(&[1]);
+    // forged: END, the reserved value i64::MAX & !31 (T6), bad bounds
+    h.b(&[11, 1, 0x40, 1]).b(&(i64::MAX & !31).to_le_bytes()).u16(5).b(&[0]);
+    // push back (mode byte 0), a fragment, take again (2), retry, replace an image, more
+    h.b(&[12, 0]);
+    sent(&mut h, 2, Some((1, 40, 100)));
+    h.b(&[12, 2, 15, 14, 0, 0]);
+    for s in 0..3 {
+        sent(&mut h, s, Some((1, 90, 63)));
+        sent(&mut h, s, None);
+    }
+    // twenty sessions (0x10: any of 20), each starting a message: images are evicted
+    for s in 0..20u8 {
+        h.b(&[0x10, s]).b(&[1, 100]).u16(50).b(&[2, 1]);
+    }
+    hostile.extend_from_slice(&h.0);
+    vec![("steady", steady.0), ("hostile", hostile)]
+}
+
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
         "bridge_status" => bridge_status_seeds(),
+        "bridge_in" => bridge_in_seeds(),
         "journal" => journal_seeds(),
         "term_reader" => term_seeds(),
         "file_validation" => file_seeds(),
@@ -398,6 +468,21 @@ fn term_and_file_seeds_reach_the_code_under_test() {
         let accepted = run_file_validation(&bytes);
         let want = !matches!(name, "patched-log" | "tiny-log-file" | "raw" | "dead-log-file");
         assert_eq!(accepted, want, "{name}");
+    }
+}
+
+#[test]
+fn bridge_in_seeds_deliver_drop_hold_and_evict() {
+    for (name, bytes) in bridge_in_seeds() {
+        let stats = run_bridge_in(&bytes);
+        assert!(stats.delivered >= 40 && stats.dropped >= 3 && stats.losses >= 1, "{name}: {stats:?}");
+        if name == "hostile" {
+            assert!(stats.bad_positions >= 1 && stats.back_pressure >= 1, "{name}: {stats:?}");
+            assert!(
+                stats.images == shmlog::__fuzz::bridge_in::MAX_IMAGES && stats.dropped >= 6,
+                "{name}: {stats:?}"
+            );
+        }
     }
 }
 

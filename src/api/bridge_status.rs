@@ -105,6 +105,11 @@ pub struct BridgeInfo {
     pub dropped: u64,
     /// Times the bridge lost its media driver and connected again.
     pub reconnects: u64,
+    /// In bridges: messages whose frames carried a source position that cannot be one
+    /// (negative, or too large to add a message to; a sender other than an out bridge, or a
+    /// damaged one). They are carried (or dropped, and counted in `dropped`) as fresh starts:
+    /// no gap is measured to them, and the resume position stays at the last valid one.
+    pub bad_positions: u64,
     /// Source-stream position where the last carried message starts; -1 before the first.
     pub source_position: i64,
     /// Source-stream position just after the last carried message: where a restarted out bridge
@@ -140,6 +145,7 @@ impl BridgeInfo {
             back_pressure: 0,
             dropped: 0,
             reconnects: 0,
+            bad_positions: 0,
             source_position: -1,
             resume_position: -1,
             losses: Vec::new(),
@@ -175,6 +181,7 @@ impl BridgeInfo {
         kv("back_pressure", &self.back_pressure);
         kv("dropped", &self.dropped);
         kv("reconnects", &self.reconnects);
+        kv("bad_positions", &self.bad_positions);
         kv("source_position", &self.source_position);
         kv("resume_position", &self.resume_position);
         kv("updated_ms", &self.updated_ms);
@@ -186,7 +193,8 @@ impl BridgeInfo {
     }
 
     /// Parses a status file's text for the bridge its name describes. `None` if any line is
-    /// malformed or a required key is missing. Unknown keys are skipped (a newer writer).
+    /// malformed or a required key is missing. Unknown keys are skipped (a newer writer); keys
+    /// added after the first release (`bad_positions`) are optional (an older writer).
     pub fn parse(stream: &str, direction: BridgeDirection, pid: u32, text: &str) -> Option<Self> {
         let mut b = BridgeInfo::new(stream, direction, "", 0, "");
         b.pid = pid;
@@ -212,6 +220,7 @@ impl BridgeInfo {
                 "back_pressure" => (b.back_pressure, seen) = (value.parse().ok()?, seen | bit(6)),
                 "dropped" => (b.dropped, seen) = (value.parse().ok()?, seen | bit(7)),
                 "reconnects" => (b.reconnects, seen) = (value.parse().ok()?, seen | bit(8)),
+                "bad_positions" => b.bad_positions = value.parse().ok()?,
                 "source_position" => {
                     b.source_position = value.parse().ok().filter(|p: &i64| *p >= -1)?;
                     seen |= bit(9);
@@ -344,6 +353,7 @@ mod tests {
         b.back_pressure = 2;
         b.dropped = 3;
         b.reconnects = 1;
+        b.bad_positions = 2;
         b.source_position = 4096;
         b.resume_position = 4160;
         b.updated_ms = 1_700_000_000_000;
@@ -365,8 +375,13 @@ mod tests {
         let text = sample().to_text();
         let cut = text.lines().filter(|l| !l.starts_with("bytes ")).collect::<Vec<_>>().join("\n");
         assert!(BridgeInfo::parse("s", BridgeDirection::In, 1, &cut).is_none(), "missing key");
+        // An older writer's file, without the optional keys, still reads.
+        let older = text.lines().filter(|l| !l.starts_with("bad_positions ")).collect::<Vec<_>>().join("\n");
+        let back = BridgeInfo::parse("s", BridgeDirection::In, 1, &older).expect("an older writer's file");
+        assert_eq!(back.bad_positions, 0);
         for (bad, with) in [
             ("messages 7", "messages seven"),
+            ("bad_positions 2", "bad_positions -2"),
             ("connected 1", "connected 2"),
             ("source_position 4096", "source_position -5"),
             ("loss 64 256 3 dropped", "loss 256 64 3 dropped"),

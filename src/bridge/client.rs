@@ -111,6 +111,8 @@ impl Client {
     /// (its `snd-pos` counter): the bytes up to there were sent. Still readable after the driver
     /// died, since its counters stay mapped.
     pub fn sender_position(&self, registration_id: i64) -> Option<i64> {
+        // `None` when the counters cannot be read: the out bridge then offers nothing again,
+        // and what the dead driver held is lost and reported by the far side as a gap.
         let reader = self.aeron.counters_reader().ok()?;
         let mut id = None;
         reader.for_each(|counter, type_id, key, _label| {

@@ -2,6 +2,7 @@
 //! run as a child of the bridge: started with its own directory, restarted by the bridge if it
 //! dies, stopped with SIGTERM and its directory removed when the bridge lets go of it.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,9 +13,10 @@ pub const AERON_VERSION: &str = "1.51.0";
 /// How to run an embedded driver.
 #[derive(Clone, Debug)]
 pub struct DriverConfig {
-    /// The `aeron-all` jar. Default: `$AERON_JAR`, else `target/aeron/aeron-all-1.51.0.jar`
-    /// under the current directory (where the fetch script puts it).
-    pub jar: PathBuf,
+    /// The `aeron-all` jar. `None` (the default): the first file of
+    /// [`DriverConfig::jar_search_list`], looked up each time the driver starts; if there is
+    /// none, the start fails with an error that names every place it looked.
+    pub jar: Option<PathBuf>,
     /// The driver's directory (`aeron.dir`): emptied on start, removed on stop.
     pub dir: PathBuf,
     /// Term length of network publications and images (`aeron.term.buffer.length`).
@@ -25,13 +27,79 @@ pub struct DriverConfig {
 
 impl DriverConfig {
     /// A driver in `dir` with the defaults above: SHARED threading with the backoff idle
-    /// strategy (one driver thread that sleeps when idle), 1 MiB terms.
+    /// strategy (one driver thread that sleeps when idle), 1 MiB terms, the jar searched for.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        let jar = std::env::var_os("AERON_JAR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(format!("target/aeron/aeron-all-{AERON_VERSION}.jar")));
-        DriverConfig { jar, dir: dir.into(), term_length: 1 << 20, properties: Vec::new() }
+        DriverConfig { jar: None, dir: dir.into(), term_length: 1 << 20, properties: Vec::new() }
     }
+
+    /// Where a driver without a [`DriverConfig::jar`] looks for `aeron-all-1.51.0.jar`, in
+    /// order, every entry absolute (none depends on the current directory):
+    ///
+    /// - `$AERON_JAR`, alone, if it is set (a relative value is taken from the current
+    ///   directory when the bridge starts);
+    /// - beside the running executable, then in `aeron/` one and two directories above it:
+    ///   where `scripts/fetch-aeron-driver.sh` puts the jar (`target/aeron/`) for the binaries,
+    ///   tests and benches built in this repository's `target/`;
+    /// - `target/aeron/` of this crate's source directory, as it was built;
+    /// - `/opt/aeron/`, then `/usr/share/java/`.
+    pub fn jar_search_list() -> Vec<PathBuf> {
+        search_list(std::env::var_os("AERON_JAR"), std::env::current_exe().ok())
+    }
+
+    /// The jar this driver runs: [`DriverConfig::jar`] if set, else the first file of
+    /// [`DriverConfig::jar_search_list`].
+    pub fn find_jar(&self) -> Result<PathBuf, String> {
+        let env_set = std::env::var_os("AERON_JAR").is_some();
+        find_jar(self.jar.as_deref(), &Self::jar_search_list(), env_set)
+    }
+}
+
+fn jar_name() -> String {
+    format!("aeron-all-{AERON_VERSION}.jar")
+}
+
+/// The search list for `$AERON_JAR` = `env` and the executable `exe`.
+fn search_list(env: Option<OsString>, exe: Option<PathBuf>) -> Vec<PathBuf> {
+    if let Some(jar) = env {
+        let jar = PathBuf::from(jar);
+        return vec![std::path::absolute(&jar).unwrap_or(jar)];
+    }
+    let name = jar_name();
+    let mut list = Vec::new();
+    if let Some(dir) = exe.as_deref().and_then(Path::parent) {
+        list.push(dir.join(&name));
+        for up in dir.ancestors().skip(1).take(2) {
+            list.push(up.join("aeron").join(&name));
+        }
+    }
+    list.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/aeron").join(&name));
+    list.push(Path::new("/opt/aeron").join(&name));
+    list.push(Path::new("/usr/share/java").join(&name));
+    let mut seen = std::collections::HashSet::new();
+    list.retain(|p| seen.insert(p.clone()));
+    list
+}
+
+/// `explicit` if it is a file, else the first file of `candidates`; the error names the jar
+/// given, or every candidate (`env_set`: the list is `$AERON_JAR` alone).
+fn find_jar(explicit: Option<&Path>, candidates: &[PathBuf], env_set: bool) -> Result<PathBuf, String> {
+    const HOW: &str =
+        "run scripts/fetch-aeron-driver.sh, set AERON_JAR, or give the jar (--driver-jar, DriverConfig::jar)";
+    if let Some(jar) = explicit {
+        return match jar.is_file() {
+            true => Ok(jar.to_path_buf()),
+            false => Err(format!("no Aeron driver jar at {} (the jar given; {HOW})", jar.display())),
+        };
+    }
+    if let Some(jar) = candidates.iter().find(|p| p.is_file()) {
+        return Ok(jar.clone());
+    }
+    if env_set {
+        let jar = candidates.first().map_or_else(String::new, |p| p.display().to_string());
+        return Err(format!("no Aeron driver jar at {jar} (AERON_JAR; {HOW})"));
+    }
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    Err(format!("no Aeron driver jar {} found; looked at: {} ({HOW})", jar_name(), looked.join(", ")))
 }
 
 /// A running media driver, stopped (and its directory removed) on drop.
@@ -45,12 +113,7 @@ pub struct MediaDriver {
 impl MediaDriver {
     /// Starts the driver and waits (up to 30 s) until it has written its CnC file.
     pub fn start(config: &DriverConfig) -> Result<MediaDriver, String> {
-        if !config.jar.is_file() {
-            return Err(format!(
-                "no Aeron driver jar at {} (run scripts/fetch-aeron-driver.sh, or set AERON_JAR)",
-                config.jar.display()
-            ));
-        }
+        let jar = config.find_jar()?;
         let log = config.dir.with_extension("driver.log");
         let out = std::fs::File::create(&log).map_err(|e| format!("driver log {}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
@@ -75,7 +138,7 @@ impl MediaDriver {
             cmd.arg(format!("-D{k}={v}"));
         }
         cmd.arg("-cp")
-            .arg(&config.jar)
+            .arg(&jar)
             .arg("io.aeron.driver.MediaDriver")
             .stdin(Stdio::null())
             .stdout(out)
@@ -143,6 +206,8 @@ impl Drop for MediaDriver {
         while Instant::now() < deadline && self.is_running() {
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Cleanup of a driver that no message depends on any more: what fails here (it
+        // exited meanwhile, its directory is gone) changes nothing.
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.config.dir);
@@ -156,4 +221,48 @@ fn java() -> PathBuf {
         .map(|h| PathBuf::from(h).join("bin/java"))
         .filter(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from("java"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jar_search_list_is_absolute_and_follows_the_executable() {
+        let exe = PathBuf::from("/build/repo/target/release/deps/bridge-1234");
+        let list = search_list(None, Some(exe));
+        let name = jar_name();
+        assert_eq!(
+            list[..3],
+            [
+                PathBuf::from("/build/repo/target/release/deps").join(&name),
+                PathBuf::from("/build/repo/target/release/aeron").join(&name),
+                PathBuf::from("/build/repo/target/aeron").join(&name),
+            ]
+        );
+        assert!(list.iter().all(|p| p.is_absolute()), "{list:?}");
+        assert!(list.contains(&PathBuf::from("/opt/aeron").join(&name)));
+        // $AERON_JAR is the only place looked at, made absolute.
+        let list = search_list(Some("jars/a.jar".into()), Some(PathBuf::from("/x/y")));
+        assert_eq!(list, [std::env::current_dir().unwrap().join("jars/a.jar")]);
+    }
+
+    #[test]
+    fn a_missing_jar_is_reported_with_every_place_looked_at() {
+        let dir = crate::testing::TempDir::new("bridge-jar");
+        let (a, b) = (dir.path().join("a.jar"), dir.path().join("b.jar"));
+        let err = find_jar(None, &[a.clone(), b.clone()], false).unwrap_err();
+        assert!(err.starts_with(&format!("no Aeron driver jar {} found; looked at: ", jar_name())), "{err}");
+        assert!(err.contains(&format!("{}, {}", a.display(), b.display())), "{err}");
+        assert!(err.contains("scripts/fetch-aeron-driver.sh") && err.contains("AERON_JAR"), "{err}");
+        let err = find_jar(None, std::slice::from_ref(&a), true).unwrap_err();
+        assert!(err.starts_with(&format!("no Aeron driver jar at {} (AERON_JAR", a.display())), "{err}");
+        let err = find_jar(Some(&a), std::slice::from_ref(&b), false).unwrap_err();
+        assert!(err.starts_with(&format!("no Aeron driver jar at {} (the jar given", a.display())), "{err}");
+        // The first one there is taken; a jar given is taken over the list.
+        std::fs::write(&b, b"jar").unwrap();
+        assert_eq!(find_jar(None, &[a.clone(), b.clone()], false), Ok(b.clone()));
+        std::fs::write(&a, b"jar").unwrap();
+        assert_eq!(find_jar(Some(&a), std::slice::from_ref(&b), false), Ok(a));
+    }
 }

@@ -30,9 +30,9 @@
 
 mod client;
 mod driver;
-mod inbound;
+pub(crate) mod inbound;
 mod outbound;
-mod wire;
+pub(crate) mod wire;
 
 pub use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 pub use driver::{DriverConfig, MediaDriver, AERON_VERSION};
@@ -209,6 +209,8 @@ impl BridgeBuilder {
 fn own_driver_dir(cfg: &DriverConfig) -> Result<DriverConfig, BridgeError> {
     std::fs::create_dir_all(&cfg.dir)
         .map_err(|e| BridgeError::Aeron(format!("driver directory {}: {e}", cfg.dir.display())))?;
+    // Housekeeping only (no position or loss lives in a driver's directory): what cannot be
+    // listed or removed is left for the next bridge, and never stops this one.
     if let Ok(read) = std::fs::read_dir(&cfg.dir) {
         for entry in read.flatten() {
             let name = entry.file_name();
@@ -356,23 +358,35 @@ enum LinkEvent {
     Reconnected,
 }
 
-/// The status file and when to write it next, and the resume file.
+/// The status file and when to write it next, and the resume file. Dropped (a clean stop, or
+/// an open that failed), it removes both: a clean stop leaves nothing to resume.
 struct Status {
     info: BridgeInfo,
     dir: PathBuf,
     next_write: Instant,
     resume: ResumeFile,
+    /// The last write of the status file failed (said once on stderr, until one succeeds).
+    write_failing: bool,
+    /// The files of dead predecessors whose resume position this bridge took over: removed
+    /// once it has started (until then a successor can still take them over).
+    adopted: Vec<PathBuf>,
 }
 
 /// The mapped resume file (`bridge_status::resume_path`): where the bridge stands, stored right
 /// after each message it carries (a store, no system call), so a bridge killed at any point
 /// leaves at most the message in hand unrecorded.
-struct ResumeFile(Option<MmapRegion>);
+pub(crate) struct ResumeFile(Option<MmapRegion>);
 
 impl ResumeFile {
+    /// No file: positions are not kept (tests and fuzzing of the duty cycle).
+    #[cfg(any(test, shmlog_fuzz))]
+    pub(crate) fn detached() -> Self {
+        ResumeFile(None)
+    }
+
     /// Stores the resume position and the source session it belongs to. The page holding them
     /// is in the page cache the moment the store is, so a successor reads it after a SIGKILL.
-    fn save(&self, position: i64, session: i32) {
+    pub(crate) fn save(&self, position: i64, session: i32) {
         if let Some(r) = &self.0 {
             r.store_i64(8, session as u32 as i64, Ordering::Relaxed);
             r.store_i64(0, position, Ordering::Release);
@@ -383,7 +397,11 @@ impl ResumeFile {
 impl Status {
     const EVERY: Duration = Duration::from_millis(100);
 
-    fn new(b: &BridgeBuilder, direction: BridgeDirection, aeron_dir: &Path) -> Self {
+    /// Makes the stream's directory if this bridge is its first user, then creates and maps the
+    /// resume file: without it a successor could not report what this bridge's death lost, so
+    /// a failure is an error, not a bridge that runs without one.
+    fn new(b: &BridgeBuilder, direction: BridgeDirection, aeron_dir: &Path) -> Result<Self, BridgeError> {
+        crate::stream::dir::ensure(&b.dir, b.dir == crate::default_dir())?;
         let info = BridgeInfo::new(
             &b.stream,
             direction,
@@ -391,16 +409,29 @@ impl Status {
             b.aeron_stream_id,
             &aeron_dir.to_string_lossy(),
         );
-        let resume = map_resume(&bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid)).ok();
-        Status { info, dir: b.dir.clone(), next_write: Instant::now(), resume: ResumeFile(resume) }
+        let path = bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid);
+        let resume = map_resume(&path).map_err(|e| Error::io("create the bridge's resume file", &path, e))?;
+        Ok(Status {
+            info,
+            dir: b.dir.clone(),
+            next_write: Instant::now(),
+            resume: ResumeFile(Some(resume)),
+            write_failing: false,
+            adopted: Vec::new(),
+        })
     }
 
-    /// The status files of this stream and direction whose bridges are gone, removed; returns
-    /// the furthest resume position they recorded and its source session, if any.
-    fn adopt_predecessors(&self) -> Option<(i64, i32)> {
+    /// Finds the status files of this stream, direction and channel whose bridges are gone;
+    /// returns the furthest resume position they recorded and its source session, if any. Their
+    /// files are kept until [`Status::retire_predecessors`]: a bridge that fails to start (or is
+    /// killed) before then leaves them to the next one.
+    fn find_predecessors(&mut self) -> Result<Option<(i64, i32)>, BridgeError> {
         let mut resume: Option<(i64, i32)> = None;
-        let Ok(read) = std::fs::read_dir(&self.dir) else { return resume };
-        for entry in read.flatten() {
+        let listing = |e| Error::io("list the stream directory", &self.dir, e);
+        // The directory was just made or checked: a listing that fails could hide a
+        // predecessor's resume position, so it stops the bridge.
+        for entry in std::fs::read_dir(&self.dir).map_err(listing)? {
+            let entry = entry.map_err(listing)?;
             let name = entry.file_name();
             let Some((stream, direction, pid)) = name.to_str().and_then(bridge_status::parse_file_name)
             else {
@@ -409,21 +440,52 @@ impl Status {
             if stream != self.info.stream || direction != self.info.direction || pid == self.info.pid {
                 continue;
             }
-            if let Ok(old) = bridge_status::read(&entry.path()) {
-                if !old.alive
-                    && old.channel == self.info.channel
-                    && old.aeron_stream_id == self.info.aeron_stream_id
-                {
-                    let resume_file = bridge_status::resume_path(&self.dir, &stream, direction, pid);
-                    if let Some(r) = bridge_status::read_resume(&resume_file).filter(|r| r.0 >= 0) {
-                        resume = resume.max(Some(r));
-                    }
-                    let _ = std::fs::remove_file(entry.path());
-                    let _ = std::fs::remove_file(resume_file);
+            let resume_file = bridge_status::resume_path(&self.dir, &stream, direction, pid);
+            let old = match bridge_status::read(&entry.path()) {
+                Ok(old) => old,
+                // Removed meanwhile (`shmlog clean`, or another bridge took it over).
+                Err(_) if !entry.path().exists() => continue,
+                // Damaged or foreign: it cannot say which channel it carried, so its resume
+                // position is not used. It stays for `shmlog stat`, which shows it as a problem;
+                // said here too, since a loss after it may go unreported.
+                Err(e) => {
+                    eprintln!("shmlog bridge {}: {e}; its resume position is not used", direction.as_str());
+                    continue;
                 }
+            };
+            if old.alive
+                || old.channel != self.info.channel
+                || old.aeron_stream_id != self.info.aeron_stream_id
+            {
+                continue;
             }
+            match bridge_status::read_resume(&resume_file) {
+                Some(r) if r.0 >= 0 => resume = resume.max(Some(r)),
+                Some(_) => {} // it had carried nothing
+                // Its resume file is gone or damaged: the status file's copy is up to 100 ms
+                // old, so a gap measured from it may start early (never late).
+                None if old.resume_position >= 0 => {
+                    eprintln!(
+                        "shmlog bridge {}: {} unreadable; resuming from its status file instead",
+                        direction.as_str(),
+                        resume_file.display()
+                    );
+                    resume = resume.max(Some((old.resume_position, 0)));
+                }
+                None => {}
+            }
+            self.adopted.push(entry.path());
+            self.adopted.push(resume_file);
         }
-        resume
+        Ok(resume)
+    }
+
+    /// Removes the files of the predecessors taken over, once this bridge has started and its
+    /// own resume file holds what they said.
+    fn retire_predecessors(&mut self) {
+        for path in std::mem::take(&mut self.adopted) {
+            remove_file_said(&path, self.info.direction);
+        }
     }
 
     /// The end of a duty cycle: the status file, if it is due.
@@ -436,18 +498,40 @@ impl Status {
     fn write(&mut self, now: Instant) {
         self.next_write = now + Self::EVERY;
         self.info.updated_ms = (crate::sys::clock::now_ns() / 1_000_000) as u64;
-        // A status that cannot be written (full /dev/shm) must not stop the traffic.
-        let _ = bridge_status::write(&self.dir, &self.info);
+        // A status that cannot be written (full /dev/shm) must not stop the traffic: the
+        // losses stay in `status()` and the resume file, and stderr says so once.
+        match bridge_status::write(&self.dir, &self.info) {
+            Ok(()) => self.write_failing = false,
+            Err(e) if !self.write_failing => {
+                self.write_failing = true;
+                eprintln!(
+                    "shmlog bridge {}: cannot write its status file in {}: {e}",
+                    self.info.direction.as_str(),
+                    self.dir.display()
+                );
+            }
+            Err(_) => {}
+        }
     }
+}
 
-    fn remove(&self) {
-        let _ = std::fs::remove_file(self.info.path(&self.dir));
-        let _ = std::fs::remove_file(bridge_status::resume_path(
-            &self.dir,
-            &self.info.stream,
-            self.info.direction,
-            self.info.pid,
-        ));
+impl Drop for Status {
+    fn drop(&mut self) {
+        remove_file_said(&self.info.path(&self.dir), self.info.direction);
+        let resume =
+            bridge_status::resume_path(&self.dir, &self.info.stream, self.info.direction, self.info.pid);
+        remove_file_said(&resume, self.info.direction);
+    }
+}
+
+/// Removes a bridge file; a failure other than "not there" is said on stderr (a file left
+/// behind is shown by `shmlog stat` and removed by `shmlog clean`).
+fn remove_file_said(path: &Path, direction: BridgeDirection) {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            eprintln!("shmlog bridge {}: cannot remove {}: {e}", direction.as_str(), path.display())
+        }
+        _ => {}
     }
 }
 

@@ -67,10 +67,10 @@ impl BridgeOut {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
         b.validate()?;
         let link = Link::open(&b)?;
-        let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir);
+        let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir)?;
         // A predecessor killed mid-stream left where it stopped: resume there if the log still
         // holds it, so a quick restart loses nothing.
-        let resume = status.adopt_predecessors();
+        let resume = status.find_predecessors()?;
         let builder = |join| {
             Subscription::builder(b.stream.clone())
                 .dir(b.dir.clone())
@@ -109,7 +109,12 @@ impl BridgeOut {
             },
             None => builder(JoinAt::Slowest)?,
         };
-        status.info.resume_position = resumed.map_or(-1, |r| r.0);
+        if let Some((position, session)) = resumed {
+            // Kept in this bridge's own resume file at once: a successor still has it if this
+            // bridge dies before it sends a message.
+            status.info.resume_position = position;
+            status.resume.save(position, session);
+        }
         let mut out = BridgeOut {
             sub,
             link,
@@ -131,6 +136,7 @@ impl BridgeOut {
         };
         out.link.ensure(&mut out.publication, Instant::now(), Client::add_publication)?;
         out.status.write(Instant::now());
+        out.status.retire_predecessors();
         Ok(out)
     }
 
@@ -230,13 +236,6 @@ impl std::fmt::Debug for BridgeOut {
     }
 }
 
-impl Drop for BridgeOut {
-    fn drop(&mut self) {
-        // A clean stop leaves nothing to resume: the next bridge joins as a new reader.
-        self.status.remove();
-    }
-}
-
 /// Offers the pending messages, then reads and offers up to [`FRAGMENT_LIMIT`] fragments.
 fn carry(
     sub: &mut Subscription,
@@ -333,12 +332,18 @@ fn dropped(st: &mut OutState, info: &mut BridgeInfo, start: i64, end: i64, why: 
     info.dropped += 1;
     st.flags |= wire::AFTER_DROP;
     match &mut st.drop_run {
-        Some(run) => {
+        Some(run) if start >= run.to => {
             run.to = end;
             run.messages = run.messages.map(|n| n + 1);
         }
-        None => {
-            st.drop_run = Some(Loss { from: start, to: end, messages: Some(1), cause: LossCause::Dropped })
+        // No run yet, or this drop starts before the run's end (a new session of the source,
+        // whose positions start again): a run of its own, so no loss ever has `to < from` (a
+        // status with one does not parse).
+        _ => {
+            let run = Loss { from: start, to: end, messages: Some(1), cause: LossCause::Dropped };
+            if let Some(old) = st.drop_run.replace(run) {
+                info.push_loss(old);
+            }
         }
     }
 }
@@ -385,6 +390,8 @@ fn recycle(pool: &mut Vec<Vec<u8>>, bytes: Vec<u8>) {
 
 /// Offers `message`; its end position in the Aeron stream if taken.
 fn offer(p: &Publication, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
+    // A negative maximum (never from a driver) refuses every message: each is then counted and
+    // reported as dropped, never lost silently.
     let max = usize::try_from(p.max_message_length()).unwrap_or(0);
     if message.len() > max {
         return Err(Refused::Never("longer than the channel's maximum message (its term length / 8)"));
@@ -405,4 +412,47 @@ fn offer(p: &Publication, message: &mut [u8], reserved: i64) -> Result<i64, Refu
 
 fn align32(n: i64) -> i64 {
     (n + 31) & !31
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> OutState {
+        OutState {
+            assembly: Vec::new(),
+            assembly_start: None,
+            pending: VecDeque::new(),
+            flags: 0,
+            session: Some(1),
+            sent_session: 1,
+            drop_run: None,
+            offered: VecDeque::new(),
+            pool: Vec::new(),
+        }
+    }
+
+    /// A run of drops that continues into a new session of the source (positions from 0 again)
+    /// is closed there: it once grew a `to` below its `from`, and the status file holding it
+    /// no longer parsed (`shmlog stat` called it malformed, and a successor ignored it).
+    #[test]
+    fn a_run_of_drops_never_ends_before_it_starts() {
+        let (mut st, none) = (state(), ResumeFile::detached());
+        let mut info = BridgeInfo::new("s", BridgeDirection::Out, "aeron:udp?endpoint=x:1", 1, "d");
+        dropped(&mut st, &mut info, 4096, 4160, Refused::Busy);
+        dropped(&mut st, &mut info, 4160, 4224, Refused::Busy);
+        st.session = Some(2);
+        dropped(&mut st, &mut info, 0, 64, Refused::Busy);
+        sent(&mut st, &mut info, &none, 10, 64, 128);
+        assert_eq!(
+            info.losses,
+            vec![
+                Loss { from: 4096, to: 4224, messages: Some(2), cause: LossCause::Dropped },
+                Loss { from: 0, to: 64, messages: Some(1), cause: LossCause::Dropped },
+            ]
+        );
+        let text = info.to_text();
+        assert!(BridgeInfo::parse("s", BridgeDirection::Out, 1, &text).is_some(), "{text}");
+        assert_eq!(info.dropped, 3);
+    }
 }

@@ -10,19 +10,19 @@ use std::cell::Cell;
 /// join (no predecessor to resume from, or its position was gone) or of a new session of the
 /// source (its publisher restarted, positions start again). No gap is implied; a loss the out
 /// bridge knows of it reports itself.
-pub(crate) const FRESH_START: i64 = 1;
+pub const FRESH_START: i64 = 1;
 /// The out bridge dropped messages right before this one (policy `Drop`).
-pub(crate) const AFTER_DROP: i64 = 2;
+pub const AFTER_DROP: i64 = 2;
 
 const FLAGS: i64 = 31;
 
 /// The reserved value for a message starting at `start` with `flags`.
-pub(crate) fn encode(start: i64, flags: i64) -> i64 {
+pub fn encode(start: i64, flags: i64) -> i64 {
     (start & !FLAGS) | (flags & FLAGS)
 }
 
 /// (start position, flags) of a reserved value.
-pub(crate) fn decode(value: i64) -> (i64, i64) {
+pub fn decode(value: i64) -> (i64, i64) {
     (value & !FLAGS, value & FLAGS)
 }
 

@@ -26,7 +26,8 @@ pub struct BridgeArgs {
     /// The running driver's directory [default: /dev/shm/aeron-$USER].
     #[arg(long, value_name = "DIR", conflicts_with = "embedded_driver")]
     aeron_dir: Option<PathBuf>,
-    /// The embedded driver's jar [default: $AERON_JAR, else target/aeron/aeron-all-1.51.0.jar].
+    /// The embedded driver's jar [default: $AERON_JAR, else aeron-all-1.51.0.jar searched for
+    /// beside this executable, in target/aeron/ of its build, /opt/aeron/, /usr/share/java/].
     #[arg(long, value_name = "JAR")]
     driver_jar: Option<PathBuf>,
     /// The embedded driver's term length for network streams.
@@ -60,9 +61,8 @@ fn builder(a: &BridgeArgs) -> Result<BridgeBuilder, String> {
     let driver = match &a.embedded_driver {
         Some(dir) => {
             let mut cfg = DriverConfig::new(dir);
-            if let Some(jar) = &a.driver_jar {
-                cfg.jar = jar.clone();
-            }
+            cfg.jar =
+                a.driver_jar.as_ref().map(|jar| std::path::absolute(jar).unwrap_or_else(|_| jar.clone()));
             cfg.term_length = a.driver_term_length;
             cfg.properties.push(("aeron.mtu.length".into(), a.mtu.to_string()));
             Driver::Embedded(cfg)
@@ -108,6 +108,12 @@ fn summary(b: &BridgeInfo) -> String {
         b.dropped,
         b.reconnects
     );
+    if b.bad_positions > 0 {
+        s.push_str(&format!(
+            "\n  {} messages without a valid source position (no gap measured to them)",
+            b.bad_positions
+        ));
+    }
     for l in &b.losses {
         let n = l.messages.map_or_else(|| "unknown".into(), |n| n.to_string());
         s.push_str(&format!("\n  lost [{}, {}): {n} messages ({:?})", l.from, l.to, l.cause));

@@ -219,6 +219,13 @@ fn bridge_text(s: &mut String, b: &BridgeInfo) {
         // A status file's time is not trusted: clamp it before scaling.
         age(i64::try_from(b.updated_ms).unwrap_or(i64::MAX).saturating_mul(1_000_000))
     );
+    if b.bad_positions > 0 {
+        let _ = writeln!(
+            s,
+            "    BAD       {} messages without a valid source position (no gap measured to them)",
+            b.bad_positions
+        );
+    }
     for l in &b.losses {
         let n = l.messages.map_or_else(|| "unknown number of".to_owned(), |n| n.to_string());
         let _ = writeln!(
@@ -368,6 +375,7 @@ fn bridge_json(b: &BridgeInfo) -> Value {
         "back_pressure": b.back_pressure,
         "dropped": b.dropped,
         "reconnects": b.reconnects,
+        "bad_positions": b.bad_positions,
         "source_position": b.source_position,
         "resume_position": b.resume_position,
         "updated_ms": b.updated_ms,
