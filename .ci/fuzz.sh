@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-45}
 mkdir -p target
-read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler journal unblock bridge_status bridge_in}"
+read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler journal unblock bridge_status bridge_in doorbell}"
 start=$(date +%s)
 stamp() { echo "[fuzz +$(($(date +%s) - start))s] $*"; }
 

@@ -33,6 +33,15 @@ pub mod journal {
         pub use crate::journal::record::{decode, publish, snapshot, RECORD_LEN};
     }
 }
+/// The doorbell: its ring, its sleep in steps, and the wake budget.
+pub mod doorbell {
+    pub use crate::stream::doorbell::*;
+
+    /// [`Doorbell::ring_readers`] with a full fence (the barrier kind is the crate's own type).
+    pub fn ring_readers<R: crate::region::RegionMut>(bell: &Doorbell<R>) {
+        bell.ring_readers(crate::sync::LightBarrier::Full);
+    }
+}
 /// Creating and opening a stream's files.
 pub mod files {
     pub use crate::stream::files::*;

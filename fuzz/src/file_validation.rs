@@ -389,7 +389,7 @@ fn log_file(input: &mut Input<'_>) -> bool {
             exercise_log(&read.log);
             accepted = true;
         }
-        Ok(Found::Dead) => assert!(holder.is_none(), "a live publisher's log reported dead"),
+        Ok(Found::Dead(_)) => assert!(holder.is_none(), "a live publisher's log reported dead"),
         Ok(Found::Nothing) => panic!("an existing path reported as missing"),
         Ok(Found::Same) => panic!("no log was being read"),
         Err(e) => {

@@ -15,12 +15,14 @@
 //! - [`unblock`]: the unblocker of a concurrent log over hostile words.
 //! - [`bridge_status`]: a bridge's status file, as `shmlog stat` reads it.
 //! - [`bridge_in`]: the in bridge's fragment input from the network, through its duty cycle.
+//! - [`doorbell`]: the doorbell page's words as a hostile peer leaves them, under rings and sleeps.
 
 #![allow(clippy::disallowed_types)]
 
 mod assembler;
 mod bridge_in;
 mod bridge_status;
+mod doorbell;
 mod file_validation;
 mod input;
 mod journal;
@@ -33,6 +35,7 @@ mod unblock;
 pub use assembler::assembler;
 pub use bridge_in::bridge_in;
 pub use bridge_status::bridge_status;
+pub use doorbell::doorbell;
 pub use file_validation::file_validation;
 pub use journal::journal;
 pub use ops_oracle::ops_oracle;

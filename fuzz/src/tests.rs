@@ -7,14 +7,14 @@ use crate::file_validation::run_file_validation;
 use crate::ops_oracle::run_ops;
 use crate::term_reader::run_term_reader;
 use crate::{
-    assembler, bridge_in, bridge_status, file_validation, journal, ops_oracle, term_reader, unblock,
+    assembler, bridge_in, bridge_status, doorbell, file_validation, journal, ops_oracle, term_reader, unblock,
 };
 use shmlog::{BEGIN_FLAG, UNFRAGMENTED};
 use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 8] = [
+const TARGETS: [(&str, Target); 9] = [
     ("term_reader", term_reader),
     ("file_validation", file_validation),
     ("ops_oracle", ops_oracle),
@@ -23,6 +23,7 @@ const TARGETS: [(&str, Target); 8] = [
     ("unblock", unblock),
     ("bridge_status", bridge_status),
     ("bridge_in", bridge_in),
+    ("doorbell", doorbell),
 ];
 
 /// Bytes of a seed, written in the order the decoders read them.
@@ -417,8 +418,22 @@ fn bridge_in_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![("steady", steady.0), ("hostile", hostile)]
 }
 
+// --- doorbell seeds: ops 0 peer write (word index, value), 1 ring, 2 ring always, 3 ring the
+// writer, 4 arm (1: readers), 5 sleep (timeout us), 6 arm and ring, 7 budget (news).
+fn doorbell_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut honest = Seed::default();
+    honest.b(&[4, 1, 1, 5, 3]).b(&[4, 1, 5, 2]).b(&[6, 6, 3, 4, 0, 1, 5, 1]).b(&[7, 0, 7, 0, 7, 1]);
+    let mut hostile = Seed::default();
+    // The sleeper count at i32::MAX and i32::MIN (edge indices 9, 10), an armed word forged to
+    // -1, a passed ring forged, then arms, rings and sleeps over them.
+    hostile.b(&[0, 4, 9, 4, 1, 1, 5, 1]).b(&[0, 4, 10, 4, 1, 1, 5, 1]);
+    hostile.b(&[0, 0, 2, 1, 0, 5, 0, 4, 1, 5, 2]).b(&[0, 1, 9, 6, 0, 3, 12, 3, 6]);
+    vec![("honest", honest.0), ("hostile", hostile.0)]
+}
+
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
+        "doorbell" => doorbell_seeds(),
         "bridge_status" => bridge_status_seeds(),
         "bridge_in" => bridge_in_seeds(),
         "journal" => journal_seeds(),

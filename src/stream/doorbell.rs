@@ -111,7 +111,7 @@ impl<R: RegionMut> Doorbell<R> {
     /// The writer, after a commit: wakes sleeping readers, if any. One barrier and one load when
     /// nobody sleeps.
     #[inline(always)]
-    pub fn ring_readers(&self, barrier: LightBarrier) {
+    pub(crate) fn ring_readers(&self, barrier: LightBarrier) {
         self.ring(barrier, READERS_ARMED, READERS_BELL);
     }
 
