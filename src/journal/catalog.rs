@@ -25,8 +25,13 @@ pub const FILE_NAME: &str = "catalog";
 pub const HEADER_LEN: usize = 4096;
 /// Records of a new catalog (2 MiB).
 pub const DEFAULT_CAPACITY: usize = 4096;
-/// Catalog layout version written and read.
-pub const VERSION: i64 = 1;
+/// Catalog layout version written. Version 2 added two record words (checksum kind, cut
+/// count); a version 1 catalog is the same with those words zero, so it still opens: read-only
+/// as it is, and a recorder that opens it read-write marks it version 2 (older builds then refuse
+/// it with `VersionMismatch`).
+pub const VERSION: i64 = 2;
+/// Oldest catalog version read.
+pub const OLDEST_VERSION: i64 = 1;
 const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOGJ\0");
 
 /// Header words.
@@ -119,7 +124,13 @@ impl Catalog<MmapRegion> {
         let capacity = check_file(&path, &file)?;
         let region = MmapRegion::map(&file, 0, file_length(capacity))
             .map_err(|e| Error::io("map catalog", &path, e))?;
-        Self::checked(path, file, region, capacity)
+        let catalog = Self::checked(path, file, region, capacity)?;
+        if catalog.region.load_i64(header::VERSION, crate::sync::Ordering::Acquire) != VERSION {
+            // A version 1 catalog: its records are version 2 records without checksums.
+            catalog.region.store_i64(header::VERSION, VERSION, crate::sync::Ordering::Release);
+            catalog.region.flush(0, HEADER_LEN).map_err(|e| Error::io("sync catalog", &catalog.path, e))?;
+        }
+        Ok(catalog)
     }
 
     /// Allocates a record for a new recording, publishes `fields` in it and takes its
@@ -175,6 +186,11 @@ impl Catalog<MmapRegion> {
         record::stop(&self.region, record_base(id), stop, reason, crate::sys::clock::now_ns());
     }
 
+    /// Lowers record `id`'s positions to `stop` and counts a cut: before recovery zeroes past it.
+    pub fn cut_back(&self, id: u32, stop: i64) {
+        record::cut_back(&self.region, record_base(id), stop);
+    }
+
     pub fn resume(&self, id: u32, stop: i64) {
         record::resume(&self.region, record_base(id), stop, std::process::id() as i32);
     }
@@ -222,7 +238,7 @@ impl<R: Region> Catalog<R> {
         if word(header::MAGIC) != MAGIC {
             return Err(corrupt("not a shmlog journal catalog"));
         }
-        if word(header::VERSION) != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&word(header::VERSION)) {
             let found = i32::try_from(word(header::VERSION)).unwrap_or(-1);
             return Err(Error::VersionMismatch { path, found, expected: VERSION as i32 });
         }
@@ -251,14 +267,17 @@ impl<R: Region> Catalog<R> {
         }
     }
 
-    /// Recording `id`'s recorded position and whether it has stopped: two loads, for a replay
-    /// following a recording as it grows.
-    pub fn progress(&self, id: u32) -> (i64, bool) {
-        let base = record_base(id);
-        let state = self.region.load_i64(base + record::word::STATE * 8, crate::sync::Ordering::Acquire);
-        let recorded =
-            self.region.load_i64(base + record::word::RECORDED * 8, crate::sync::Ordering::Acquire);
-        (recorded, state == record::STOPPED)
+    /// Recording `id`'s cut count, recorded position and whether it has stopped: three loads,
+    /// for a replay following a recording as it grows. `id` must be below the capacity (a
+    /// recording [`Catalog::get`] returned).
+    pub fn progress(&self, id: u32) -> record::Progress {
+        record::progress(&self.region, record_base(id))
+    }
+
+    /// After reading bytes of recording `id` below a position [`Catalog::progress`] gave with
+    /// `cuts`: `true` if recovery began no cut since, so the bytes are the recorded ones.
+    pub fn uncut(&self, id: u32, cuts: i64) -> bool {
+        record::uncut(&self.region, record_base(id), cuts)
     }
 
     /// Every recording in the catalog, by id; a record that fails validation is an error naming it.

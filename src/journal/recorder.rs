@@ -9,11 +9,12 @@
 
 use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
-use super::record::{Fields, Recording, StopReason};
+use super::record::{Checksum, Fields, Recording, StopReason};
 use super::recovery;
 use super::segment::{self, Segment};
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
+use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
 use crate::log::position::Terms;
 use crate::region::MmapRegion;
 use crate::stream::join::JoinAt;
@@ -25,6 +26,9 @@ use std::time::{Duration, Instant};
 pub const BLOCK_LEN: usize = 1 << 20;
 /// Default segment file length.
 pub const DEFAULT_SEGMENT_LENGTH: u64 = 128 << 20;
+/// Bytes of a block copied, sealed (checksums stored) and written at a time: small enough to
+/// stay in the L2 cache from the copy through the checksums to the `pwrite`.
+const SEAL_CHUNK: usize = 256 << 10;
 
 /// When recorded bytes are forced from the page cache to the disk.
 ///
@@ -58,6 +62,7 @@ pub struct RecorderBuilder {
     catalog_capacity: usize,
     resume: bool,
     wake_on_commit: bool,
+    checksum: Checksum,
 }
 
 /// How long an idle recorder sleeps between looks unless woken on commit.
@@ -115,6 +120,18 @@ impl RecorderBuilder {
         self
     }
 
+    /// What each recorded frame carries to detect damage (default [`Checksum::Crc32c`]): its
+    /// CRC32C in its 8-byte reserved value, computed over the frame as recorded (header with the
+    /// reserved value taken as zero, then payload) and checked on replay, so any flipped bit of
+    /// a frame's header or payload is [`Error::CorruptRecording`], never a delivered message.
+    /// The publisher's reserved values are therefore **not kept** in such a recording.
+    /// [`Checksum::None`] keeps them and checks only each frame's structure. Recorded in the
+    /// catalog per recording ([`Recording::checksum`]); a resumed recording keeps its own.
+    pub fn checksum(mut self, checksum: Checksum) -> Self {
+        self.checksum = checksum;
+        self
+    }
+
     /// Records a new catalog gets (default 4096).
     pub fn catalog_capacity(mut self, records: usize) -> Self {
         self.catalog_capacity = records;
@@ -164,6 +181,8 @@ impl RecorderBuilder {
             active: None,
             segment_length: self.segment_length,
             fsync: self.fsync,
+            checksum: self.checksum,
+            scratch: Vec::new(),
             previous: None,
             lost: 0,
             failed: false,
@@ -220,6 +239,7 @@ impl Recorder {
             catalog_capacity: DEFAULT_CAPACITY,
             resume: true,
             wake_on_commit: false,
+            checksum: Checksum::Crc32c,
         }
     }
 
@@ -398,6 +418,7 @@ impl LogFacts {
 struct Active {
     id: u32,
     expect: Expect,
+    checksum: Checksum,
     segment_length: u64,
     segment: Option<Segment>,
     recorded: i64,
@@ -416,6 +437,7 @@ impl Active {
         Ok(Self {
             id: r.id,
             expect,
+            checksum: r.checksum,
             segment_length: r.segment_length,
             segment: Some(Segment::open(dir, r.id, base, r.segment_length)?),
             recorded: stop,
@@ -434,6 +456,10 @@ struct Writer {
     active: Option<Active>,
     segment_length: u64,
     fsync: Fsync,
+    /// For recordings begun from now on (a resumed one keeps its own).
+    checksum: Checksum,
+    /// Where blocks are copied to be sealed, reused.
+    scratch: Vec<u8>,
     /// The recording the next one continues, and the position it stopped at.
     previous: Option<(u32, i64)>,
     /// Bytes skipped between recordings, over the recorder's life.
@@ -456,7 +482,10 @@ impl Writer {
             let next_term = terms.term_begin(a.recorded) + terms.term_length as i64;
             if terms.term_offset(a.recorded) != 0 && position == next_term {
                 // The log had padding to the term's end here, which reads skip.
-                let (pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
+                let (mut pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
+                if a.checksum == Checksum::Crc32c {
+                    frames::seal(&mut pad);
+                }
                 Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_at(&pad, at)?;
             } else {
                 // Not contiguous (cannot happen to a tethered reader): a new recording.
@@ -467,7 +496,12 @@ impl Writer {
             }
         }
         let a = self.active.as_mut().expect("begun above");
-        Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?.write_at(block, position)?;
+        let checksum = a.checksum;
+        let segment = Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?;
+        match checksum {
+            Checksum::None => segment.write_at(block, position)?,
+            Checksum::Crc32c => write_sealed(segment, &mut self.scratch, block, position)?,
+        }
         a.recorded = position + block.len() as i64;
         self.catalog.set_recorded(a.id, a.recorded);
         Ok(())
@@ -494,10 +528,12 @@ impl Writer {
             pid: std::process::id() as i32,
             gap_before: gap,
             previous: previous.map(|(id, _)| id),
+            checksum: self.checksum,
         })?;
         self.active = Some(Active {
             id,
             expect: e,
+            checksum: self.checksum,
             segment_length,
             segment: None,
             recorded: position,
@@ -565,4 +601,48 @@ impl Writer {
         }
         synced
     }
+}
+
+/// Writes `block` (whole committed frames from stream `position` on) with each frame's checksum
+/// in its reserved value: copied into `scratch` a chunk at a time, sealed there, written from
+/// there. The live log is never written.
+fn write_sealed(segment: &Segment, scratch: &mut Vec<u8>, block: &[u8], position: i64) -> Result<(), Error> {
+    let mut at = 0;
+    while at < block.len() {
+        let rest = &block[at..];
+        scratch.clear();
+        scratch.extend_from_slice(&rest[..rest.len().min(SEAL_CHUNK)]);
+        let mut end = 0;
+        while let Some((len, aligned)) = frame_extent(&scratch[end..]) {
+            frames::seal(&mut scratch[end..end + len]);
+            end += aligned;
+        }
+        if end == 0 {
+            // One frame longer than a chunk.
+            let Some((len, aligned)) = frame_extent(rest) else {
+                // Not a frame where the reader found one: only a writer breaking the protocol
+                // changes a committed frame.
+                return Err(Error::Corrupt {
+                    path: segment.path.clone(),
+                    what: "a frame of the live log changed while the recorder copied it",
+                });
+            };
+            scratch.clear();
+            scratch.extend_from_slice(&rest[..aligned]);
+            frames::seal(&mut scratch[..len]);
+            end = aligned;
+        }
+        segment.write_at(&scratch[..end], position + at as i64)?;
+        at += end;
+    }
+    Ok(())
+}
+
+/// The length and the aligned length of the frame at the start of `bytes`, if it lies wholly in
+/// them.
+fn frame_extent(bytes: &[u8]) -> Option<(usize, usize)> {
+    let word: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
+    let len = usize::try_from(i32::from_le_bytes(word)).ok().filter(|&len| len >= HEADER_LEN)?;
+    let aligned = len.checked_add(FRAME_ALIGNMENT - 1)? & !(FRAME_ALIGNMENT - 1);
+    (aligned <= bytes.len()).then_some((len, aligned))
 }

@@ -1,9 +1,10 @@
 //! Reading a recording's frames back: segment bytes are copied (`pread`) into a buffer of ours
 //! and every frame is validated before anything of it is used, so a damaged, truncated or
 //! foreign segment yields an error naming the file and the position, never a wrong delivery.
+//! Frames of a checksummed recording must also match their CRC32C (`frames::sealed`).
 
 use super::frames::{self, Expect, Frame};
-use super::record::Recording;
+use super::record::{Checksum, Recording};
 use super::recorder::BLOCK_LEN;
 use super::segment;
 use crate::error::Error;
@@ -21,11 +22,14 @@ pub struct SegmentReader {
     id: u32,
     segment_length: u64,
     expect: Expect,
+    checksum: Checksum,
     file: Option<(i64, File, PathBuf)>,
     buf: Vec<u8>,
     /// Stream position of `buf[0]`, and how many bytes of `buf` are valid.
     buf_position: i64,
     buf_len: usize,
+    /// Set by every read from a file: the caller checks that no cut overlapped it.
+    fresh: bool,
 }
 
 impl SegmentReader {
@@ -39,10 +43,12 @@ impl SegmentReader {
                 session_id: r.session_id,
                 stream_id: r.stream_id,
             },
+            checksum: r.checksum,
             file: None,
             buf: Vec::new(),
             buf_position: 0,
             buf_len: 0,
+            fresh: false,
         }
     }
 
@@ -62,10 +68,25 @@ impl SegmentReader {
         if position + frame.aligned as i64 > limit {
             return Err(self.corrupt(position, "a frame runs past the recording's stop position"));
         }
-        if !frame.is_padding() {
-            self.cover(position, frame.len, limit)?;
+        let covered = if frame.is_padding() { HEADER_LEN } else { frame.len };
+        self.cover(position, covered, limit)?;
+        if self.checksum == Checksum::Crc32c {
+            let at = (position - self.buf_position) as usize;
+            if !frames::sealed(&self.buf[at..at + covered], &frame.rest) {
+                return Err(self.corrupt(position, "the frame does not match its checksum"));
+            }
         }
         Ok(frame)
+    }
+
+    /// `true` if the buffer was read from a file since the last call.
+    pub fn take_fresh(&mut self) -> bool {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// Drops what the buffer holds: the next frame is read from the file again.
+    pub fn forget(&mut self) {
+        self.buf_len = 0;
     }
 
     /// The `len` bytes at `position`, which [`SegmentReader::frame`] just covered.
@@ -102,6 +123,7 @@ impl SegmentReader {
         }
         self.buf_position = position;
         self.buf_len = got;
+        self.fresh = true;
         if got < want {
             return Err(self.corrupt(position + got as i64, "the segment file is shorter than the recording"));
         }

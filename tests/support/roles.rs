@@ -630,7 +630,8 @@ fn idle_publisher(cfg: &Settings, ctx: &Ctx) -> ! {
 
 /// Records stream `name` into the journal directory `journal` until its session ends (or the
 /// `quit` command); `kill_us` kills it at a random point, `fsize` caps the size of files it
-/// may create (RLIMIT_FSIZE: a disk that cannot take another segment).
+/// may create (RLIMIT_FSIZE: a disk that cannot take another segment), `hold` makes it wait for
+/// the `go` command between starting (recovery done, `recording` said) and its first poll.
 fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
     use shmlog::journal::{Fsync, Recorder};
     if let Some(limit) = cfg.u64("fsize") {
@@ -661,6 +662,9 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
         Err(e) => ctx.fail(&format!("recorder start: {e}")),
     };
     ctx.emit("recording", &format!("resumed={}", r.recording_id().map_or(-1, i64::from)));
+    if cfg.flag("hold") {
+        ctx.wait_command("go");
+    }
     let mut started = false;
     loop {
         match r.poll() {
