@@ -117,7 +117,10 @@ impl Catalog<MmapRegion> {
             Err(e) => Err(Error::io("publish catalog", path, e)),
         };
         drop(guard);
-        linked
+        linked?;
+        super::segment::trace::note(|| "link catalog".into());
+        // The catalog's name (and the temporary one's removal) must survive a power loss too.
+        super::segment::sync_dir(dir)
     }
 
     fn map(path: PathBuf, file: File) -> Result<Self, Error> {

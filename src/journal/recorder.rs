@@ -188,7 +188,7 @@ impl RecorderBuilder {
             failed: false,
         };
         if let Some((recording, stop)) = resumed {
-            writer.active = Some(Active::resumed(&writer.dir, &recording, stop)?);
+            writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
         }
         Ok(Recorder {
             sub: Some(sub),
@@ -427,7 +427,7 @@ struct Active {
 }
 
 impl Active {
-    fn resumed(dir: &Path, r: &Recording, stop: i64) -> Result<Self, Error> {
+    fn resumed(dir: &Path, r: &Recording, stop: i64, fsync: Fsync) -> Result<Self, Error> {
         let expect = Expect {
             terms: Terms::new(r.term_length, r.initial_term_id),
             session_id: r.session_id,
@@ -439,7 +439,7 @@ impl Active {
             expect,
             checksum: r.checksum,
             segment_length: r.segment_length,
-            segment: Some(Segment::open(dir, r.id, base, r.segment_length)?),
+            segment: Some(Segment::open(dir, r.id, base, r.segment_length, fsync != Fsync::Never)?),
             recorded: stop,
             durable: r.durable_position.min(stop),
             last_sync: Instant::now(),
@@ -558,11 +558,12 @@ impl Writer {
                     old.sync()?;
                     a.durable = a.recorded;
                     catalog.set_durable(a.id, a.durable);
+                    segment::trace::note(|| format!("durable {}", a.durable));
                     catalog.sync(a.id)?;
                     a.last_sync = Instant::now();
                 }
             }
-            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length)?);
+            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length, fsync != Fsync::Never)?);
         }
         Ok(a.segment.as_ref().expect("opened above"))
     }
@@ -584,6 +585,7 @@ impl Writer {
         a.durable = a.recorded;
         a.last_sync = Instant::now();
         self.catalog.set_durable(a.id, a.durable);
+        segment::trace::note(|| format!("durable {}", a.durable));
         self.catalog.sync(a.id)
     }
 
@@ -645,4 +647,62 @@ fn frame_extent(bytes: &[u8]) -> Option<(usize, usize)> {
     let len = usize::try_from(i32::from_le_bytes(word)).ok().filter(|&len| len >= HEADER_LEN)?;
     let aligned = len.checked_add(FRAME_ALIGNMENT - 1)? & !(FRAME_ALIGNMENT - 1);
     (aligned <= bytes.len()).then_some((len, aligned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::publication::Publication;
+    use crate::journal::segment::trace;
+    use crate::testing::TempDir;
+
+    /// Records 3 000 messages of 100 bytes (about six 64 KiB segments) into `journal` and
+    /// returns what the journal did to its directory.
+    fn record_events(shm: &Path, journal: &Path, fsync: Fsync) -> Vec<String> {
+        trace::take();
+        let mut recorder = Recorder::builder("dirsync", journal)
+            .stream_dir(shm)
+            .segment_length(1 << 16)
+            .fsync(fsync)
+            .start()
+            .unwrap();
+        let mut p = Publication::builder("dirsync").dir(shm).term_length(1 << 16).create().unwrap();
+        while !p.is_connected() {
+            recorder.poll().unwrap();
+        }
+        for i in 0..3_000u32 {
+            while let Err(e) = p.offer(&[i as u8; 100]) {
+                assert!(e.is_retryable(), "{e}");
+                recorder.poll().unwrap();
+            }
+        }
+        while recorder.recorded_position() < p.position() {
+            recorder.poll().unwrap();
+        }
+        recorder.stop().unwrap();
+        trace::take()
+    }
+
+    #[test]
+    fn a_durable_policy_syncs_the_directory_after_each_new_segment_and_the_catalog() {
+        let (shm, disk) = (TempDir::new("dirsync-shm"), TempDir::new("dirsync-journal"));
+        let events = record_events(shm.path(), &disk.path().join("per-segment"), Fsync::PerSegment);
+        assert_eq!(events[..2], ["link catalog", "sync dir"], "{events:?}");
+        let creates: Vec<usize> =
+            events.iter().enumerate().filter(|(_, e)| e.starts_with("create")).map(|(i, _)| i).collect();
+        assert!(creates.len() >= 5, "{events:?}");
+        for (k, &i) in creates.iter().enumerate() {
+            // The new segment's name is synced before anything after it is called durable, and
+            // each segment left was made durable before the next was begun.
+            assert_eq!(events[i + 1], "sync dir", "{events:?}");
+            if k > 0 {
+                assert!(events[i - 1].starts_with("durable"), "{events:?}");
+            }
+        }
+        // Never: nothing is promised, so only the catalog's creation syncs the directory.
+        let events = record_events(shm.path(), &disk.path().join("never"), Fsync::Never);
+        assert_eq!(events.iter().filter(|e| *e == "sync dir").count(), 1, "{events:?}");
+        assert!(events.iter().filter(|e| e.starts_with("create")).count() >= 5, "{events:?}");
+        assert!(!events.iter().any(|e| e.starts_with("durable")), "{events:?}");
+    }
 }

@@ -97,10 +97,18 @@ fn scrub(dir: &Path, r: &Recording, stop: i64, trusted: i64) -> Result<(), Error
         }
     }
     let later = segment::list(dir, r.id).map_err(|e| Error::io("list segments", dir, e))?;
+    let mut removed = false;
     for (later_base, later_path) in later {
         if later_base > base {
             fs::remove_file(&later_path).map_err(|e| Error::io("remove segment", &later_path, e))?;
+            segment::trace::note(|| format!("remove {}-{later_base}.seg", r.id));
+            removed = true;
         }
+    }
+    if removed {
+        // Or a power loss brings them back, with bytes after the cut (whatever the fsync policy:
+        // recovery is rare and the sync cheap).
+        segment::sync_dir(dir)?;
     }
     Ok(())
 }
@@ -203,8 +211,11 @@ mod tests {
         fs::write(segment::path(dir.path(), 3, 0), &seg).unwrap();
         fs::write(segment::path(dir.path(), 3, 1 << 20), [1u8; 64]).unwrap();
         let r = recording(seg.len() as i64);
+        segment::trace::take();
         assert_eq!(cut(dir.path(), &r, |_| {}).unwrap(), good);
         assert!(!segment::path(dir.path(), 3, 1 << 20).exists(), "a segment begun after the cut was kept");
+        // The removal is made durable (T4).
+        assert_eq!(segment::trace::take(), ["remove 3-1048576.seg", "sync dir"]);
         // After a reboot only the durable position is trusted.
         let rebooted =
             Recording { boot_id: boot_id().wrapping_add(1), durable_position: 0, ..recording(good) };
