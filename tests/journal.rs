@@ -799,3 +799,36 @@ fn a_replay_following_a_recovering_recorder_never_reports_false_damage() {
     assert_eq!(v.total, whole, "the following replay got every message once, in order");
     assert_eq!(journal::recordings(disk.path()).unwrap().len(), 1, "every restart resumed");
 }
+
+#[test]
+fn a_recorder_stopped_by_a_full_disk_still_tells_how_far_it_recorded() {
+    let _x = support::exclusive();
+    let (shm, disk) = (ShmDir::new("journal-full-pos"), DiskDir::new("full-pos"));
+    // A limit far above anything written, so the recorder ignores SIGXFSZ; lowered from here
+    // once 4 MiB are recorded (RLIMIT_FSIZE: EFBIG where a full disk gives ENOSPC).
+    let mut recorder = Peer::spawn(
+        "recorder",
+        "recorder",
+        &recorder_cfg(shm.path(), disk.path(), "full-pos").set("segment", 4 << 20).set("fsize", 1u64 << 40),
+    );
+    recorder.expect("recording", Duration::from_secs(10));
+    let mut publisher = Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "full-pos"));
+    publisher.expect("ready", Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while journal::recording(disk.path(), 0).map_or(0, |r| r.stop_position) < 4 << 20 {
+        assert!(Instant::now() < deadline, "4 MiB were not recorded");
+        std::thread::yield_now();
+    }
+    let limit = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+    // SAFETY: a valid pointer to a local for the new limit, none for the old one.
+    let rc =
+        unsafe { libc::prlimit(recorder.pid() as i32, libc::RLIMIT_FSIZE, &limit, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let error = recorder.expect("record_error", Duration::from_secs(30));
+    assert!(error.get("err").unwrap().starts_with("InsufficientSpace"), "{}", error.raw);
+    let r = journal::recording(disk.path(), 0).unwrap();
+    assert_eq!(r.state, RecordingState::Stopped(StopReason::DiskFull));
+    assert!(r.stop_position >= 4 << 20, "{}", r.stop_position);
+    assert_eq!(error.num("position"), r.stop_position, "Recorder::recorded_position() after the stop");
+    drop(publisher);
+}

@@ -186,6 +186,7 @@ impl RecorderBuilder {
             previous: None,
             lost: 0,
             failed: false,
+            last_stop: 0,
         };
         if let Some((recording, stop)) = resumed {
             writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
@@ -312,9 +313,10 @@ impl Recorder {
         self.w.active.as_ref().map(|a| a.id)
     }
 
-    /// Position recorded so far in the current recording (0 if none).
+    /// Position recorded so far in the current recording; between recordings (and once an
+    /// error stopped the recorder) the position the last one stopped at; 0 before the first.
     pub fn recorded_position(&self) -> i64 {
-        self.w.active.as_ref().map_or(0, |a| a.recorded)
+        self.w.active.as_ref().map_or(self.w.last_stop, |a| a.recorded)
     }
 
     /// Bytes of the stream an untethered recorder skipped, over its life.
@@ -465,6 +467,8 @@ struct Writer {
     /// Bytes skipped between recordings, over the recorder's life.
     lost: i64,
     failed: bool,
+    /// Where the last recording closed stopped.
+    last_stop: i64,
 }
 
 impl Writer {
@@ -597,6 +601,7 @@ impl Writer {
             self.sync_due(true)
         };
         if let Some(a) = self.active.take() {
+            self.last_stop = a.recorded;
             self.catalog.stop(a.id, a.recorded, reason);
             let _ = self.catalog.sync(a.id);
             self.catalog.release(a.id);

@@ -677,7 +677,8 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
             }
             Ok(_) => started |= r.recording_id().is_some(),
             Err(e) => {
-                ctx.emit("record_error", &format!("err={}", format!("{e:?}").replace(' ', "_")));
+                let err = format!("{e:?}").replace(' ', "_");
+                ctx.emit("record_error", &format!("err={err} position={}", r.recorded_position()));
                 std::process::exit(4)
             }
         }
