@@ -163,27 +163,30 @@ static MEDIUM: Shift = Shift::new(256);
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 static SHORT: Shift = Shift::new(64);
 
-/// The three-way hardware loop over `step` (one 8-byte CRC instruction) and `step_byte`.
+/// The three-way hardware loop over `step` (one 8-byte CRC instruction) and `step_byte`. The
+/// registers are kept as `u64`, as x86-64's instruction takes and gives them: narrowing to
+/// `u32` between steps put a zero-extending move on each chain (4 cycles a step instead of 3).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[inline(always)]
 fn interleaved(
-    mut crc: u32,
+    crc: u32,
     mut bytes: &[u8],
-    step: impl Fn(u32, u64) -> u32,
+    step: impl Fn(u64, u64) -> u64,
     step_byte: impl Fn(u32, u8) -> u32,
 ) -> u32 {
+    let mut crc = crc as u64;
     for (len, shift) in [(4096, &LONG), (256, &MEDIUM), (64, &SHORT)] {
         while bytes.len() >= 3 * len {
             let (a, rest) = bytes.split_at(len);
             let (b, rest) = rest.split_at(len);
             let (c, rest) = rest.split_at(len);
-            let (mut x, mut y, mut z) = (crc, 0u32, 0u32);
+            let (mut x, mut y, mut z) = (crc, 0u64, 0u64);
             for ((a, b), c) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(c.chunks_exact(8)) {
                 x = step(x, u64::from_le_bytes(a.try_into().expect("8 bytes")));
                 y = step(y, u64::from_le_bytes(b.try_into().expect("8 bytes")));
                 z = step(z, u64::from_le_bytes(c.try_into().expect("8 bytes")));
             }
-            crc = shift.apply(shift.apply(x) ^ y) ^ z;
+            crc = (shift.apply(shift.apply(x as u32) ^ y as u32) ^ z as u32) as u64;
             bytes = rest;
         }
     }
@@ -191,6 +194,7 @@ fn interleaved(
     for w in &mut words {
         crc = step(crc, u64::from_le_bytes(w.try_into().expect("8 bytes")));
     }
+    let mut crc = crc as u32;
     for &b in words.remainder() {
         crc = step_byte(crc, b);
     }
@@ -209,7 +213,7 @@ unsafe fn raw_sse42(crc: u32, bytes: &[u8]) -> u32 {
         crc,
         bytes,
         // SAFETY: the caller's contract: the CPU has SSE4.2, the intrinsic's only requirement.
-        |crc, w| unsafe { _mm_crc32_u64(crc as u64, w) as u32 },
+        |crc, w| unsafe { _mm_crc32_u64(crc, w) },
         // SAFETY: as above.
         |crc, b| unsafe { _mm_crc32_u8(crc, b) },
     )
@@ -228,7 +232,7 @@ unsafe fn raw_arm(crc: u32, bytes: &[u8]) -> u32 {
         bytes,
         // SAFETY: the caller's contract: the CPU has the CRC extension, the intrinsic's only
         // requirement.
-        |crc, w| unsafe { __crc32cd(crc, w) },
+        |crc, w| unsafe { __crc32cd(crc as u32, w) as u64 },
         // SAFETY: as above.
         |crc, b| unsafe { __crc32cb(crc, b) },
     )
