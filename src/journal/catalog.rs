@@ -312,3 +312,62 @@ impl Drop for RemoveOnDrop<'_> {
         let _ = fs::remove_file(self.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::{Checksum, Fields};
+    use crate::testing::TempDir;
+    use std::os::unix::fs::FileExt;
+
+    fn fields(checksum: Checksum) -> Fields<'static> {
+        Fields {
+            stream: "s",
+            session_id: 1,
+            stream_id: 2,
+            term_length: 1 << 16,
+            mtu: 1408,
+            initial_term_id: 0,
+            segment_length: 1 << 20,
+            start_position: 0,
+            start_unix_ns: 1,
+            boot_id: 0,
+            pid: 1,
+            gap_before: 0,
+            previous: None,
+            checksum,
+        }
+    }
+
+    fn set_version(dir: &Path, version: i64) {
+        let file = fs::OpenOptions::new().write(true).open(dir.join(FILE_NAME)).unwrap();
+        file.write_all_at(&version.to_le_bytes(), header::VERSION as u64).unwrap();
+    }
+
+    fn version(dir: &Path) -> i64 {
+        let mut b = [0u8; 8];
+        File::open(dir.join(FILE_NAME)).unwrap().read_exact_at(&mut b, header::VERSION as u64).unwrap();
+        i64::from_le_bytes(b)
+    }
+
+    #[test]
+    fn a_version_1_catalog_opens_and_a_recorder_marks_it_version_2_and_a_later_one_is_refused() {
+        let dir = TempDir::new("catalog-v1");
+        let catalog = Catalog::open_or_create(dir.path(), 4).unwrap();
+        // A version 1 record: the checksum kind and the cut count are zero.
+        let id = catalog.allocate(&fields(Checksum::None)).unwrap();
+        catalog.release(id);
+        drop(catalog);
+        set_version(dir.path(), 1);
+        let read = Catalog::open(dir.path()).unwrap();
+        assert_eq!(read.get(id).unwrap().checksum, Checksum::None);
+        assert_eq!(version(dir.path()), 1, "a reader changes nothing");
+        drop(Catalog::open_or_create(dir.path(), 4).unwrap());
+        assert_eq!(version(dir.path()), 2, "a recorder marks it version 2");
+        set_version(dir.path(), 3);
+        match Catalog::open(dir.path()) {
+            Err(Error::VersionMismatch { found: 3, expected: 2, .. }) => {}
+            other => panic!("a version 3 catalog was not refused: {other:?}"),
+        }
+    }
+}

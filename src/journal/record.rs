@@ -29,8 +29,10 @@ pub const NAME_MAX: usize = 128;
 /// Largest segment file.
 pub const SEGMENT_MAX: u64 = 1 << 40;
 
-/// Word indices. Loaded in index order: the state first, `durable` before `recorded`. Words 34
-/// and 35 came with catalog version 2 (zero in a version 1 record: no checksum, never cut).
+/// Word indices. Loaded in index order: the state first, `durable` before `recorded`. Catalog
+/// version 2 added the checksum kind (bits 32..40 of `NAME_LEN`, beside the name's length, so a
+/// snapshot loads no more words than before: each relaxed word loom may read either way doubles
+/// model j) and `CUTS`; both are zero in a version 1 record: no checksum, never cut.
 pub mod word {
     pub const STATE: usize = 0;
     pub const STOP_REASON: usize = 1;
@@ -49,12 +51,15 @@ pub mod word {
     pub const PID: usize = 14;
     pub const GAP_BEFORE: usize = 15;
     pub const PREVIOUS: usize = 16;
+    /// The name's length (bits 0..32) and the checksum kind (bits 32..40).
     pub const NAME_LEN: usize = 17;
     pub const NAME: usize = 18;
-    /// After the 16 words of the name.
-    pub const CHECKSUM: usize = 34;
-    pub const CUTS: usize = 35;
+    /// After the 16 words of the name: how many times recovery cut the recording back.
+    pub const CUTS: usize = 34;
 }
+
+/// The bits of the `NAME_LEN` word that hold the name's length.
+const NAME_LEN_MASK: i64 = 0xffff_ffff;
 
 /// Record states.
 pub const FREE: i64 = 0;
@@ -260,12 +265,11 @@ pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
     put(word::PID, f.pid as i64);
     put(word::GAP_BEFORE, f.gap_before);
     put(word::PREVIOUS, f.previous.map_or(-1, i64::from));
-    put(word::CHECKSUM, f.checksum.code());
-    put(word::CUTS, 0);
     // Words past the name stay zero (a record is allocated once, from zeroed bytes).
     let name = f.stream.as_bytes();
     debug_assert!(name.len() <= NAME_MAX);
-    put(word::NAME_LEN, name.len() as i64);
+    put(word::NAME_LEN, name.len() as i64 | f.checksum.code() << 32);
+    // CUTS stays zero, like the words past the name.
     for (i, chunk) in name.chunks(8).enumerate() {
         let mut b = [0u8; 8];
         b[..chunk.len()].copy_from_slice(chunk);
@@ -350,19 +354,16 @@ pub fn uncut<R: Region>(region: &R, base: usize, cuts: i64) -> bool {
 }
 
 /// The record's words, state first (acquire), each later word acquire-loaded in index order, as
-/// far as the name's length says (the rest of the name reads as zero), then the checksum and
-/// cut words.
+/// far as the name's length says (the rest of the name reads as zero). The cut count is read by
+/// [`progress`].
 pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
     let mut words = [0i64; WORDS];
     for (i, w) in words.iter_mut().enumerate().take(word::NAME) {
         *w = region.load_i64(at(base, i), Ordering::Acquire);
     }
-    let name_words = (words[word::NAME_LEN].clamp(0, NAME_MAX as i64) as usize).div_ceil(8);
+    let name_words = ((words[word::NAME_LEN] & NAME_LEN_MASK).min(NAME_MAX as i64) as usize).div_ceil(8);
     for (i, w) in words.iter_mut().enumerate().skip(word::NAME).take(name_words) {
         *w = region.load_i64(at(base, i), Ordering::Acquire);
-    }
-    for i in [word::CHECKSUM, word::CUTS] {
-        words[i] = region.load_i64(at(base, i), Ordering::Acquire);
     }
     words
 }
@@ -425,7 +426,8 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
         -1 => None,
         p => Some(u32::try_from(p).map_err(|_| "previous recording id out of range")?),
     };
-    let name_len = w[word::NAME_LEN];
+    let checksum = Checksum::from_code(w[word::NAME_LEN] >> 32).ok_or("unknown checksum kind")?;
+    let name_len = w[word::NAME_LEN] & NAME_LEN_MASK;
     if !(1..=NAME_MAX as i64).contains(&name_len) {
         return Err("stream name length out of range");
     }
@@ -438,7 +440,6 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
     if stream.contains(['/', '\0']) {
         return Err("stream name contains '/' or NUL");
     }
-    let checksum = Checksum::from_code(w[word::CHECKSUM]).ok_or("unknown checksum kind")?;
     let stop_ns = w[word::STOP_NS];
     Ok(Some(Recording {
         id,
@@ -537,8 +538,8 @@ mod tests {
             (word::NAME_LEN, 129),
             (word::NAME, i64::from_le_bytes(*b"/\0\0\0\0\0\0\0")),
             (word::NAME, 0xff),
-            (word::CHECKSUM, 2),
-            (word::CHECKSUM, -1),
+            (word::NAME_LEN, 2 << 32 | 1),
+            (word::NAME_LEN, -1),
         ];
         for &(w, v) in cases {
             let mut bad = good;
