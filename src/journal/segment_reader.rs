@@ -5,7 +5,6 @@
 
 use super::frames::{self, Expect, Frame};
 use super::record::{Checksum, Recording};
-use super::recorder::BLOCK_LEN;
 use super::segment;
 use crate::error::Error;
 use crate::layout::frame::HEADER_LEN;
@@ -14,6 +13,10 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+/// Bytes read from a segment at a time (more for a longer frame): small enough to stay in the L2
+/// cache until the frames' checksums and the handler have read them.
+const READ_LEN: usize = 256 << 10;
 
 /// Reads frames of one recording from its segment files.
 #[derive(Debug)]
@@ -102,7 +105,7 @@ impl SegmentReader {
             return Ok(());
         }
         let base = segment::base_of(position, self.segment_length);
-        let want = (limit.min(base + self.segment_length as i64) - position).min(BLOCK_LEN.max(len) as i64);
+        let want = (limit.min(base + self.segment_length as i64) - position).min(READ_LEN.max(len) as i64);
         if want < len as i64 {
             return Err(self.corrupt(position, "a frame runs past the recording's stop position"));
         }
