@@ -28,10 +28,11 @@ const STREAM: i32 = 6;
 ///   header or payload is never delivered.
 pub fn journal(data: &[u8]) {
     let mut input = Input::new(data);
-    match input.below(3) {
+    // 2 and 3 keep the byte values of the seeds written before sealed recordings existed.
+    match input.below(4) {
         0 => record_words(&mut input),
         1 => one_frame(&mut input),
-        _ => recording(&mut input),
+        scenario => recording(&mut input, scenario == 3),
     }
 }
 
@@ -116,11 +117,11 @@ fn scratch_dir() -> PathBuf {
     base.join(format!("shmlog-fuzz-journal-{}-{n:?}", std::process::id()).replace(['(', ')'], ""))
 }
 
-fn recording(input: &mut Input<'_>) {
+/// `sealed`: each frame carries its CRC32C (`Checksum::Crc32c`).
+fn recording(input: &mut Input<'_>, sealed: bool) {
     let dir = scratch_dir();
     let _ = std::fs::remove_dir_all(&dir);
     let catalog = Catalog::open_or_create(&dir, 4).expect("a catalog in a scratch directory");
-    let sealed = input.bool();
     let checksum = if sealed { Checksum::Crc32c } else { Checksum::None };
     let id = catalog.allocate(&fields(checksum)).expect("a record");
     // Messages as the publisher would cut them, padding where one does not fit its term.
