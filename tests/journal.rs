@@ -702,8 +702,11 @@ fn a_flipped_bit_anywhere_in_a_checksummed_frame_is_an_error_never_a_message() {
 fn a_replay_following_a_recovering_recorder_never_reports_false_damage() {
     let _x = support::exclusive();
     let (shm, disk) = (ShmDir::new("journal-follow"), DiskDir::new("follow"));
-    let mut recorder =
-        Peer::spawn("recorder-0", "recorder", &recorder_cfg(shm.path(), disk.path(), "follow"));
+    // A recorder that sleeps 2 ms after each block trails the publisher by more than a block,
+    // so its blocks are 1 MiB and end anywhere in a message (one that caught up records whole
+    // messages mostly: the publisher spends its time between them).
+    let cfg = || recorder_cfg(shm.path(), disk.path(), "follow").set("poll_sleep_us", 2000);
+    let mut recorder = Peer::spawn("recorder-0", "recorder", &cfg());
     recorder.expect("recording", Duration::from_secs(10));
     // The dead recorder's slot holds the publisher until evicted (2 s): every restart resumes.
     // Terms of 4 MiB: a recorder's blocks (1 MiB at most) end anywhere, not at a term's end,
@@ -733,7 +736,7 @@ fn a_replay_following_a_recovering_recorder_never_reports_false_damage() {
     let (mut kills, mut inside) = (0, 0);
     while inside < 3 {
         kills += 1;
-        assert!(kills <= 20, "20 kills and only {inside} inside a message");
+        assert!(kills <= 40, "40 kills and only {inside} inside a message");
         // Follow about 1 MiB behind, then kill the recorder: the replay's buffer (1 MiB at most)
         // ends before where the recording will be cut (at most a message before its end).
         let round = recorded();
@@ -753,11 +756,7 @@ fn a_replay_following_a_recovering_recorder_never_reports_false_damage() {
         assert_eq!(replay.recorded_position(), old_stop, "the replay knows where the recording ended");
         // Restart at once; it recovers (cuts back to the last whole message, zeroes past it) and
         // resumes, then waits before it writes anything.
-        recorder = Peer::spawn(
-            &format!("recorder-{kills}"),
-            "recorder",
-            &recorder_cfg(shm.path(), disk.path(), "follow").set("hold", 1),
-        );
+        recorder = Peer::spawn(&format!("recorder-{kills}"), "recorder", &cfg().set("hold", 1));
         let resumed = recorder.expect("recording", Duration::from_secs(10)).num("resumed");
         assert_eq!(resumed, 0, "kill {kills}: the restart did not resume the recording");
         let cut = recorded();
