@@ -2,7 +2,8 @@
 # Loom model checking of the log and stream protocols: src/log/loom_models.rs,
 # src/log/loom_concurrent.rs (many writers and the unblocker) and
 # src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader), and of the journal's
-# catalog record (src/journal/loom_models.rs), over src/region/loom.rs.
+# catalog record and of a replay following a recording that recovery cuts back
+# (src/journal/loom_models.rs), over src/region/loom.rs.
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
 #    unless set in the environment).
@@ -32,6 +33,9 @@
 #                                         sleepers (what wait_any and the async receiver did): i, i2;
 #      shmlog_mutant_relaxed_catalog      a catalog record's state is published with Relaxed: the
 #                                         journal model j sees a state before its fields;
+#      shmlog_mutant_no_cut_fence         recovery does not fence between counting a cut in a
+#                                         catalog record and zeroing past it: a following
+#                                         replay reads a zero and trusts it (j2);
 #      shmlog_mutant_pending_after_reserve a concurrent writer publishes its pending position after
 #                                         its tail CAS: another writer enters the next term over a
 #                                         range not yet zeroed (k1);
@@ -109,6 +113,7 @@ mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
 mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
 mutant shmlog_mutant_uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
 mutant shmlog_mutant_relaxed_catalog journal::loom_models::j_
+mutant shmlog_mutant_no_cut_fence journal::loom_models::j2_
 mutant shmlog_mutant_pending_after_reserve log::loom_concurrent::k1_
 mutant shmlog_mutant_release_before_clean log::loom_concurrent::k1_
 mutant shmlog_mutant_unblock_over_live log::loom_concurrent::k3_

@@ -4,19 +4,23 @@
 //! - `record`: a recorder copying a publisher thread's 1 KiB messages into segment files, MB/s,
 //!   against `pwrite` of the same number of bytes in 1 MiB writes to a file of the same disk
 //!   (both sized up front, both left to the page cache; then both with an fdatasync per 64 MiB).
-//!   Goal: >= 0.8x.
+//!   The recorder runs twice a round: with each frame's CRC32C (the default) and without
+//!   (`Checksum::None`). Goal: >= 0.8x with the checksum.
+//! - `crc32c`: the crate's CRC32C (`shmlog::journal::crc32c`) against the `crc32c` crate over
+//!   1 056-byte frames (a 1 KiB message's) and 1 MiB buffers, GB/s.
 //! - `live`: what attaching a recorder (polling every millisecond) costs the live path: the round
 //!   trip of 32-byte ping-pong (p50/p99) and a publisher's streaming throughput to a spinning
 //!   subscriber, with and without it. Goal: >= 0.9x, where the disk keeps up.
 //! - `replay`: replaying a recording from the page cache, bytes of messages delivered a second,
-//!   against `memcpy` of the same bytes in 1 MiB copies. Goal: >= 0.5x.
+//!   against `memcpy` of the same bytes in 1 MiB copies, with the checksums checked and of a
+//!   recording without them. Goal: >= 0.5x.
 //!
 //! Journals go to `$SHMLOG_BENCH_DISK` or the temp dir (a real disk, not `/dev/shm`).
 
 mod support;
 
 use criterion::Criterion;
-use shmlog::journal::{Fsync, Recorder, Replay};
+use shmlog::journal::{Checksum, Fsync, Recorder, Replay};
 use shmlog::{Header, Publication};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -62,6 +66,29 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// `rounds` rounds of `a`, then `b`, then `c` (each after `settle`): the medians of each and of
+/// the per-round ratios `b / a` and `c / a`.
+fn alternate3(
+    rounds: usize,
+    mut a: impl FnMut() -> f64,
+    mut b: impl FnMut() -> f64,
+    mut c: impl FnMut() -> f64,
+) -> [f64; 5] {
+    let mut v: [Vec<f64>; 5] = Default::default();
+    for _ in 0..rounds {
+        settle();
+        let x = a();
+        settle();
+        let y = b();
+        settle();
+        let z = c();
+        for (i, value) in [x, y, z, y / x, z / x].into_iter().enumerate() {
+            v[i].push(value);
+        }
+    }
+    v.map(|mut v| median(&mut v))
+}
+
 /// `rounds` rounds of `a` then `b` (each after `settle`): the medians of `a`, of `b`, and of the
 /// per-round ratios `b / a`.
 fn alternate(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64, f64) {
@@ -90,12 +117,13 @@ fn connect(recorder: &mut Recorder, p: &mut Publication) {
 
 /// Records `bytes` of 1 KiB messages a publisher thread offers into a new journal; returns the
 /// directories, the recording's id and how long the recorder took from the first offer on.
-fn record_stream(bytes: u64, fsync: Fsync) -> (ShmDir, Disk, u32, Duration) {
+fn record_stream(bytes: u64, fsync: Fsync, checksum: Checksum) -> (ShmDir, Disk, u32, Duration) {
     let (shm, disk) = (ShmDir::new("journal-rec"), Disk::new("rec"));
     let mut recorder = Recorder::builder("rec", &disk.0)
         .stream_dir(shm.path())
         .segment_length(SEGMENT)
         .fsync(fsync)
+        .checksum(checksum)
         .start()
         .unwrap();
     let mut p = Publication::builder("rec").dir(shm.path()).term_length(16 << 20).create().unwrap();
@@ -121,8 +149,8 @@ fn record_stream(bytes: u64, fsync: Fsync) -> (ShmDir, Disk, u32, Duration) {
 }
 
 /// MB/s of a recorder recording `bytes`.
-fn record_round(bytes: u64, fsync: Fsync) -> f64 {
-    let (_, _, _, elapsed) = record_stream(bytes, fsync);
+fn record_round(bytes: u64, fsync: Fsync, checksum: Checksum) -> f64 {
+    let (_, _, _, elapsed) = record_stream(bytes, fsync, checksum);
     (bytes / 1056 * 1056) as f64 / elapsed.as_secs_f64() / 1e6
 }
 
@@ -168,11 +196,28 @@ fn record_lanes(args: &Args) {
         if !args.wants(&name) {
             continue;
         }
-        let (w, r, q) = alternate(args.n(5, 1), || write_round(bytes, sync), || record_round(bytes, fsync));
-        eprintln!(
-            "[{B}] {name}: recorder {r:.0} MB/s, sequential pwrite {w:.0} MB/s, ratio {q:.2} (goal >= 0.8)"
+        let [w, r, p, q, qp] = alternate3(
+            args.n(7, 1),
+            || write_round(bytes, sync),
+            || record_round(bytes, fsync, Checksum::Crc32c),
+            || record_round(bytes, fsync, Checksum::None),
         );
-        support::record(B, &name, &[("recorder_mbps", r), ("write_mbps", w), ("ratio", q)], &[]);
+        eprintln!(
+            "[{B}] {name}: recorder with CRC32C {r:.0} MB/s (ratio {q:.2}, goal >= 0.8), without {p:.0} MB/s \
+             (ratio {qp:.2}), sequential pwrite {w:.0} MB/s"
+        );
+        support::record(
+            B,
+            &name,
+            &[
+                ("recorder_mbps", r),
+                ("recorder_no_checksum_mbps", p),
+                ("write_mbps", w),
+                ("ratio", q),
+                ("ratio_no_checksum", qp),
+            ],
+            &[],
+        );
     }
 }
 
@@ -394,23 +439,82 @@ fn replay_lanes(args: &Args) {
         return;
     }
     let bytes: u64 = if args.test { 8 << 20 } else { 256 << 20 };
-    let (_shm, disk, id, _) = record_stream(bytes, Fsync::Never);
+    let (_shm, disk, id, _) = record_stream(bytes, Fsync::Never, Checksum::Crc32c);
+    let (_shm_plain, disk_plain, id_plain, _) = record_stream(bytes, Fsync::Never, Checksum::None);
     replay_round(&disk.0, id); // into the page cache
+    replay_round(&disk_plain.0, id_plain);
     let source = vec![9u8; bytes as usize];
-    let (m, r, q) = alternate(args.n(7, 1), || memcpy_round(&source), || replay_round(&disk.0, id));
-    eprintln!("[{B}] journal/replay: {r:.0} MB/s of messages from the page cache, memcpy {m:.0} MB/s, ratio {q:.2} (goal >= 0.5)");
-    support::record(B, "journal/replay", &[("replay_mbps", r), ("memcpy_mbps", m), ("ratio", q)], &[]);
+    let [m, r, p, q, qp] = alternate3(
+        args.n(7, 1),
+        || memcpy_round(&source),
+        || replay_round(&disk.0, id),
+        || replay_round(&disk_plain.0, id_plain),
+    );
+    eprintln!(
+        "[{B}] journal/replay: {r:.0} MB/s of messages from the page cache with CRC32C checks (ratio {q:.2}, goal \
+         >= 0.5), {p:.0} MB/s without (ratio {qp:.2}), memcpy {m:.0} MB/s"
+    );
+    support::record(
+        B,
+        "journal/replay",
+        &[
+            ("replay_mbps", r),
+            ("replay_no_checksum_mbps", p),
+            ("memcpy_mbps", m),
+            ("ratio", q),
+            ("ratio_no_checksum", qp),
+        ],
+        &[],
+    );
+}
+
+/// GB/s of `crc` over `bufs` (each checksummed whole, `reps` times).
+fn crc_round(bufs: &[Vec<u8>], reps: usize, crc: impl Fn(&[u8]) -> u32) -> f64 {
+    let start = Instant::now();
+    let mut acc = 0u32;
+    for _ in 0..reps {
+        for b in bufs {
+            acc ^= crc(std::hint::black_box(b));
+        }
+    }
+    std::hint::black_box(acc);
+    let bytes = (reps * bufs.iter().map(Vec::len).sum::<usize>()) as f64;
+    bytes / start.elapsed().as_secs_f64() / 1e9
+}
+
+fn crc_lanes(args: &Args) {
+    for (label, len, count) in [("frame_1056", 1056, 1024), ("block_1MiB", 1 << 20, 4)] {
+        let name = format!("journal/crc32c/{label}");
+        if !args.wants(&name) {
+            continue;
+        }
+        let bufs: Vec<Vec<u8>> =
+            (0..count).map(|i| (0..len).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
+        for b in &bufs {
+            assert_eq!(shmlog::journal::crc32c(b), crc32c::crc32c(b));
+        }
+        let reps = if args.test { 2 } else { 400 };
+        let (theirs, ours, q) = alternate(
+            args.n(7, 1),
+            || crc_round(&bufs, reps, crc32c::crc32c),
+            || crc_round(&bufs, reps, shmlog::journal::crc32c),
+        );
+        eprintln!("[{B}] {name}: shmlog {ours:.1} GB/s, crc32c crate {theirs:.1} GB/s, ratio {q:.2}");
+        support::record(B, &name, &[("shmlog_gbps", ours), ("crc32c_crate_gbps", theirs), ("ratio", q)], &[]);
+    }
 }
 
 fn main() {
     let args = Args::parse();
     support::banner(B);
+    crc_lanes(&args);
     live_lanes(&args);
     record_lanes(&args);
     settle();
     replay_lanes(&args);
     // Criterion's own report of the replay, for its statistics and baselines.
-    let (_shm, disk, id, _) = record_stream(if args.test { 1 << 20 } else { 32 << 20 }, Fsync::Never);
+    let (_shm, disk, id, _) =
+        record_stream(if args.test { 1 << 20 } else { 32 << 20 }, Fsync::Never, Checksum::Crc32c);
     let mut c: Criterion = support::criterion(Duration::from_millis(200), Duration::from_secs(2));
     c.bench_function("journal/replay_32MiB", |b| b.iter(|| replay_round(&disk.0, id)));
     c.final_summary();

@@ -24,8 +24,8 @@ pub mod reader {
 /// The journal's catalog records, segment frames and recovery.
 pub mod journal {
     pub use crate::journal::catalog::Catalog;
-    pub use crate::journal::frames::{frame_at, padding_header, Expect};
-    pub use crate::journal::record::{Fields, WORDS};
+    pub use crate::journal::frames::{checksum, frame_at, padding_header, seal, Expect};
+    pub use crate::journal::record::{Checksum, Fields, WORDS};
     pub use crate::journal::recovery::{boot_id, cut};
     pub use crate::journal::segment::path as segment_path;
     /// One catalog record's memory protocol.

@@ -131,6 +131,10 @@ pub(crate) mod protocol {
     pub(crate) const CATALOG_PUBLISH: Ordering =
         if cfg!(shmlog_mutant_relaxed_catalog) { Ordering::Relaxed } else { Ordering::Release };
 
+    /// Recovery fences between counting a cut in a catalog record and zeroing the recording's
+    /// bytes past it, so a replay that read a zero sees the count (seqlock).
+    pub(crate) const CUT_FENCE: bool = !cfg!(shmlog_mutant_no_cut_fence);
+
     /// A concurrent writer publishes its pending position before its tail CAS (not after).
     pub(crate) const PENDING_BEFORE_RESERVE: bool = !cfg!(shmlog_mutant_pending_after_reserve);
 

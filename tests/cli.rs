@@ -386,6 +386,7 @@ fn record_recordings_and_replay_from_the_command_line() {
     let stop = r.field("stop_position").int();
     assert_eq!(r.field("bytes").int(), stop);
     assert_eq!(r.field("durable_position").int(), stop, "--fsync segment syncs at the stop");
+    assert_eq!(r.field("checksum").str(), "crc32c", "frames are checksummed unless --no-checksum");
     let text = shmlog_ok(&["recordings", "--journal", j]);
     assert!(text.contains("ticks") && text.contains("stopped:end-of-stream"), "{text}");
 

@@ -3,7 +3,7 @@
 
 mod support;
 
-use shmlog::journal::{self, Fsync, Recorder, RecordingState, Replay, ReplayMerge, StopReason};
+use shmlog::journal::{self, Checksum, Fsync, Recorder, RecordingState, Replay, ReplayMerge, StopReason};
 use shmlog::{Error, FragmentAssembler, Header, Publication, Subscription};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -564,4 +564,270 @@ fn an_untethered_recorder_reports_the_gaps_it_skipped_and_never_a_torn_message()
     }
     let (_, total) = replay_all(disk.path(), session);
     assert!(total > 0 && total < count, "{total} of {count} messages recorded");
+}
+
+/// Records `count` messages of `len` bytes (message `i` filled with `i as u8`) with `checksum`;
+/// returns the recording's id.
+fn record_fixed(shm: &Path, journal: &Path, name: &str, count: u64, len: usize, checksum: Checksum) -> u32 {
+    let mut recorder = Recorder::builder(name, journal)
+        .stream_dir(shm)
+        .segment_length(1 << 20)
+        .checksum(checksum)
+        .start()
+        .unwrap();
+    let (dir, owned) = (shm.to_path_buf(), name.to_owned());
+    let publisher = std::thread::spawn(move || {
+        let mut p = Publication::builder(&owned).dir(&dir).term_length(64 * 1024).mtu(MTU).create().unwrap();
+        p.wait_connected(Duration::from_secs(10)).unwrap();
+        for i in 0..count {
+            while let Err(e) = p.offer(&vec![i as u8; len]) {
+                assert!(e.is_retryable(), "{e}");
+                std::thread::yield_now();
+            }
+        }
+        p.close();
+    });
+    record_until_closed(&mut recorder, || publisher.is_finished());
+    publisher.join().unwrap();
+    let list = journal::recordings(journal).unwrap();
+    let r = list.last().unwrap().as_ref().unwrap();
+    assert_eq!(r.checksum, checksum);
+    r.id
+}
+
+/// Replays recording `id` from `from` (a message start) until an error or its end: the messages
+/// delivered (position, payload) and the error, if any.
+fn replay_from(journal: &Path, id: u32, from: Option<i64>) -> (Vec<(i64, Vec<u8>)>, Option<Error>) {
+    let mut b = Replay::builder(journal, id);
+    if let Some(from) = from {
+        b = b.from(from);
+    }
+    let mut replay = match b.open() {
+        Ok(r) => r,
+        Err(e) => return (Vec::new(), Some(e)),
+    };
+    let mut got = Vec::new();
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| got.push((h.position(), m.to_vec())));
+    let error = loop {
+        match replay.poll(&mut assembler, 256) {
+            Ok(_) if replay.is_done() => break None,
+            Ok(_) => {}
+            Err(e) => break Some(e),
+        }
+    };
+    drop(assembler);
+    (got, error)
+}
+
+/// Flips bit `bit` of the byte at stream position `at` of recording `id` (1 MiB segments).
+fn flip(journal: &Path, id: u32, at: i64, bit: i64) -> PathBuf {
+    use std::os::unix::fs::FileExt;
+    let base = at & !((1 << 20) - 1);
+    let path = journal.join(format!("{id}-{base}.seg"));
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    let mut b = [0u8; 1];
+    file.read_exact_at(&mut b, (at - base) as u64).unwrap();
+    b[0] ^= 1 << bit;
+    file.write_all_at(&b, (at - base) as u64).unwrap();
+    path
+}
+
+#[test]
+fn a_flipped_bit_anywhere_in_a_checksummed_frame_is_an_error_never_a_message() {
+    // Messages of 58 bytes: 90-byte frames, 96 with alignment, 682 to a 64 KiB term and a 64-byte
+    // padding frame at each term's end.
+    let (shm, disk) = (ShmDir::new("journal-flip"), DiskDir::new("flip"));
+    let count = 3_000u64;
+    let id = record_fixed(shm.path(), disk.path(), "flip", count, 58, Checksum::Crc32c);
+    let (all, error) = replay_from(disk.path(), id, None);
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(all.len() as u64, count);
+    let starts: Vec<i64> = std::iter::once(0).chain(all.iter().map(|m| m.0)).collect();
+    // A message in the first half of a term: its length word 90 with bit 14 flipped says 16 474,
+    // which still fits the term (the case a user saw replay as one 16 442-byte message).
+    let k = (1_000..).find(|&k| starts[k] % (64 * 1024) < 16 * 1024).unwrap();
+    let victim = starts[k];
+    let path = flip(disk.path(), id, victim + 1, 6); // bit 14 of the little-endian length word
+    let (got, error) = replay_from(disk.path(), id, None);
+    match &error {
+        Some(Error::CorruptRecording { path: p, position, what }) => {
+            assert_eq!((p, *position), (&path, victim), "{what}");
+        }
+        other => panic!("a length word 90 -> 16 474 was not an error: {other:?}"),
+    }
+    assert_eq!(got.len(), k, "every message before the damaged frame, and none after");
+    assert!(got.iter().enumerate().all(|(i, (_, m))| m.len() == 58 && m.iter().all(|&b| b == i as u8)));
+    flip(disk.path(), id, victim + 1, 6);
+    // Every bit of the frame's 90 bytes (header and payload), one at a time: an error at the
+    // frame, never a message (from the message before it, so the walk to `from` is short).
+    for bit in 0..90 * 8 {
+        flip(disk.path(), id, victim + bit / 8, bit % 8);
+        let (got, error) = replay_from(disk.path(), id, Some(starts[k - 1]));
+        assert!(
+            matches!(&error, Some(Error::CorruptRecording { position, .. }) if *position == victim),
+            "bit {bit}: {error:?}"
+        );
+        assert_eq!(got.len(), 1, "bit {bit}: only the message before the frame was delivered");
+        flip(disk.path(), id, victim + bit / 8, bit % 8);
+    }
+    // Every bit of a padding frame's header.
+    let term = 64 * 1024i64;
+    let pad_at = (starts[k] / term + 1) * term - 64;
+    let before_pad = *starts.iter().rev().find(|&&s| s < pad_at).unwrap();
+    assert_eq!(pad_at - before_pad, 96, "a message ends where the padding begins");
+    for bit in 0..32 * 8 {
+        flip(disk.path(), id, pad_at + bit / 8, bit % 8);
+        let (got, error) = replay_from(disk.path(), id, Some(before_pad));
+        assert!(
+            matches!(&error, Some(Error::CorruptRecording { position, .. }) if *position == pad_at),
+            "padding bit {bit}: {error:?}"
+        );
+        assert_eq!(got.len(), 1, "padding bit {bit}");
+        flip(disk.path(), id, pad_at + bit / 8, bit % 8);
+    }
+    assert_eq!(replay_from(disk.path(), id, None).0, all, "every flip was undone");
+    // Without a checksum the same length flip is delivered as one 16 442-byte message made of
+    // the next frames (here the frame after it lands mid-frame, an error then): what every
+    // recording did before checksums.
+    let plain = record_fixed(shm.path(), disk.path(), "flip", count, 58, Checksum::None);
+    let (clean, _) = replay_from(disk.path(), plain, None);
+    let starts: Vec<i64> = std::iter::once(0).chain(clean.iter().map(|m| m.0)).collect();
+    let victim = starts[(1_000..).find(|&k| starts[k] % term < 16 * 1024).unwrap()];
+    flip(disk.path(), plain, victim + 1, 6);
+    let (got, _) = replay_from(disk.path(), plain, None);
+    assert!(got.iter().any(|(_, m)| m.len() == 16_442), "the structural checks alone caught it");
+}
+
+#[test]
+fn a_replay_following_a_recovering_recorder_never_reports_false_damage() {
+    let _x = support::exclusive();
+    let (shm, disk) = (ShmDir::new("journal-follow"), DiskDir::new("follow"));
+    // A recorder that sleeps 2 ms after each block trails the publisher by more than a block,
+    // so its blocks are 1 MiB and end anywhere in a message (one that caught up records whole
+    // messages mostly: the publisher spends its time between them).
+    let cfg = || recorder_cfg(shm.path(), disk.path(), "follow").set("poll_sleep_us", 2000);
+    let mut recorder = Peer::spawn("recorder-0", "recorder", &cfg());
+    recorder.expect("recording", Duration::from_secs(10));
+    // The dead recorder's slot holds the publisher until evicted (2 s): every restart resumes.
+    // Terms of 4 MiB: a recorder's blocks (1 MiB at most) end anywhere, not at a term's end,
+    // which is always between messages; messages of up to 20 000 bytes (20 fragments): a
+    // recorder that caught up often records part of one.
+    let mut publisher = Peer::spawn(
+        "publisher",
+        "publisher",
+        &publisher_cfg(shm.path(), "follow")
+            .set("liveness_ms", 2000)
+            .set("term", 4 << 20)
+            .set("max_len", 20_000),
+    );
+    let session = publisher.expect("ready", Duration::from_secs(10)).num("session") as i32;
+    let recorded = || journal::recording(disk.path(), 0).map_or(0, |r| r.stop_position);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while recorded() < 2 << 20 {
+        assert!(Instant::now() < deadline, "nothing recorded");
+        std::thread::yield_now();
+    }
+    let mut replay = Replay::builder(disk.path(), 0).open().unwrap();
+    let mut v = Verifier::new(Shape::new(MTU, 20_000));
+    v.begin_session(session, true);
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.on_message(m, h.session_id());
+    });
+    let (mut kills, mut inside) = (0, 0);
+    while inside < 3 {
+        kills += 1;
+        assert!(kills <= 40, "40 kills and only {inside} inside a message");
+        // Follow about 1 MiB behind, then kill the recorder: the replay's buffer (1 MiB at most)
+        // ends before where the recording will be cut (at most a message before its end).
+        let round = recorded();
+        loop {
+            let lag = recorded() - replay.position();
+            if lag > 2 << 20 {
+                replay.poll(&mut assembler, 256).unwrap();
+            } else if lag >= (1 << 20) + (128 << 10) && recorded() >= round + (2 << 20) {
+                break;
+            } else {
+                std::thread::yield_now();
+            }
+            assert!(Instant::now() < deadline + Duration::from_secs(60), "the recorder stopped recording");
+        }
+        drop(recorder); // SIGKILL, wherever it is
+        let old_stop = recorded();
+        assert_eq!(replay.recorded_position(), old_stop, "the replay knows where the recording ended");
+        // Restart at once; it recovers (cuts back to the last whole message, zeroes past it) and
+        // resumes, then waits before it writes anything.
+        recorder = Peer::spawn(&format!("recorder-{kills}"), "recorder", &cfg().set("hold", 1));
+        let resumed = recorder.expect("recording", Duration::from_secs(10)).num("resumed");
+        assert_eq!(resumed, 0, "kill {kills}: the restart did not resume the recording");
+        let cut = recorded();
+        if cut < old_stop {
+            // Killed inside a message: the bytes the replay knew of past `cut` are zeroes now.
+            inside += 1;
+            let until = Instant::now() + Duration::from_secs(10);
+            while replay.position() < cut {
+                replay.poll(&mut assembler, 256).unwrap();
+                assert!(Instant::now() < until, "the replay did not reach the cut");
+            }
+            for _ in 0..20 {
+                assert_eq!(
+                    replay.poll(&mut assembler, 256).unwrap(),
+                    0,
+                    "read past the cut before it was rewritten"
+                );
+            }
+            assert!(replay.position() <= cut, "kill {kills}: the replay passed the cut");
+        }
+        recorder.send("go");
+    }
+    // The publisher dies; the last recorder closes the recording; the replay reads to its end.
+    publisher.kill();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !journal::recording(disk.path(), 0).unwrap().is_stopped() {
+        assert!(Instant::now() < until, "the recording was not closed");
+        std::thread::yield_now();
+    }
+    while !replay.is_done() {
+        replay.poll(&mut assembler, 256).unwrap();
+        assert!(Instant::now() < until, "the replay did not finish");
+    }
+    drop(assembler);
+    recorder.send("quit");
+    assert_eq!(v.failure, None);
+    let whole = message_ends(disk.path(), 0).len() as u64;
+    println!("{kills} kills, {inside} inside a message, {} messages", v.total);
+    assert_eq!(v.total, whole, "the following replay got every message once, in order");
+    assert_eq!(journal::recordings(disk.path()).unwrap().len(), 1, "every restart resumed");
+}
+
+#[test]
+fn a_recorder_stopped_by_a_full_disk_still_tells_how_far_it_recorded() {
+    let _x = support::exclusive();
+    let (shm, disk) = (ShmDir::new("journal-full-pos"), DiskDir::new("full-pos"));
+    // A limit far above anything written, so the recorder ignores SIGXFSZ; lowered from here
+    // once 4 MiB are recorded (RLIMIT_FSIZE: EFBIG where a full disk gives ENOSPC).
+    let mut recorder = Peer::spawn(
+        "recorder",
+        "recorder",
+        &recorder_cfg(shm.path(), disk.path(), "full-pos").set("segment", 4 << 20).set("fsize", 1u64 << 40),
+    );
+    recorder.expect("recording", Duration::from_secs(10));
+    let mut publisher = Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "full-pos"));
+    publisher.expect("ready", Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while journal::recording(disk.path(), 0).map_or(0, |r| r.stop_position) < 4 << 20 {
+        assert!(Instant::now() < deadline, "4 MiB were not recorded");
+        std::thread::yield_now();
+    }
+    let limit = libc::rlimit { rlim_cur: 1 << 20, rlim_max: 1 << 20 };
+    // SAFETY: a valid pointer to a local for the new limit, none for the old one.
+    let rc =
+        unsafe { libc::prlimit(recorder.pid() as i32, libc::RLIMIT_FSIZE, &limit, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let error = recorder.expect("record_error", Duration::from_secs(30));
+    assert!(error.get("err").unwrap().starts_with("InsufficientSpace"), "{}", error.raw);
+    let r = journal::recording(disk.path(), 0).unwrap();
+    assert_eq!(r.state, RecordingState::Stopped(StopReason::DiskFull));
+    assert!(r.stop_position >= 4 << 20, "{}", r.stop_position);
+    assert_eq!(error.num("position"), r.stop_position, "Recorder::recorded_position() after the stop");
+    drop(publisher);
 }

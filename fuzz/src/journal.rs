@@ -2,7 +2,7 @@
 
 use crate::input::Input;
 use shmlog::__fuzz::frame::{HeaderRest, BEGIN_FLAG, END_FLAG, TYPE_DATA};
-use shmlog::__fuzz::journal::{self as j, record, Catalog, Expect, Fields};
+use shmlog::__fuzz::journal::{self as j, record, Catalog, Checksum, Expect, Fields};
 use shmlog::__fuzz::{align, Terms};
 use shmlog::journal::{self as public, Replay};
 use shmlog::Header;
@@ -19,20 +19,24 @@ const STREAM: i32 = 6;
 ///   is ordered (`start <= durable <= recorded`, aligned) with a sane geometry;
 /// - one frame header over hostile bytes: accepted frames fit their term;
 /// - a recording written as a recorder writes it (messages, fragments, padding at term ends),
-///   then damaged (bytes flipped, a segment truncated, catalog words overwritten): listing,
-///   replay from any message start and recovery never panic; a replay delivers every frame that
-///   lies wholly before the first damaged byte exactly as written, positions only grow, and
-///   recovery cuts at or below the recorded end.
+///   with or without a CRC32C in each frame's reserved value, then damaged (bytes overwritten,
+///   single bits flipped, a segment truncated, catalog words overwritten): listing, replay from
+///   any message start and recovery never panic; a replay delivers every frame that lies wholly
+///   before the first damaged byte exactly as written, positions only grow, and recovery cuts at
+///   or below the recorded end. In a checksummed recording (catalog intact) every delivered
+///   fragment is exactly a written frame, wherever the damage lies: a damaged byte of a frame's
+///   header or payload is never delivered.
 pub fn journal(data: &[u8]) {
     let mut input = Input::new(data);
-    match input.below(3) {
+    // 2 and 3 keep the byte values of the seeds written before sealed recordings existed.
+    match input.below(4) {
         0 => record_words(&mut input),
         1 => one_frame(&mut input),
-        _ => recording(&mut input),
+        scenario => recording(&mut input, scenario == 3),
     }
 }
 
-fn fields() -> Fields<'static> {
+fn fields(checksum: Checksum) -> Fields<'static> {
     Fields {
         stream: "fuzz",
         session_id: SESSION,
@@ -47,12 +51,13 @@ fn fields() -> Fields<'static> {
         pid: 1,
         gap_before: 0,
         previous: None,
+        checksum,
     }
 }
 
 fn record_words(input: &mut Input<'_>) {
     let region = shmlog::__fuzz::HeapRegion::new(record::RECORD_LEN);
-    record::publish(&region, 0, &fields());
+    record::publish(&region, 0, &fields(Checksum::Crc32c));
     let mut words = record::snapshot(&region, 0);
     for _ in 0..input.below(6) {
         let w = input.below(j::WORDS);
@@ -78,6 +83,8 @@ fn one_frame(input: &mut Input<'_>) {
         let offset = position as usize % TERM;
         assert!(f.len >= 32 && f.aligned <= TERM - offset && f.aligned % 32 == 0);
     }
+    // The checksum takes any bytes, even shorter than a header.
+    let _ = j::checksum(bytes);
 }
 
 /// One frame as written: where it starts, and its bytes.
@@ -110,11 +117,13 @@ fn scratch_dir() -> PathBuf {
     base.join(format!("shmlog-fuzz-journal-{}-{n:?}", std::process::id()).replace(['(', ')'], ""))
 }
 
-fn recording(input: &mut Input<'_>) {
+/// `sealed`: each frame carries its CRC32C (`Checksum::Crc32c`).
+fn recording(input: &mut Input<'_>, sealed: bool) {
     let dir = scratch_dir();
     let _ = std::fs::remove_dir_all(&dir);
     let catalog = Catalog::open_or_create(&dir, 4).expect("a catalog in a scratch directory");
-    let id = catalog.allocate(&fields()).expect("a record");
+    let checksum = if sealed { Checksum::Crc32c } else { Checksum::None };
+    let id = catalog.allocate(&fields(checksum)).expect("a record");
     // Messages as the publisher would cut them, padding where one does not fit its term.
     let mut frames: Vec<Written> = Vec::new();
     let mut position = 0i64;
@@ -124,14 +133,21 @@ fn recording(input: &mut Input<'_>) {
         let framed = shmlog::__fuzz::frame::framed_length(len, MTU - 32) as i64;
         let room = TERM as i64 - position % TERM as i64;
         if framed > room {
-            frames.push(Written { position, bytes: j::padding_header(position, &expect()).to_vec() });
+            let mut pad = j::padding_header(position, &expect());
+            if sealed {
+                j::seal(&mut pad);
+            }
+            frames.push(Written { position, bytes: pad.to_vec() });
             position += room;
         }
         let pieces = len.div_ceil(MTU - 32).max(1);
         for k in 0..pieces {
             let size = (len - k * (MTU - 32)).min(MTU - 32);
             let flags = if k == 0 { BEGIN_FLAG } else { 0 } | if k + 1 == pieces { END_FLAG } else { 0 };
-            let f = frame(position, flags, size, m as u8);
+            let mut f = frame(position, flags, size, m as u8);
+            if sealed {
+                j::seal(&mut f.bytes[..size + 32]);
+            }
             position += f.bytes.len() as i64;
             data_frames.push(frames.len());
             frames.push(f);
@@ -149,7 +165,7 @@ fn recording(input: &mut Input<'_>) {
     // Damage, at or after `clean` (everything before it stays as written).
     let mut clean = i64::MAX;
     for _ in 0..input.below(4) {
-        match input.below(3) {
+        match input.below(4) {
             0 if stop > 0 => {
                 let at = input.below(stop as usize) as i64;
                 let base = at & !(TERM as i64 - 1);
@@ -164,6 +180,19 @@ fn recording(input: &mut Input<'_>) {
                 let file =
                     std::fs::OpenOptions::new().write(true).open(j::segment_path(&dir, id, base)).unwrap();
                 let _ = file.set_len((at - base) as u64);
+                clean = clean.min(at);
+            }
+            2 if stop > 0 => {
+                // One bit flipped: what a disk or a stray write does.
+                let at = input.below(stop as usize) as i64;
+                let base = at & !(TERM as i64 - 1);
+                let path = j::segment_path(&dir, id, base);
+                let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+                let mut b = [0u8; 1];
+                if file.read_exact_at(&mut b, (at - base) as u64).is_ok() {
+                    b[0] ^= 1 << input.below(8);
+                    let _ = file.write_all_at(&b, (at - base) as u64);
+                }
                 clean = clean.min(at);
             }
             _ => {
@@ -217,11 +246,22 @@ fn recording(input: &mut Input<'_>) {
             if clean == i64::MAX && from.is_none() {
                 assert_eq!(delivered.len(), data_frames.len(), "an intact recording replays whole");
             }
+            if sealed {
+                // Wherever the damage is, what is delivered is exactly what was written.
+                for (end, payload) in &delivered {
+                    let f = frames
+                        .iter()
+                        .find(|f| f.position + f.bytes.len() as i64 == *end && f.bytes[6] == TYPE_DATA as u8)
+                        .unwrap_or_else(|| panic!("a fragment ending at {end} was never written"));
+                    let len = i32::from_le_bytes(f.bytes[..4].try_into().unwrap()) as usize;
+                    assert_eq!(payload.as_slice(), &f.bytes[32..len], "damaged frame at {} delivered", f.position);
+                }
+            }
         }
     }
     // Recovery of the (possibly damaged) recording as if its recorder had died.
     if let Ok(r) = public::recording(&dir, id) {
-        if let Ok(cut) = j::cut(&dir, &r) {
+        if let Ok(cut) = j::cut(&dir, &r, |_| {}) {
             assert!(cut >= r.start_position && cut <= r.stop_position, "cut {cut} outside the recording");
             if clean == i64::MAX {
                 assert_eq!(cut, stop, "an intact recording of whole messages is cut nowhere");

@@ -320,7 +320,21 @@ fn journal_seeds() -> Vec<(&'static str, Vec<u8>)> {
     damaged.b(&[1, 0]).b(&[0x40, 0x1f, 0, 0]).b(&[0x77, 1, 3]);
     let mut truncated = Seed::default();
     truncated.b(&[2, 3]).u16(2900).u16(10).u16(2000).u16(64).b(&[1, 1]).b(&[0, 0x10, 0, 0]).b(&[0]);
-    vec![("record_words", words.0), ("intact", intact.0), ("damaged", damaged.0), ("truncated", truncated.0)]
+    // Scenario 3: each frame sealed with its CRC32C; one bit flipped (damage kind 2) at position
+    // 0x1234 (a u16: the recording is under 64 KiB), bit 6; replay from the start.
+    let mut sealed = Seed::default();
+    sealed.b(&[3, 9]);
+    for k in 0..10u16 {
+        sealed.u16(1000 + k * 300);
+    }
+    sealed.b(&[1, 2]).u16(0x1234).b(&[6]).b(&[0]);
+    vec![
+        ("record_words", words.0),
+        ("intact", intact.0),
+        ("damaged", damaged.0),
+        ("truncated", truncated.0),
+        ("sealed-flipped", sealed.0),
+    ]
 }
 
 // --- unblock seeds: a 128-byte term (geometry bytes 0), holes of every kind, dead and live

@@ -25,8 +25,13 @@ pub const FILE_NAME: &str = "catalog";
 pub const HEADER_LEN: usize = 4096;
 /// Records of a new catalog (2 MiB).
 pub const DEFAULT_CAPACITY: usize = 4096;
-/// Catalog layout version written and read.
-pub const VERSION: i64 = 1;
+/// Catalog layout version written. Version 2 added two record words (checksum kind, cut
+/// count); a version 1 catalog is the same with those words zero, so it still opens: read-only
+/// as it is, and a recorder that opens it read-write marks it version 2 (older builds then refuse
+/// it with `VersionMismatch`).
+pub const VERSION: i64 = 2;
+/// Oldest catalog version read.
+pub const OLDEST_VERSION: i64 = 1;
 const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOGJ\0");
 
 /// Header words.
@@ -112,14 +117,23 @@ impl Catalog<MmapRegion> {
             Err(e) => Err(Error::io("publish catalog", path, e)),
         };
         drop(guard);
-        linked
+        linked?;
+        super::segment::trace::note(|| "link catalog".into());
+        // The catalog's name (and the temporary one's removal) must survive a power loss too.
+        super::segment::sync_dir(dir)
     }
 
     fn map(path: PathBuf, file: File) -> Result<Self, Error> {
         let capacity = check_file(&path, &file)?;
         let region = MmapRegion::map(&file, 0, file_length(capacity))
             .map_err(|e| Error::io("map catalog", &path, e))?;
-        Self::checked(path, file, region, capacity)
+        let catalog = Self::checked(path, file, region, capacity)?;
+        if catalog.region.load_i64(header::VERSION, crate::sync::Ordering::Acquire) != VERSION {
+            // A version 1 catalog: its records are version 2 records without checksums.
+            catalog.region.store_i64(header::VERSION, VERSION, crate::sync::Ordering::Release);
+            catalog.region.flush(0, HEADER_LEN).map_err(|e| Error::io("sync catalog", &catalog.path, e))?;
+        }
+        Ok(catalog)
     }
 
     /// Allocates a record for a new recording, publishes `fields` in it and takes its
@@ -175,6 +189,11 @@ impl Catalog<MmapRegion> {
         record::stop(&self.region, record_base(id), stop, reason, crate::sys::clock::now_ns());
     }
 
+    /// Lowers record `id`'s positions to `stop` and counts a cut: before recovery zeroes past it.
+    pub fn cut_back(&self, id: u32, stop: i64) {
+        record::cut_back(&self.region, record_base(id), stop);
+    }
+
     pub fn resume(&self, id: u32, stop: i64) {
         record::resume(&self.region, record_base(id), stop, std::process::id() as i32);
     }
@@ -222,7 +241,7 @@ impl<R: Region> Catalog<R> {
         if word(header::MAGIC) != MAGIC {
             return Err(corrupt("not a shmlog journal catalog"));
         }
-        if word(header::VERSION) != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&word(header::VERSION)) {
             let found = i32::try_from(word(header::VERSION)).unwrap_or(-1);
             return Err(Error::VersionMismatch { path, found, expected: VERSION as i32 });
         }
@@ -251,14 +270,17 @@ impl<R: Region> Catalog<R> {
         }
     }
 
-    /// Recording `id`'s recorded position and whether it has stopped: two loads, for a replay
-    /// following a recording as it grows.
-    pub fn progress(&self, id: u32) -> (i64, bool) {
-        let base = record_base(id);
-        let state = self.region.load_i64(base + record::word::STATE * 8, crate::sync::Ordering::Acquire);
-        let recorded =
-            self.region.load_i64(base + record::word::RECORDED * 8, crate::sync::Ordering::Acquire);
-        (recorded, state == record::STOPPED)
+    /// Recording `id`'s cut count, recorded position and whether it has stopped: three loads,
+    /// for a replay following a recording as it grows. `id` must be below the capacity (a
+    /// recording [`Catalog::get`] returned).
+    pub fn progress(&self, id: u32) -> record::Progress {
+        record::progress(&self.region, record_base(id))
+    }
+
+    /// After reading bytes of recording `id` below a position [`Catalog::progress`] gave with
+    /// `cuts`: `true` if recovery began no cut since, so the bytes are the recorded ones.
+    pub fn uncut(&self, id: u32, cuts: i64) -> bool {
+        record::uncut(&self.region, record_base(id), cuts)
     }
 
     /// Every recording in the catalog, by id; a record that fails validation is an error naming it.
@@ -288,5 +310,64 @@ struct RemoveOnDrop<'a>(&'a Path);
 impl Drop for RemoveOnDrop<'_> {
     fn drop(&mut self) {
         let _ = fs::remove_file(self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::record::{Checksum, Fields};
+    use crate::testing::TempDir;
+    use std::os::unix::fs::FileExt;
+
+    fn fields(checksum: Checksum) -> Fields<'static> {
+        Fields {
+            stream: "s",
+            session_id: 1,
+            stream_id: 2,
+            term_length: 1 << 16,
+            mtu: 1408,
+            initial_term_id: 0,
+            segment_length: 1 << 20,
+            start_position: 0,
+            start_unix_ns: 1,
+            boot_id: 0,
+            pid: 1,
+            gap_before: 0,
+            previous: None,
+            checksum,
+        }
+    }
+
+    fn set_version(dir: &Path, version: i64) {
+        let file = fs::OpenOptions::new().write(true).open(dir.join(FILE_NAME)).unwrap();
+        file.write_all_at(&version.to_le_bytes(), header::VERSION as u64).unwrap();
+    }
+
+    fn version(dir: &Path) -> i64 {
+        let mut b = [0u8; 8];
+        File::open(dir.join(FILE_NAME)).unwrap().read_exact_at(&mut b, header::VERSION as u64).unwrap();
+        i64::from_le_bytes(b)
+    }
+
+    #[test]
+    fn a_version_1_catalog_opens_and_a_recorder_marks_it_version_2_and_a_later_one_is_refused() {
+        let dir = TempDir::new("catalog-v1");
+        let catalog = Catalog::open_or_create(dir.path(), 4).unwrap();
+        // A version 1 record: the checksum kind and the cut count are zero.
+        let id = catalog.allocate(&fields(Checksum::None)).unwrap();
+        catalog.release(id);
+        drop(catalog);
+        set_version(dir.path(), 1);
+        let read = Catalog::open(dir.path()).unwrap();
+        assert_eq!(read.get(id).unwrap().checksum, Checksum::None);
+        assert_eq!(version(dir.path()), 1, "a reader changes nothing");
+        drop(Catalog::open_or_create(dir.path(), 4).unwrap());
+        assert_eq!(version(dir.path()), 2, "a recorder marks it version 2");
+        set_version(dir.path(), 3);
+        match Catalog::open(dir.path()) {
+            Err(Error::VersionMismatch { found: 3, expected: 2, .. }) => {}
+            other => panic!("a version 3 catalog was not refused: {other:?}"),
+        }
     }
 }

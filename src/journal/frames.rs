@@ -54,6 +54,33 @@ pub fn frame_at(bytes: &[u8], position: i64, expect: &Expect) -> Result<Option<F
     Ok(Some(Frame { len, aligned, rest }))
 }
 
+/// Offset of the reserved value in a frame header: where a recorded frame's checksum goes.
+pub const RESERVED_OFFSET: usize = 24;
+
+/// The CRC32C of a recorded frame, `frame` being exactly the bytes it covers: the header with
+/// its reserved value taken as zero, then the payload (`frame_length` bytes in all for a data
+/// frame; the 32-byte header alone for padding, whose body is not data). The alignment bytes
+/// after a frame are not covered: nobody reads them.
+pub fn checksum(frame: &[u8]) -> u32 {
+    use crate::sys::crc32c::{crc32c, crc32c_append};
+    let (head, rest) = frame.split_at(RESERVED_OFFSET.min(frame.len()));
+    let crc = crc32c_append(crc32c(head), &[0u8; 8]);
+    crc32c_append(crc, rest.get(8..).unwrap_or(&[]))
+}
+
+/// Stores the checksum of `frame` (the bytes [`checksum`] covers) in its reserved value.
+pub fn seal(frame: &mut [u8]) {
+    let crc = checksum(frame) as u64;
+    if let Some(reserved) = frame.get_mut(RESERVED_OFFSET..HEADER_LEN) {
+        reserved.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// `true` if `frame`'s reserved value is the checksum of the bytes it covers.
+pub fn sealed(frame: &[u8], rest: &HeaderRest) -> bool {
+    rest.reserved_value == checksum(frame) as i64
+}
+
 /// The 32 bytes of a padding frame from `position` to the end of its term, as a recorder writes
 /// it where the log had padding (which live reads skip and so never hand over).
 pub fn padding_header(position: i64, expect: &Expect) -> [u8; HEADER_LEN] {
@@ -117,6 +144,29 @@ mod tests {
         assert!(frame_at(&data(at, 40, 0)[..31], at, &expect()).is_err(), "short header");
         let end = (1 << 16) - 32;
         assert!(frame_at(&data(end, 64, 0), end, &expect()).is_err(), "past the term's end");
+    }
+
+    #[test]
+    fn a_sealed_frame_checks_and_any_flipped_bit_of_it_does_not() {
+        let at = (1 << 16) * 2 + 96;
+        let mut f = data(at, 90, UNFRAGMENTED);
+        f.resize(96, 0);
+        for (i, b) in f[32..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        seal(&mut f[..90]);
+        let rest = frame_at(&f, at, &expect()).unwrap().unwrap().rest;
+        assert!(sealed(&f[..90], &rest));
+        assert_eq!(rest.reserved_value >> 32, 0, "the upper half of the reserved value is zero");
+        for bit in 0..90 * 8 {
+            let mut bad = f.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let rest = HeaderRest::decode(bad[REST_OFFSET..HEADER_LEN].try_into().unwrap());
+            assert!(!sealed(&bad[..90], &rest), "bit {bit} flipped went unseen");
+        }
+        // The alignment bytes after the frame are not covered.
+        f[95] ^= 1;
+        assert!(sealed(&f[..90], &rest));
     }
 
     #[test]

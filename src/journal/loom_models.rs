@@ -6,9 +6,21 @@
 //!   `start <= durable <= recorded`, and a stopped recording's final stop position. The mutant
 //!   that publishes the state with a relaxed store (`shmlog_mutant_relaxed_catalog`) lets the
 //!   reader see a state before the fields it publishes, and must fail.
+//! - `j2_cut_vs_following_replay`: a replay follows a recording whose recorder died: it read the
+//!   record's progress (cut count, recorded position) before, and now reads two words of recorded
+//!   bytes (the segment bytes `pread` copies, as relaxed words) while recovery cuts the recording
+//!   back (`record::cut_back`), zeroes what lies past the cut and a resumed recorder writes the
+//!   same bytes again and moves the recorded position. Whenever the replay trusts what it read
+//!   (`record::uncut` holds), it read the recorded bytes, never a zero; when it does not, the
+//!   progress it reads again (`record::progress`) lets it read only bytes written back. The
+//!   mutant without recovery's fence between counting the cut and zeroing
+//!   (`shmlog_mutant_no_cut_fence`) lets it read a zero and still see the old count, and must
+//!   fail.
 
-use super::record::{self, Fields, RecordingState, StopReason, RECORD_LEN, WORDS};
+use super::record::{self, Checksum, Fields, RecordingState, StopReason, RECORD_LEN, WORDS};
 use crate::region::LoomRegion;
+use crate::region::{Region, RegionMut};
+use crate::sync::Ordering;
 use loom::thread;
 use std::sync::Arc;
 
@@ -27,6 +39,7 @@ fn fields() -> Fields<'static> {
         pid: 1000,
         gap_before: 0,
         previous: None,
+        checksum: Checksum::Crc32c,
     }
 }
 
@@ -67,5 +80,60 @@ fn j_catalog_record_vs_reader() {
             Err(what) => panic!("a snapshot taken while the recorder runs does not decode: {what}"),
         }
         recorder.join().unwrap();
+    });
+}
+
+#[test]
+fn j2_cut_vs_following_replay() {
+    // Two words of segment bytes after the record, at the stream positions 8192 - 64 and - 32:
+    // a message that began before the cut at 4096 and whose end was recorded.
+    const DATA: [usize; 2] = [RECORD_LEN, RECORD_LEN + 8];
+    const BYTES: [i64; 2] = [0x1111, 0x2222];
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let mut words: Vec<usize> = (0..WORDS).map(|w| w * 8).collect();
+        words.extend(DATA);
+        let region = Arc::new(LoomRegion::new(RECORD_LEN + 16, &[], &[], &words));
+        record::publish(&*region, 0, &fields());
+        for (at, v) in DATA.iter().zip(BYTES) {
+            region.store_i64(*at, v, Ordering::Relaxed);
+        }
+        record::set_recorded(&*region, 0, 8192);
+        // What the replay knew before the recorder died.
+        let before = record::progress(&*region, 0);
+        assert_eq!((before.cuts, before.recorded), (0, 8192));
+        let recovery = {
+            let region = region.clone();
+            thread::spawn(move || {
+                // A restarted recorder: cut back to the last complete message, zero past it...
+                record::cut_back(&*region, 0, 4096);
+                for at in DATA {
+                    region.store_i64(at, 0, Ordering::Relaxed);
+                }
+                // ... resume, write the same bytes again and move the recorded position.
+                record::resume(&*region, 0, 4096, 2000);
+                for (at, v) in DATA.iter().zip(BYTES) {
+                    region.store_i64(*at, v, Ordering::Relaxed);
+                }
+                record::set_recorded(&*region, 0, 8192);
+            })
+        };
+        // The replay reads the bytes below the recorded position it knew (a `pread`).
+        let read = |region: &LoomRegion| DATA.map(|at| region.load_i64(at, Ordering::Relaxed));
+        let got = read(&region);
+        if record::uncut(&*region, 0, before.cuts) {
+            assert_eq!(got, BYTES, "bytes read while no cut began were zeroed under the read");
+        } else {
+            // A cut began: read again only what the recording holds now.
+            let now = record::progress(&*region, 0);
+            assert!(now.cuts == 1 && (now.recorded == 4096 || now.recorded == 8192), "{now:?}");
+            if now.recorded == 8192 {
+                let again = read(&region);
+                assert!(record::uncut(&*region, 0, now.cuts));
+                assert_eq!(again, BYTES, "bytes below a recorded position written back are whole");
+            }
+        }
+        recovery.join().unwrap();
     });
 }

@@ -39,7 +39,7 @@ mod loom_models;
 
 #[cfg(all(feature = "async", not(shmlog_loom)))]
 pub use async_replay::{AsyncReplay, ReplayError};
-pub use record::{Recording, RecordingState, StopReason};
+pub use record::{Checksum, Recording, RecordingState, StopReason};
 #[cfg(not(shmlog_loom))]
 pub use {
     merge::ReplayMerge,
@@ -54,6 +54,13 @@ pub fn recordings(
     journal: impl AsRef<std::path::Path>,
 ) -> Result<Vec<Result<Recording, crate::Error>>, crate::Error> {
     Ok(catalog::Catalog::open(journal.as_ref())?.list())
+}
+
+/// The CRC32C (Castagnoli) of `bytes`, as the journal computes it for recorded frames (with the
+/// CPU's CRC32C instruction where it has one: SSE4.2 on x86-64, the CRC extension on aarch64).
+#[cfg(not(shmlog_loom))]
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crate::sys::crc32c::crc32c(bytes)
 }
 
 /// Recording `id` of the journal directory `journal`.

@@ -7,12 +7,18 @@
 //! whole. The positions only grow while the recording runs; `durable` is stored after the
 //! `recorded` it trails and `stopped` after the final `recorded`, and readers load them in the
 //! opposite order, so a snapshot always has `start <= durable <= recorded`.
+//!
+//! A recording cut back by recovery (its recorder died) is the one case where bytes below a
+//! recorded position change: recovery zeroes what lies past the cut. It lowers the positions and
+//! counts the cut in `CUTS` first, then fences ([`cut_back`]); a replay that read recorded bytes
+//! re-reads `CUTS` after an acquire fence ([`uncut`]) and trusts the bytes only if no cut began
+//! since it last looked (a seqlock; loom model `j2`).
 
 use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
 use crate::layout::log_meta::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
 use crate::region::{Region, RegionMut};
-use crate::sync::protocol::CATALOG_PUBLISH;
-use crate::sync::Ordering;
+use crate::sync::protocol::{CATALOG_PUBLISH, CUT_FENCE};
+use crate::sync::{fence, Ordering};
 
 /// Bytes of one record.
 pub const RECORD_LEN: usize = 512;
@@ -23,7 +29,10 @@ pub const NAME_MAX: usize = 128;
 /// Largest segment file.
 pub const SEGMENT_MAX: u64 = 1 << 40;
 
-/// Word indices. Loaded in index order: the state first, `durable` before `recorded`.
+/// Word indices. Loaded in index order: the state first, `durable` before `recorded`. Catalog
+/// version 2 added the checksum kind (bits 32..40 of `NAME_LEN`, beside the name's length, so a
+/// snapshot loads no more words than before: each relaxed word loom may read either way doubles
+/// model j) and `CUTS`; both are zero in a version 1 record: no checksum, never cut.
 pub mod word {
     pub const STATE: usize = 0;
     pub const STOP_REASON: usize = 1;
@@ -42,9 +51,15 @@ pub mod word {
     pub const PID: usize = 14;
     pub const GAP_BEFORE: usize = 15;
     pub const PREVIOUS: usize = 16;
+    /// The name's length (bits 0..32) and the checksum kind (bits 32..40).
     pub const NAME_LEN: usize = 17;
     pub const NAME: usize = 18;
+    /// After the 16 words of the name: how many times recovery cut the recording back.
+    pub const CUTS: usize = 34;
 }
+
+/// The bits of the `NAME_LEN` word that hold the name's length.
+const NAME_LEN_MASK: i64 = 0xffff_ffff;
 
 /// Record states.
 pub const FREE: i64 = 0;
@@ -111,6 +126,45 @@ pub enum RecordingState {
     Stopped(StopReason),
 }
 
+/// What a recording's frames carry to detect damage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Checksum {
+    /// Nothing: only the structural checks of every frame (length, place, type, session). A
+    /// flipped payload bit, or a length that still fits its term, replays as data. Frames keep
+    /// the reserved value the publisher gave them.
+    None,
+    /// Each recorded frame's 8-byte reserved value holds the CRC32C of the frame as recorded
+    /// (its header with the reserved value taken as zero, then its payload; the upper 32 bits
+    /// zero), checked on replay and by recovery. The publisher's reserved values are not kept.
+    Crc32c,
+}
+
+impl Checksum {
+    fn code(self) -> i64 {
+        match self {
+            Checksum::None => 0,
+            Checksum::Crc32c => 1,
+        }
+    }
+
+    fn from_code(code: i64) -> Option<Self> {
+        match code {
+            0 => Some(Checksum::None),
+            1 => Some(Checksum::Crc32c),
+            _ => None,
+        }
+    }
+
+    /// A short name for tools.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Checksum::None => "none",
+            Checksum::Crc32c => "crc32c",
+        }
+    }
+}
+
 /// The catalog's description of one recording: which stream and session, which positions, in
 /// which segment files, in what state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,6 +206,8 @@ pub struct Recording {
     pub gap_before: i64,
     /// The recording of the same stream and session this one continues, if any.
     pub previous: Option<u32>,
+    /// What its frames carry to detect damage ([`Checksum::None`] in catalogs of version 1).
+    pub checksum: Checksum,
     pub(crate) boot_id: i64,
 }
 
@@ -183,6 +239,7 @@ pub struct Fields<'a> {
     pub pid: i32,
     pub gap_before: i64,
     pub previous: Option<u32>,
+    pub checksum: Checksum,
 }
 
 fn at(base: usize, word: usize) -> usize {
@@ -211,7 +268,8 @@ pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
     // Words past the name stay zero (a record is allocated once, from zeroed bytes).
     let name = f.stream.as_bytes();
     debug_assert!(name.len() <= NAME_MAX);
-    put(word::NAME_LEN, name.len() as i64);
+    put(word::NAME_LEN, name.len() as i64 | f.checksum.code() << 32);
+    // CUTS stays zero, like the words past the name.
     for (i, chunk) in name.chunks(8).enumerate() {
         let mut b = [0u8; 8];
         b[..chunk.len()].copy_from_slice(chunk);
@@ -251,14 +309,59 @@ pub fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
     region.store_i64(at(base, word::PID), pid as i64, Ordering::Release);
 }
 
+/// Lowers the recorded (and durable) position to `stop` and counts a cut, then fences: called by
+/// recovery before it zeroes anything past `stop`, so a replay that read bytes being zeroed sees
+/// the count move ([`uncut`]).
+pub fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
+    let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
+    let recorded = region.load_i64(at(base, word::RECORDED), Ordering::Relaxed);
+    region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
+    region.store_i64(at(base, word::RECORDED), recorded.min(stop), Ordering::Release);
+    // Only the holder of the record's lock cuts: a load and a store count.
+    let cuts = region.load_i64(at(base, word::CUTS), Ordering::Relaxed);
+    region.store_i64(at(base, word::CUTS), cuts.wrapping_add(1), Ordering::Release);
+    // The zeroes written next must not be seen before the count (a mutant drops the fence and
+    // loom model j2 fails).
+    if CUT_FENCE {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// Where a recording stands for a replay following it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Cuts so far: bytes read while this stays the same are recorded bytes.
+    pub cuts: i64,
+    /// `true` once stopped: `recorded` is final.
+    pub stopped: bool,
+    pub recorded: i64,
+}
+
+/// The cut count first, then the state, then the recorded position (each acquire): a count seen
+/// comes with the positions lowered before it.
+pub fn progress<R: Region>(region: &R, base: usize) -> Progress {
+    let cuts = region.load_i64(at(base, word::CUTS), Ordering::Acquire);
+    let stopped = region.load_i64(at(base, word::STATE), Ordering::Acquire) == STOPPED;
+    let recorded = region.load_i64(at(base, word::RECORDED), Ordering::Acquire);
+    Progress { cuts, stopped, recorded }
+}
+
+/// After reading bytes below a recorded position loaded with `cuts`: `true` if no cut began
+/// since, so they are the bytes recorded there (none was zeroed under the read).
+pub fn uncut<R: Region>(region: &R, base: usize, cuts: i64) -> bool {
+    fence(Ordering::Acquire);
+    region.load_i64(at(base, word::CUTS), Ordering::Relaxed) == cuts
+}
+
 /// The record's words, state first (acquire), each later word acquire-loaded in index order, as
-/// far as the name's length says (the rest read as zero).
+/// far as the name's length says (the rest of the name reads as zero). The cut count is read by
+/// [`progress`].
 pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
     let mut words = [0i64; WORDS];
     for (i, w) in words.iter_mut().enumerate().take(word::NAME) {
         *w = region.load_i64(at(base, i), Ordering::Acquire);
     }
-    let name_words = (words[word::NAME_LEN].clamp(0, NAME_MAX as i64) as usize).div_ceil(8);
+    let name_words = ((words[word::NAME_LEN] & NAME_LEN_MASK).min(NAME_MAX as i64) as usize).div_ceil(8);
     for (i, w) in words.iter_mut().enumerate().skip(word::NAME).take(name_words) {
         *w = region.load_i64(at(base, i), Ordering::Acquire);
     }
@@ -323,7 +426,8 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
         -1 => None,
         p => Some(u32::try_from(p).map_err(|_| "previous recording id out of range")?),
     };
-    let name_len = w[word::NAME_LEN];
+    let checksum = Checksum::from_code(w[word::NAME_LEN] >> 32).ok_or("unknown checksum kind")?;
+    let name_len = w[word::NAME_LEN] & NAME_LEN_MASK;
     if !(1..=NAME_MAX as i64).contains(&name_len) {
         return Err("stream name length out of range");
     }
@@ -355,6 +459,7 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
         recorder_pid,
         gap_before,
         previous,
+        checksum,
         boot_id: w[word::BOOT_ID],
     }))
 }
@@ -379,6 +484,7 @@ mod tests {
             pid: 1000,
             gap_before: 0,
             previous: Some(3),
+            checksum: Checksum::Crc32c,
         }
     }
 
@@ -392,6 +498,7 @@ mod tests {
         assert_eq!((r.id, r.stream.as_str(), r.session_id, r.stream_id), (7, name, -5, 77));
         assert_eq!((r.start_position, r.stop_position, r.durable_position), (4096, 4096, 4096));
         assert_eq!((r.previous, r.state, r.stop_unix_ns), (Some(3), RecordingState::Recording, None));
+        assert_eq!(r.checksum, Checksum::Crc32c);
         set_recorded(&region, 0, 8192);
         set_durable(&region, 0, 6144);
         let r = decode(7, &snapshot(&region, 0), false).unwrap().unwrap();
@@ -431,6 +538,8 @@ mod tests {
             (word::NAME_LEN, 129),
             (word::NAME, i64::from_le_bytes(*b"/\0\0\0\0\0\0\0")),
             (word::NAME, 0xff),
+            (word::NAME_LEN, 2 << 32 | 1),
+            (word::NAME_LEN, -1),
         ];
         for &(w, v) in cases {
             let mut bad = good;

@@ -9,11 +9,12 @@
 
 use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
-use super::record::{Fields, Recording, StopReason};
+use super::record::{Checksum, Fields, Recording, StopReason};
 use super::recovery;
 use super::segment::{self, Segment};
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
+use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
 use crate::log::position::Terms;
 use crate::region::MmapRegion;
 use crate::stream::join::JoinAt;
@@ -25,6 +26,9 @@ use std::time::{Duration, Instant};
 pub const BLOCK_LEN: usize = 1 << 20;
 /// Default segment file length.
 pub const DEFAULT_SEGMENT_LENGTH: u64 = 128 << 20;
+/// Bytes of a block copied, sealed (checksums stored) and written at a time: small enough to
+/// stay in the L2 cache from the copy through the checksums to the `pwrite`.
+const SEAL_CHUNK: usize = 256 << 10;
 
 /// When recorded bytes are forced from the page cache to the disk.
 ///
@@ -58,6 +62,7 @@ pub struct RecorderBuilder {
     catalog_capacity: usize,
     resume: bool,
     wake_on_commit: bool,
+    checksum: Checksum,
 }
 
 /// How long an idle recorder sleeps between looks unless woken on commit.
@@ -115,6 +120,18 @@ impl RecorderBuilder {
         self
     }
 
+    /// What each recorded frame carries to detect damage (default [`Checksum::Crc32c`]): its
+    /// CRC32C in its 8-byte reserved value, computed over the frame as recorded (header with the
+    /// reserved value taken as zero, then payload) and checked on replay, so any flipped bit of
+    /// a frame's header or payload is [`Error::CorruptRecording`], never a delivered message.
+    /// The publisher's reserved values are therefore **not kept** in such a recording.
+    /// [`Checksum::None`] keeps them and checks only each frame's structure. Recorded in the
+    /// catalog per recording ([`Recording::checksum`]); a resumed recording keeps its own.
+    pub fn checksum(mut self, checksum: Checksum) -> Self {
+        self.checksum = checksum;
+        self
+    }
+
     /// Records a new catalog gets (default 4096).
     pub fn catalog_capacity(mut self, records: usize) -> Self {
         self.catalog_capacity = records;
@@ -164,12 +181,15 @@ impl RecorderBuilder {
             active: None,
             segment_length: self.segment_length,
             fsync: self.fsync,
+            checksum: self.checksum,
+            scratch: Vec::new(),
             previous: None,
             lost: 0,
             failed: false,
+            last_stop: 0,
         };
         if let Some((recording, stop)) = resumed {
-            writer.active = Some(Active::resumed(&writer.dir, &recording, stop)?);
+            writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
         }
         Ok(Recorder {
             sub: Some(sub),
@@ -220,6 +240,7 @@ impl Recorder {
             catalog_capacity: DEFAULT_CAPACITY,
             resume: true,
             wake_on_commit: false,
+            checksum: Checksum::Crc32c,
         }
     }
 
@@ -292,9 +313,10 @@ impl Recorder {
         self.w.active.as_ref().map(|a| a.id)
     }
 
-    /// Position recorded so far in the current recording (0 if none).
+    /// Position recorded so far in the current recording; between recordings (and once an
+    /// error stopped the recorder) the position the last one stopped at; 0 before the first.
     pub fn recorded_position(&self) -> i64 {
-        self.w.active.as_ref().map_or(0, |a| a.recorded)
+        self.w.active.as_ref().map_or(self.w.last_stop, |a| a.recorded)
     }
 
     /// Bytes of the stream an untethered recorder skipped, over its life.
@@ -398,6 +420,7 @@ impl LogFacts {
 struct Active {
     id: u32,
     expect: Expect,
+    checksum: Checksum,
     segment_length: u64,
     segment: Option<Segment>,
     recorded: i64,
@@ -406,7 +429,7 @@ struct Active {
 }
 
 impl Active {
-    fn resumed(dir: &Path, r: &Recording, stop: i64) -> Result<Self, Error> {
+    fn resumed(dir: &Path, r: &Recording, stop: i64, fsync: Fsync) -> Result<Self, Error> {
         let expect = Expect {
             terms: Terms::new(r.term_length, r.initial_term_id),
             session_id: r.session_id,
@@ -416,8 +439,9 @@ impl Active {
         Ok(Self {
             id: r.id,
             expect,
+            checksum: r.checksum,
             segment_length: r.segment_length,
-            segment: Some(Segment::open(dir, r.id, base, r.segment_length)?),
+            segment: Some(Segment::open(dir, r.id, base, r.segment_length, fsync != Fsync::Never)?),
             recorded: stop,
             durable: r.durable_position.min(stop),
             last_sync: Instant::now(),
@@ -434,11 +458,17 @@ struct Writer {
     active: Option<Active>,
     segment_length: u64,
     fsync: Fsync,
+    /// For recordings begun from now on (a resumed one keeps its own).
+    checksum: Checksum,
+    /// Where blocks are copied to be sealed, reused.
+    scratch: Vec<u8>,
     /// The recording the next one continues, and the position it stopped at.
     previous: Option<(u32, i64)>,
     /// Bytes skipped between recordings, over the recorder's life.
     lost: i64,
     failed: bool,
+    /// Where the last recording closed stopped.
+    last_stop: i64,
 }
 
 impl Writer {
@@ -456,7 +486,10 @@ impl Writer {
             let next_term = terms.term_begin(a.recorded) + terms.term_length as i64;
             if terms.term_offset(a.recorded) != 0 && position == next_term {
                 // The log had padding to the term's end here, which reads skip.
-                let (pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
+                let (mut pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
+                if a.checksum == Checksum::Crc32c {
+                    frames::seal(&mut pad);
+                }
                 Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_at(&pad, at)?;
             } else {
                 // Not contiguous (cannot happen to a tethered reader): a new recording.
@@ -467,7 +500,12 @@ impl Writer {
             }
         }
         let a = self.active.as_mut().expect("begun above");
-        Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?.write_at(block, position)?;
+        let checksum = a.checksum;
+        let segment = Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?;
+        match checksum {
+            Checksum::None => segment.write_at(block, position)?,
+            Checksum::Crc32c => write_sealed(segment, &mut self.scratch, block, position)?,
+        }
         a.recorded = position + block.len() as i64;
         self.catalog.set_recorded(a.id, a.recorded);
         Ok(())
@@ -494,10 +532,12 @@ impl Writer {
             pid: std::process::id() as i32,
             gap_before: gap,
             previous: previous.map(|(id, _)| id),
+            checksum: self.checksum,
         })?;
         self.active = Some(Active {
             id,
             expect: e,
+            checksum: self.checksum,
             segment_length,
             segment: None,
             recorded: position,
@@ -522,11 +562,12 @@ impl Writer {
                     old.sync()?;
                     a.durable = a.recorded;
                     catalog.set_durable(a.id, a.durable);
+                    segment::trace::note(|| format!("durable {}", a.durable));
                     catalog.sync(a.id)?;
                     a.last_sync = Instant::now();
                 }
             }
-            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length)?);
+            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length, fsync != Fsync::Never)?);
         }
         Ok(a.segment.as_ref().expect("opened above"))
     }
@@ -548,6 +589,7 @@ impl Writer {
         a.durable = a.recorded;
         a.last_sync = Instant::now();
         self.catalog.set_durable(a.id, a.durable);
+        segment::trace::note(|| format!("durable {}", a.durable));
         self.catalog.sync(a.id)
     }
 
@@ -559,10 +601,113 @@ impl Writer {
             self.sync_due(true)
         };
         if let Some(a) = self.active.take() {
+            self.last_stop = a.recorded;
             self.catalog.stop(a.id, a.recorded, reason);
             let _ = self.catalog.sync(a.id);
             self.catalog.release(a.id);
         }
         synced
+    }
+}
+
+/// Writes `block` (whole committed frames from stream `position` on) with each frame's checksum
+/// in its reserved value: copied into `scratch` a chunk at a time, sealed there, written from
+/// there. The live log is never written.
+fn write_sealed(segment: &Segment, scratch: &mut Vec<u8>, block: &[u8], position: i64) -> Result<(), Error> {
+    let mut at = 0;
+    while at < block.len() {
+        let rest = &block[at..];
+        scratch.clear();
+        scratch.extend_from_slice(&rest[..rest.len().min(SEAL_CHUNK)]);
+        let mut end = 0;
+        while let Some((len, aligned)) = frame_extent(&scratch[end..]) {
+            frames::seal(&mut scratch[end..end + len]);
+            end += aligned;
+        }
+        if end == 0 {
+            // One frame longer than a chunk.
+            let Some((len, aligned)) = frame_extent(rest) else {
+                // Not a frame where the reader found one: only a writer breaking the protocol
+                // changes a committed frame.
+                return Err(Error::Corrupt {
+                    path: segment.path.clone(),
+                    what: "a frame of the live log changed while the recorder copied it",
+                });
+            };
+            scratch.clear();
+            scratch.extend_from_slice(&rest[..aligned]);
+            frames::seal(&mut scratch[..len]);
+            end = aligned;
+        }
+        segment.write_at(&scratch[..end], position + at as i64)?;
+        at += end;
+    }
+    Ok(())
+}
+
+/// The length and the aligned length of the frame at the start of `bytes`, if it lies wholly in
+/// them.
+fn frame_extent(bytes: &[u8]) -> Option<(usize, usize)> {
+    let word: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
+    let len = usize::try_from(i32::from_le_bytes(word)).ok().filter(|&len| len >= HEADER_LEN)?;
+    let aligned = len.checked_add(FRAME_ALIGNMENT - 1)? & !(FRAME_ALIGNMENT - 1);
+    (aligned <= bytes.len()).then_some((len, aligned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::publication::Publication;
+    use crate::journal::segment::trace;
+    use crate::testing::TempDir;
+
+    /// Records 3 000 messages of 100 bytes (about six 64 KiB segments) into `journal` and
+    /// returns what the journal did to its directory.
+    fn record_events(shm: &Path, journal: &Path, fsync: Fsync) -> Vec<String> {
+        trace::take();
+        let mut recorder = Recorder::builder("dirsync", journal)
+            .stream_dir(shm)
+            .segment_length(1 << 16)
+            .fsync(fsync)
+            .start()
+            .unwrap();
+        let mut p = Publication::builder("dirsync").dir(shm).term_length(1 << 16).create().unwrap();
+        while !p.is_connected() {
+            recorder.poll().unwrap();
+        }
+        for i in 0..3_000u32 {
+            while let Err(e) = p.offer(&[i as u8; 100]) {
+                assert!(e.is_retryable(), "{e}");
+                recorder.poll().unwrap();
+            }
+        }
+        while recorder.recorded_position() < p.position() {
+            recorder.poll().unwrap();
+        }
+        recorder.stop().unwrap();
+        trace::take()
+    }
+
+    #[test]
+    fn a_durable_policy_syncs_the_directory_after_each_new_segment_and_the_catalog() {
+        let (shm, disk) = (TempDir::new("dirsync-shm"), TempDir::new("dirsync-journal"));
+        let events = record_events(shm.path(), &disk.path().join("per-segment"), Fsync::PerSegment);
+        assert_eq!(events[..2], ["link catalog", "sync dir"], "{events:?}");
+        let creates: Vec<usize> =
+            events.iter().enumerate().filter(|(_, e)| e.starts_with("create")).map(|(i, _)| i).collect();
+        assert!(creates.len() >= 5, "{events:?}");
+        for (k, &i) in creates.iter().enumerate() {
+            // The new segment's name is synced before anything after it is called durable, and
+            // each segment left was made durable before the next was begun.
+            assert_eq!(events[i + 1], "sync dir", "{events:?}");
+            if k > 0 {
+                assert!(events[i - 1].starts_with("durable"), "{events:?}");
+            }
+        }
+        // Never: nothing is promised, so only the catalog's creation syncs the directory.
+        let events = record_events(shm.path(), &disk.path().join("never"), Fsync::Never);
+        assert_eq!(events.iter().filter(|e| *e == "sync dir").count(), 1, "{events:?}");
+        assert!(events.iter().filter(|e| e.starts_with("create")).count() >= 5, "{events:?}");
+        assert!(!events.iter().any(|e| e.starts_with("durable")), "{events:?}");
     }
 }

@@ -3,6 +3,7 @@
 //! death loses nothing the kernel accepted). After a reboot only the durable (fsynced) position
 //! is trusted. The recording is cut back to its last complete message below that position,
 //! anything written after it (a torn block) is zeroed, and segments begun after it are removed.
+//! Frames of a checksummed recording must match their checksum to count as written.
 
 use super::catalog::Catalog;
 use super::record::{Recording, RecordingState, StopReason};
@@ -39,7 +40,7 @@ pub fn close_interrupted(
         if !catalog.take(recording.id)? {
             continue; // its recorder is alive after all (or another recorder is recovering it)
         }
-        let stop = cut(dir, &recording)?;
+        let stop = cut(dir, &recording, |stop| catalog.cut_back(recording.id, stop))?;
         if let Some((older, older_stop)) = latest.replace((recording, stop)) {
             catalog.stop(older.id, older_stop, StopReason::RecorderDied);
             catalog.release(older.id);
@@ -49,8 +50,10 @@ pub fn close_interrupted(
 }
 
 /// Where an interrupted recording ends: its last complete message at or below the position its
-/// recorder finished writing (the durable one after a reboot). Zeroes what lies past it.
-pub fn cut(dir: &Path, r: &Recording) -> Result<i64, Error> {
+/// recorder finished writing (the durable one after a reboot). Calls `lower` with it (the
+/// catalog lowers the record's positions and counts the cut, so replays following the
+/// recording stop trusting what they read past it), then zeroes what lies past it.
+pub fn cut(dir: &Path, r: &Recording, lower: impl FnOnce(i64)) -> Result<i64, Error> {
     let trusted = if r.boot_id == boot_id() { r.stop_position } else { r.durable_position };
     let mut reader = SegmentReader::new(dir, r);
     let walk_start = reader.terms().term_begin(trusted).max(r.start_position);
@@ -71,6 +74,7 @@ pub fn cut(dir: &Path, r: &Recording) -> Result<i64, Error> {
         }
     }
     drop(reader);
+    lower(stop);
     scrub(dir, r, stop, trusted)?;
     Ok(stop)
 }
@@ -93,10 +97,18 @@ fn scrub(dir: &Path, r: &Recording, stop: i64, trusted: i64) -> Result<(), Error
         }
     }
     let later = segment::list(dir, r.id).map_err(|e| Error::io("list segments", dir, e))?;
+    let mut removed = false;
     for (later_base, later_path) in later {
         if later_base > base {
             fs::remove_file(&later_path).map_err(|e| Error::io("remove segment", &later_path, e))?;
+            segment::trace::note(|| format!("remove {}-{later_base}.seg", r.id));
+            removed = true;
         }
+    }
+    if removed {
+        // Or a power loss brings them back, with bytes after the cut (whatever the fsync policy:
+        // recovery is rare and the sync cheap).
+        segment::sync_dir(dir)?;
     }
     Ok(())
 }
@@ -104,6 +116,7 @@ fn scrub(dir: &Path, r: &Recording, stop: i64, trusted: i64) -> Result<(), Error
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::record::Checksum;
     use crate::layout::frame::{HeaderRest, BEGIN_FLAG, END_FLAG, TYPE_DATA, UNFRAGMENTED};
     use crate::log::position::Terms;
     use crate::testing::TempDir;
@@ -129,6 +142,7 @@ mod tests {
             recorder_pid: 1,
             gap_before: 0,
             previous: None,
+            checksum: Checksum::None,
             boot_id: boot_id(),
         }
     }
@@ -166,7 +180,7 @@ mod tests {
         let path = segment::path(dir.path(), 3, 0);
         fs::write(&path, &seg).unwrap();
         let r = recording(recorded);
-        assert_eq!(cut(dir.path(), &r).unwrap(), whole);
+        assert_eq!(cut(dir.path(), &r, |_| {}).unwrap(), whole);
         let after = fs::read(&path).unwrap();
         assert_eq!(&after[..whole as usize], &seg[..whole as usize]);
         assert!(
@@ -182,7 +196,7 @@ mod tests {
         frame(&mut seg, 1024, BEGIN_FLAG);
         frame(&mut seg, 40, END_FLAG);
         fs::write(segment::path(dir.path(), 3, 0), &seg).unwrap();
-        assert_eq!(cut(dir.path(), &recording(seg.len() as i64)).unwrap(), seg.len() as i64);
+        assert_eq!(cut(dir.path(), &recording(seg.len() as i64), |_| {}).unwrap(), seg.len() as i64);
     }
 
     #[test]
@@ -197,11 +211,14 @@ mod tests {
         fs::write(segment::path(dir.path(), 3, 0), &seg).unwrap();
         fs::write(segment::path(dir.path(), 3, 1 << 20), [1u8; 64]).unwrap();
         let r = recording(seg.len() as i64);
-        assert_eq!(cut(dir.path(), &r).unwrap(), good);
+        segment::trace::take();
+        assert_eq!(cut(dir.path(), &r, |_| {}).unwrap(), good);
         assert!(!segment::path(dir.path(), 3, 1 << 20).exists(), "a segment begun after the cut was kept");
+        // The removal is made durable (T4).
+        assert_eq!(segment::trace::take(), ["remove 3-1048576.seg", "sync dir"]);
         // After a reboot only the durable position is trusted.
         let rebooted =
             Recording { boot_id: boot_id().wrapping_add(1), durable_position: 0, ..recording(good) };
-        assert_eq!(cut(dir.path(), &rebooted).unwrap(), 0);
+        assert_eq!(cut(dir.path(), &rebooted, |_| {}).unwrap(), 0);
     }
 }

@@ -54,17 +54,27 @@ impl ReplayBuilder {
             ));
         }
         let catalog = Catalog::open(&self.journal)?;
-        let recording = catalog.get(self.id)?;
-        let mut reader = SegmentReader::new(&self.journal, &recording);
-        let (start, stop) = (recording.start_position, recording.stop_position);
-        let from = self.from.unwrap_or(start);
-        if from != start {
-            let walk_start = reader.terms().term_begin(from).max(start);
-            let (exact, nearest) = if (start..=stop).contains(&from) {
-                reader.message_start(walk_start, from, stop)?
+        let mut attempts = 0;
+        loop {
+            let recording = catalog.get(self.id)?;
+            let progress = catalog.progress(self.id);
+            let mut reader = SegmentReader::new(&self.journal, &recording);
+            let (start, stop) = (recording.start_position, progress.recorded);
+            let from = self.from.unwrap_or(start);
+            let found = if from == start {
+                Ok((true, from))
+            } else if (start..=stop).contains(&from) {
+                let walk_start = reader.terms().term_begin(from).max(start);
+                reader.message_start(walk_start, from, stop)
             } else {
-                (false, from.clamp(start, stop))
+                Ok((false, from.clamp(start, stop)))
             };
+            // Recovery cut the recording back while we walked it: walk again what it holds now.
+            if !catalog.uncut(self.id, progress.cuts) && attempts < 100 {
+                attempts += 1;
+                continue;
+            }
+            let (exact, nearest) = found?;
             if !exact {
                 return Err(Error::PositionNotAvailable {
                     requested: from,
@@ -73,18 +83,20 @@ impl ReplayBuilder {
                     nearest,
                 });
             }
+            reader.take_fresh();
+            return Ok(Replay {
+                catalog,
+                limit: stop,
+                stopped: progress.stopped,
+                cuts: progress.cuts,
+                recording,
+                reader,
+                position: from,
+                to: self.to.unwrap_or(i64::MAX),
+                boundary: true,
+                pacing: self.rate.map(|rate| Pacing { rate, start: Instant::now(), delivered: 0 }),
+            });
         }
-        Ok(Replay {
-            catalog,
-            limit: stop,
-            stopped: recording.is_stopped(),
-            recording,
-            reader,
-            position: from,
-            to: self.to.unwrap_or(i64::MAX),
-            boundary: true,
-            pacing: self.rate.map(|rate| Pacing { rate, start: Instant::now(), delivered: 0 }),
-        })
     }
 }
 
@@ -125,6 +137,9 @@ pub struct Replay {
     /// The recorded end as last seen, and whether the recording had stopped then.
     limit: i64,
     stopped: bool,
+    /// The record's cut count when `limit` was read: bytes below `limit` read while it holds
+    /// are recorded bytes (see `journal::record`).
+    cuts: i64,
     /// Whether `position` is where a message starts.
     boundary: bool,
     pacing: Option<Pacing>,
@@ -169,7 +184,14 @@ impl Replay {
                 }
                 continue;
             }
-            let frame = self.reader.frame(self.position, self.limit)?;
+            let frame = self.reader.frame(self.position, self.limit);
+            // Bytes read from a file while recovery cut the recording back may be half zeroed:
+            // neither delivered nor reported as damage. Read again what the recording holds now.
+            if self.reader.take_fresh() && !self.catalog.uncut(self.recording.id, self.cuts) {
+                self.follow_cut();
+                continue;
+            }
+            let frame = frame?;
             let next = self.position + frame.aligned as i64;
             if next > self.to {
                 // `to` falls inside this frame: the replay ends before it.
@@ -207,12 +229,30 @@ impl Replay {
 
     /// Looks at the catalog for more recorded bytes; `true` if there are.
     fn refresh(&mut self) -> bool {
-        let (limit, stopped) = self.catalog.progress(self.recording.id);
-        let grew = limit > self.limit;
+        let p = self.catalog.progress(self.recording.id);
+        if p.cuts != self.cuts {
+            self.cut_to(p);
+            return self.position < self.end();
+        }
+        let grew = p.recorded > self.limit;
         // A stopped recording's end is final (a recovered one may have been cut back).
-        self.limit = if stopped { limit } else { limit.max(self.limit) };
-        self.stopped = stopped;
+        self.limit = if p.stopped { p.recorded } else { p.recorded.max(self.limit) };
+        self.stopped = p.stopped;
         grew
+    }
+
+    /// Recovery cut the recording back: its recorded end is what the catalog says now (lower
+    /// than what this replay saw; a resumed recorder writes the same frames there again).
+    fn follow_cut(&mut self) {
+        let p = self.catalog.progress(self.recording.id);
+        self.cut_to(p);
+    }
+
+    fn cut_to(&mut self, p: super::record::Progress) {
+        self.cuts = p.cuts;
+        self.limit = p.recorded;
+        self.stopped = p.stopped;
+        self.reader.forget();
     }
 
     /// `true` once everything up to the stop position (or the `to` position) was delivered.

@@ -2,6 +2,11 @@
 //! stream positions `base .. base + segment_length`, frames at the file offset `position - base`
 //! exactly as they were in the log. Space is reserved when a segment is created, so a full disk
 //! shows at a segment's start with a typed error, never halfway through a frame.
+//!
+//! A new file's name is durable only once its directory is synced (POSIX; ext4 in its default
+//! mode commits it with the file, XFS and btrfs may not): [`sync_dir`] follows the creation of a
+//! segment where the fsync policy promises durability, the linking of a catalog, and recovery's
+//! removal of segments.
 
 use super::catalog::space_error;
 use crate::error::Error;
@@ -38,6 +43,38 @@ pub fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
     Ok(found)
 }
 
+/// Syncs the directory `dir` itself (`fsync` of the directory), so the names created in or
+/// removed from it survive a power loss.
+pub fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("sync journal directory", dir, e))?;
+    trace::note(|| "sync dir".into());
+    Ok(())
+}
+
+/// What the journal did to its directory, in order, for the unit tests that check the order of
+/// directory syncs (per thread; nothing outside tests).
+pub(crate) mod trace {
+    #[cfg(test)]
+    thread_local! {
+        static EVENTS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// Notes an event (compiled away outside tests).
+    #[inline(always)]
+    pub fn note(event: impl FnOnce() -> String) {
+        #[cfg(test)]
+        EVENTS.with(|e| e.borrow_mut().push(event()));
+        #[cfg(not(test))]
+        let _ = event;
+    }
+
+    /// The events noted on this thread since the last call.
+    #[cfg(test)]
+    pub fn take() -> Vec<String> {
+        EVENTS.with(|e| std::mem::take(&mut *e.borrow_mut()))
+    }
+}
+
 /// A segment open for writing.
 #[derive(Debug)]
 pub struct Segment {
@@ -48,13 +85,13 @@ pub struct Segment {
 
 impl Segment {
     /// Creates the segment of recording `id` at `base` with all its space reserved, or opens it
-    /// if it exists (a resumed recording).
-    pub fn open(dir: &Path, id: u32, base: i64, length: u64) -> Result<Self, Error> {
+    /// if it exists (a resumed recording). `durable`: sync the directory after creating it.
+    pub fn open(dir: &Path, id: u32, base: i64, length: u64, durable: bool) -> Result<Self, Error> {
         let path = path(dir, id, base);
-        let file = match create_new(&path, 0o600) {
-            Ok(file) => file,
+        let (file, created) = match create_new(&path, 0o600) {
+            Ok(file) => (file, true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                open_existing(&path, true).map_err(|e| Error::io("open segment", &path, e))?
+                (open_existing(&path, true).map_err(|e| Error::io("open segment", &path, e))?, false)
             }
             Err(e) => return Err(Error::io("create segment", &path, e)),
         };
@@ -65,6 +102,12 @@ impl Segment {
                 let _ = fs::remove_file(&path);
             }
             return Err(error);
+        }
+        if created {
+            trace::note(|| format!("create {id}-{base}.seg"));
+            if durable {
+                sync_dir(dir)?;
+            }
         }
         Ok(Self { base, file, path })
     }

@@ -1,10 +1,10 @@
 //! Reading a recording's frames back: segment bytes are copied (`pread`) into a buffer of ours
 //! and every frame is validated before anything of it is used, so a damaged, truncated or
 //! foreign segment yields an error naming the file and the position, never a wrong delivery.
+//! Frames of a checksummed recording must also match their CRC32C (`frames::sealed`).
 
 use super::frames::{self, Expect, Frame};
-use super::record::Recording;
-use super::recorder::BLOCK_LEN;
+use super::record::{Checksum, Recording};
 use super::segment;
 use crate::error::Error;
 use crate::layout::frame::HEADER_LEN;
@@ -14,6 +14,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+/// Bytes read from a segment at a time (more for a longer frame): small enough to stay in the L2
+/// cache until the frames' checksums and the handler have read them.
+const READ_LEN: usize = 256 << 10;
+
 /// Reads frames of one recording from its segment files.
 #[derive(Debug)]
 pub struct SegmentReader {
@@ -21,11 +25,14 @@ pub struct SegmentReader {
     id: u32,
     segment_length: u64,
     expect: Expect,
+    checksum: Checksum,
     file: Option<(i64, File, PathBuf)>,
     buf: Vec<u8>,
     /// Stream position of `buf[0]`, and how many bytes of `buf` are valid.
     buf_position: i64,
     buf_len: usize,
+    /// Set by every read from a file: the caller checks that no cut overlapped it.
+    fresh: bool,
 }
 
 impl SegmentReader {
@@ -39,10 +46,12 @@ impl SegmentReader {
                 session_id: r.session_id,
                 stream_id: r.stream_id,
             },
+            checksum: r.checksum,
             file: None,
             buf: Vec::new(),
             buf_position: 0,
             buf_len: 0,
+            fresh: false,
         }
     }
 
@@ -62,10 +71,25 @@ impl SegmentReader {
         if position + frame.aligned as i64 > limit {
             return Err(self.corrupt(position, "a frame runs past the recording's stop position"));
         }
-        if !frame.is_padding() {
-            self.cover(position, frame.len, limit)?;
+        let covered = if frame.is_padding() { HEADER_LEN } else { frame.len };
+        self.cover(position, covered, limit)?;
+        if self.checksum == Checksum::Crc32c {
+            let at = (position - self.buf_position) as usize;
+            if !frames::sealed(&self.buf[at..at + covered], &frame.rest) {
+                return Err(self.corrupt(position, "the frame does not match its checksum"));
+            }
         }
         Ok(frame)
+    }
+
+    /// `true` if the buffer was read from a file since the last call.
+    pub fn take_fresh(&mut self) -> bool {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// Drops what the buffer holds: the next frame is read from the file again.
+    pub fn forget(&mut self) {
+        self.buf_len = 0;
     }
 
     /// The `len` bytes at `position`, which [`SegmentReader::frame`] just covered.
@@ -81,7 +105,7 @@ impl SegmentReader {
             return Ok(());
         }
         let base = segment::base_of(position, self.segment_length);
-        let want = (limit.min(base + self.segment_length as i64) - position).min(BLOCK_LEN.max(len) as i64);
+        let want = (limit.min(base + self.segment_length as i64) - position).min(READ_LEN.max(len) as i64);
         if want < len as i64 {
             return Err(self.corrupt(position, "a frame runs past the recording's stop position"));
         }
@@ -102,6 +126,7 @@ impl SegmentReader {
         }
         self.buf_position = position;
         self.buf_len = got;
+        self.fresh = true;
         if got < want {
             return Err(self.corrupt(position + got as i64, "the segment file is shorter than the recording"));
         }

@@ -1,5 +1,6 @@
 //! Thin, safe wrappers over the few system calls std does not offer: OFD locks, fallocate,
-//! statvfs, the effective uid. With `region` and `sync`, the only home of `unsafe`.
+//! statvfs, the effective uid; and CRC32C with the CPU's instruction. With `region` and `sync`,
+//! the only home of `unsafe`.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(
@@ -9,6 +10,7 @@ compile_error!(
 
 pub(crate) mod barrier;
 pub(crate) mod clock;
+pub(crate) mod crc32c;
 pub(crate) mod fs;
 pub(crate) mod futex;
 pub(crate) mod lock;

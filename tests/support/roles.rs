@@ -633,7 +633,10 @@ fn idle_publisher(cfg: &Settings, ctx: &Ctx) -> ! {
 
 /// Records stream `name` into the journal directory `journal` until its session ends (or the
 /// `quit` command); `kill_us` kills it at a random point, `fsize` caps the size of files it
-/// may create (RLIMIT_FSIZE: a disk that cannot take another segment).
+/// may create (RLIMIT_FSIZE: a disk that cannot take another segment), `hold` makes it wait for
+/// the `go` command between starting (recovery done, `recording` said) and its first poll,
+/// `poll_sleep_us` makes it sleep that long after each poll that recorded something (so it
+/// trails the publisher and writes whole 1 MiB blocks, which end anywhere in a message).
 fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
     use shmlog::journal::{Fsync, Recorder};
     if let Some(limit) = cfg.u64("fsize") {
@@ -664,6 +667,9 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
         Err(e) => ctx.fail(&format!("recorder start: {e}")),
     };
     ctx.emit("recording", &format!("resumed={}", r.recording_id().map_or(-1, i64::from)));
+    if cfg.flag("hold") {
+        ctx.wait_command("go");
+    }
     let mut started = false;
     loop {
         match r.poll() {
@@ -674,9 +680,15 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
                 }
                 r.wait(Duration::from_millis(20));
             }
-            Ok(_) => started |= r.recording_id().is_some(),
+            Ok(_) => {
+                started |= r.recording_id().is_some();
+                if let Some(us) = cfg.u64("poll_sleep_us") {
+                    std::thread::sleep(Duration::from_micros(us));
+                }
+            }
             Err(e) => {
-                ctx.emit("record_error", &format!("err={}", format!("{e:?}").replace(' ', "_")));
+                let err = format!("{e:?}").replace(' ', "_");
+                ctx.emit("record_error", &format!("err={err} position={}", r.recorded_position()));
                 std::process::exit(4)
             }
         }

@@ -4,7 +4,7 @@ use crate::sys::stop_requested;
 use crate::DirArg;
 use clap::Args;
 use serde_json::json;
-use shmlog::journal::{self, Fsync, Recorder, Recording, RecordingState, Replay};
+use shmlog::journal::{self, Checksum, Fsync, Recorder, Recording, RecordingState, Replay};
 use shmlog::{Error, FragmentAssembler, Header, JoinAt, Publication};
 use std::cell::RefCell;
 use std::io::{self, BufWriter, Write};
@@ -38,6 +38,10 @@ pub struct RecordArgs {
     /// Stop when the first recorded session ends.
     #[arg(long)]
     until_end: bool,
+    /// Record frames as they are, without a CRC32C in each frame's reserved value (replay then
+    /// checks only the frames' structure, and the publisher's reserved values are kept).
+    #[arg(long)]
+    no_checksum: bool,
 }
 
 fn parse_fsync(s: &str) -> Result<Fsync, String> {
@@ -59,6 +63,7 @@ pub fn record(a: &RecordArgs) -> Result<(), Error> {
         .fsync(a.fsync)
         .tethered(!a.untethered)
         .join_at(if a.from_slowest { JoinAt::Slowest } else { JoinAt::Latest })
+        .checksum(if a.no_checksum { Checksum::None } else { Checksum::Crc32c })
         .start()?;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     eprintln!("recording {:?} into {} (Ctrl-C stops)", a.stream, a.journal.display());
@@ -263,6 +268,7 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
                     "recorder_pid": r.recorder_pid,
                     "gap_before": r.gap_before,
                     "previous": r.previous,
+                    "checksum": r.checksum.as_str(),
                 }),
                 Err(e) => json!({ "error": e.to_string() }),
             })
@@ -282,7 +288,7 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
             Ok(r) => {
                 let _ = writeln!(
                     out,
-                    "{:>4}  {:<20} {:>11}  {:<24} {:>12} {:>12} {:>12}  {:>10}  {:>10}{}",
+                    "{:>4}  {:<20} {:>11}  {:<24} {:>12} {:>12} {:>12}  {:>10}  {:>10}{}{}",
                     r.id,
                     r.stream,
                     r.session_id,
@@ -296,7 +302,8 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
                         format!("  (gap of {} bytes before)", r.gap_before)
                     } else {
                         String::new()
-                    }
+                    },
+                    if r.checksum == Checksum::None { "  (no checksum)" } else { "" }
                 );
             }
             Err(e) => {
