@@ -324,6 +324,14 @@ impl Recorder {
         self.w.lost
     }
 
+    /// The oldest report, not taken yet, of messages of the stream the recorder's subscription
+    /// missed (see [`crate::Subscription::take_loss`]): a session that began while the recorder
+    /// waited and was joined past its start (its recording then starts late), or whole sessions
+    /// that began and ended unrecorded.
+    pub fn take_loss(&mut self) -> Option<crate::Loss> {
+        self.sub.as_mut()?.take_loss()
+    }
+
     /// `true` once an error stopped the recorder.
     pub fn is_failed(&self) -> bool {
         self.w.failed
