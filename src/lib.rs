@@ -35,10 +35,16 @@
 //!   reader as alive; the kernel drops them when a process dies, even by SIGKILL. A dead reader
 //!   stops holding the publisher back within the liveness interval (100 ms by default); a live
 //!   reader is never evicted. Readers see a dead publisher as disconnected.
-//! - **Sessions.** A new publisher on the same name creates a fresh log (new session id) and
-//!   atomically replaces the old file name; subscriptions finish the old session (to its
-//!   end-of-stream position, or to what was committed when its publisher died) and then join the
-//!   new one at the slowest reader of that session or at its publisher's position.
+//! - **Sessions.** A new publisher on the same name creates a fresh log (new session id, the
+//!   stream's next session number) and atomically replaces the old file name; subscriptions
+//!   finish the old session (to its end-of-stream position, or to what was committed when its
+//!   publisher died) and then read the new one from its first message
+//!   ([`SubscriptionBuilder::later_sessions`]). A subscription joins a session only when it is
+//!   polled or waits (a subscription nobody polls stays unjoined).
+//! - **Loss is never silent.** Messages a subscription cannot read (a later session joined past
+//!   its start, whole sessions it never saw, a session left at a fault) are reported, one
+//!   [`Loss`] each, in order with the messages: [`Subscription::take_loss`],
+//!   [`RecvError::Lost`].
 //!
 //! # Soundness and trust
 //! - No reference into memory another process writes is ever created, except the payload slice
@@ -72,8 +78,10 @@
 //! commit only when someone sleeps: [`Subscription::poll_blocking`],
 //! [`Subscription::wait_readable`], [`Subscription::wait_any`] for several streams,
 //! [`Publication::offer_blocking`] for a back-pressured publisher, whole typed messages through
-//! [`Sender`] and [`Receiver`] (`recv_timeout`, a blocking iterator) with a [`Codec`], and an
-//! async `Stream` (feature `async`). See `docs/waiting.md`.
+//! [`Sender`] and [`Receiver`] (`recv_timeout`, a blocking iterator) with a [`Codec`], and async
+//! receive and send (feature `async`: `AsyncReceiver::recv`, `AsyncSender::send`). Every one of
+//! them sleeps through the same steps of one protocol, which wakes every sleeper of a commit
+//! with one wake-up from the publisher. See `docs/waiting.md`.
 //!
 //! # Recording and replay
 //! The [`journal`] records a stream into segment files on disk (a [`journal::Recorder`] is a
@@ -90,8 +98,9 @@
 //! that is only stopped is never passed over. See `docs/concurrent.md`.
 //!
 //! # Features
-//! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver`, a
-//! `futures_core::Stream` of messages (and `journal::AsyncReplay`, one of a recording). `cli`: the
+//! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver` (`recv().await`,
+//! and a `futures_core::Stream` of messages), `AsyncSender` (`send(..).await`, awaiting room), and
+//! `journal::AsyncReplay`, a stream of a recording's messages. `cli`: the
 //! `shmlog` tool. `bridge`: `shmlog::bridge`, carrying a stream to other hosts over Aeron UDP (with
 //! `cli`: `shmlog bridge`; `docs/bridge.md`). `aeron-compare`: the benches against aeron-rs. None
 //! is on by default.
@@ -107,8 +116,8 @@
 //! (`posix_fallocate`: a full tmpfs is [`Error::InsufficientSpace`] at creation, never a SIGBUS
 //! later) and pages pre-faulted. A log becomes visible under its name only once fully
 //! initialised. Closing (or dropping) the publication marks end of stream and removes its log
-//! (unless `keep_files(true)`); files left by crashed processes are replaced by the next
-//! publisher.
+//! (unless `keep_files(true)`, or a live subscription still owes the session: then the stream's
+//! last user removes it); files left by crashed processes are replaced by the next publisher.
 //!
 //! # Platform
 //! Linux (OFD locks, `/dev/shm`), x86_64 and aarch64.
