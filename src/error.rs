@@ -181,7 +181,7 @@ impl Error {
         match cause(&source) {
             Cause::Denied => Self::PermissionDenied { path, reason: "the operating system denied access" },
             Cause::Symlink => Self::PermissionDenied { path, reason: "refusing to follow a symlink" },
-            Cause::NoSpace | Cause::Other => Self::Io { op, path, source },
+            Cause::NoSpace | Cause::TooLarge | Cause::Other => Self::Io { op, path, source },
         }
     }
 }

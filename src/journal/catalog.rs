@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::region::{MmapRegion, ReadOnlyRegion, Region, RegionMut};
 use crate::stream::files::check_owner;
 use crate::sys::clock::random_u64;
-use crate::sys::fs::{create_new, open_existing, reserve};
+use crate::sys::fs::{create_new, open_existing, reserve, Cause};
 use crate::sys::lock::{self, Kind};
 use std::fs::{self, DirBuilder, File};
 use std::io;
@@ -296,7 +296,7 @@ impl<R: Region> Catalog<R> {
 
 /// An allocation failure that means "the disk is full" as a typed error.
 pub fn space_error(path: &Path, needed: u64, e: io::Error) -> Error {
-    if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EFBIG) {
+    if matches!(crate::sys::fs::cause(&e), Cause::NoSpace | Cause::TooLarge) {
         let dir = path.parent().unwrap_or(path);
         let available = crate::sys::fs::available_space(dir).unwrap_or(0);
         Error::InsufficientSpace { path: path.into(), needed, available }

@@ -11,7 +11,7 @@ use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
 use super::record::{Checksum, Fields, Recording, StopReason};
 use super::recovery;
-use super::segment::{self, Segment};
+use super::segment::{self, Segment, BLOCK_LEN};
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
@@ -22,8 +22,6 @@ use crate::sys::clock::now_ns;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Largest block written at once (Aeron Archive's default file I/O length).
-pub const BLOCK_LEN: usize = 1 << 20;
 /// Default segment file length.
 pub const DEFAULT_SEGMENT_LENGTH: u64 = 128 << 20;
 /// Bytes of a block copied, sealed (checksums stored) and written at a time: small enough to

@@ -7,7 +7,7 @@
 
 use super::catalog::Catalog;
 use super::record::{Recording, RecordingState, StopReason};
-use super::recorder::BLOCK_LEN;
+use super::segment::BLOCK_LEN;
 use super::segment;
 use super::segment_reader::SegmentReader;
 use crate::error::Error;

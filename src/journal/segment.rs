@@ -16,6 +16,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+/// Largest block written at once (Aeron Archive's default file I/O length).
+pub const BLOCK_LEN: usize = 1 << 20;
+
 /// The path of recording `id`'s segment starting at stream position `base`.
 pub fn path(dir: &Path, id: u32, base: i64) -> PathBuf {
     dir.join(format!("{id}-{base}.seg"))

@@ -83,6 +83,9 @@ pub enum Cause {
     Denied,
     /// A symlink was in the way (we never follow one).
     Symlink,
+    /// The file would grow past what the process may write (`RLIMIT_FSIZE`): to a recorder, a
+    /// full disk all the same.
+    TooLarge,
     /// Anything else.
     Other,
 }
@@ -93,6 +96,7 @@ pub fn cause(e: &io::Error) -> Cause {
         Some(libc::ENOSPC) => Cause::NoSpace,
         Some(libc::EACCES) | Some(libc::EPERM) => Cause::Denied,
         Some(libc::ELOOP) => Cause::Symlink,
+        Some(libc::EFBIG) => Cause::TooLarge,
         _ => Cause::Other,
     }
 }
