@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Bench smoke check for CI: every bench compiles (with the `aeron-compare` feature, so aeron-rs
-# builds too) and runs once in criterion's test mode; the latency example compiles. Timings are
-# not judged. Needs neither Java nor Maven: without the driver jar the aeron-rs parts print
+# Bench smoke check for CI: every bench compiles and runs once in criterion's test mode, the
+# library's and the comparison's (compare/: aeron-rs, its own workspace); the latency example
+# runs briefly. Timings are not judged. Needs neither Java nor Maven: without the driver jar the aeron-rs parts print
 # SKIPPED. LTO is switched off here to keep the build within a few minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,15 +12,23 @@ export CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 export CARGO_PROFILE_BENCH_DEBUG=false
 export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
 
-BENCHES=(offer_poll throughput ping_pong fanout idle bounds vs_aeron journal concurrent)
-cargo bench --features aeron-compare --no-run
-cargo build --profile bench --features aeron-compare --example latency --example lowrate
+BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent compare:vs_aeron)
+COMPARE=(--manifest-path compare/Cargo.toml)
+cargo bench --no-run
+cargo bench "${COMPARE[@]}" --no-run
+cargo build --profile bench --example lowrate
+cargo build --profile bench "${COMPARE[@]}" --example latency
 
 passed=0
 failed=0
 for b in "${BENCHES[@]}"; do
     t0=$(date +%s)
-    if cargo bench --features aeron-compare --bench "$b" -- --test >"$CARGO_TARGET_DIR/bench-$b.log" 2>&1; then
+    where=()
+    if [[ $b == compare:* ]]; then
+        b=${b#compare:}
+        where=("${COMPARE[@]}")
+    fi
+    if cargo bench "${where[@]}" --bench "$b" -- --test >"$CARGO_TARGET_DIR/bench-$b.log" 2>&1; then
         passed=$((passed + 1))
         echo "bench $b: ok ($(( $(date +%s) - t0 )) s)"
     else

@@ -11,7 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/bench}"
 SECONDS_RATE="${SHMLOG_LATENCY_SECONDS:-10}"
-FEATURES=(--features aeron-compare)
+# The comparison with aeron-rs is a crate of its own (compare/): one results directory for both.
+COMPARE=(--manifest-path compare/Cargo.toml)
+export SHMLOG_BENCH_RESULTS="$PWD/target/bench-results"
 
 if [[ ! -s target/aeron/aeron-all-1.51.0.jar ]]; then
     scripts/fetch-aeron-driver.sh || echo "no Aeron driver jar: the aeron-rs figures will be SKIPPED"
@@ -22,13 +24,13 @@ fi
 declare -A BIN
 while IFS=$'\t' read -r name exe; do
     BIN[$name]=$exe
-done < <(cargo bench "${FEATURES[@]}" --no-run --message-format=json \
+done < <( (cargo bench --no-run --message-format=json; cargo bench "${COMPARE[@]}" --no-run --message-format=json) \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
         print(m["target"]["name"] + "\t" + m["executable"])')
-cargo build --profile bench "${FEATURES[@]}" --example latency
+cargo build --profile bench "${COMPARE[@]}" --example latency
 LATENCY="$CARGO_TARGET_DIR/release/examples/latency"
 
 RT=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the results section of docs/benchmarks.md and its SVG plots from the last run.
 
-Reads target/bench-results/*.jsonl (written by the benches and examples/latency.rs; one JSON
+Reads target/bench-results/*.jsonl (written by the benches and compare/examples/latency.rs; one JSON
 object per line) and rewrites the text between `<!-- results:begin -->` and
 `<!-- results:end -->` in docs/benchmarks.md, plus docs/benchmarks/*.svg. Standard library only.
 """
@@ -160,7 +160,7 @@ lat_modes = sorted({n.split("/")[0] for (b, n) in R if b == "latency" and "/" in
 LAT_SYSTEMS = SYSTEMS + ["bare-ring", "shmlog-alone"]
 LAT_LABEL = {"shmlog-alone": "shmlog alone (driver stopped)", "bare-ring": "bare ring (the floor)"}
 if lat_modes:
-    out.append("### One-way latency (examples/latency.rs, HdrHistogram)\n")
+    out.append("### One-way latency (compare/examples/latency.rs, HdrHistogram)\n")
     out.append("| mode | system | p50 | p90 | p99 | p99.9 | max | p50 / aeron-rs | p99 / aeron-rs | p99.9 / aeron-rs |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for mode in lat_modes:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetches the Java Aeron media driver used by the `vs_aeron` bench and `examples/latency.rs`
-# (feature `aeron-compare`) into target/aeron/, from Maven Central with the ordinary mvn client.
+# (the comparison crate compare/, and the bridge) into target/aeron/, from Maven Central with the ordinary mvn client.
 # Needs Java 17+ at run time and Maven here; nothing else in the crate needs either.
 set -euo pipefail
 VERSION="${AERON_VERSION:-1.51.0}"   # newest io.aeron:aeron-all on Maven Central

@@ -10,12 +10,10 @@
 
 #![allow(dead_code)]
 
-pub mod aeron_driver;
 pub mod bounds;
 pub mod clock;
 pub mod futex;
 pub mod shm;
-pub mod transport;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! (b) a fixed rate of 10 000 msg/s for N seconds,
 //!
 //! over shmlog, and in the same run over aeron-rs 0.1.8 + a real Aeron media driver (with
-//! `--features aeron-compare` and the jar from `scripts/fetch-aeron-driver.sh`) and over
+//! the jar from `scripts/fetch-aeron-driver.sh`) and over
 //! crossbeam-channel (in-process baseline), and over a bare seq-in-slot ring (the floor: what
 //! any shared-memory transport pays at least). 32-byte messages whose first 8 bytes are the send
 //! time; publisher on CPU 0, subscriber thread on CPU 1 polling up to 256 at a time, busy spin;
@@ -24,11 +24,10 @@
 //!
 //! ```text
 //! cargo run --release --example latency -- [--seconds 10] [--burst 100000] [--rate 10000]
-//! cargo run --release --example latency --features aeron-compare -- --seconds 10
+//! (from the repository's top: add --manifest-path compare/Cargo.toml)
 //! ```
 
-#[path = "../benches/support/mod.rs"]
-mod support;
+use shmlog_compare::{support, transport as tr};
 
 use hdrhistogram::Histogram;
 use std::sync::atomic::Ordering;
@@ -36,7 +35,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use support::clock::Clock;
-use support::transport::{self as tr, Rx, Sink, Tx};
+use tr::{Rx, Sink, Tx};
 
 struct Opts {
     seconds: u64,
@@ -297,9 +296,8 @@ fn main() {
 
 /// Calls `f` with a lane over aeron-rs and a media driver of its own (`None`, after a SKIPPED
 /// line, without Java, the jar or the feature), and stops both afterwards.
-#[cfg(feature = "aeron-compare")]
 fn with_aeron(o: &Opts, wanted: bool, f: impl FnOnce(Option<&mut dyn Turns>)) {
-    use support::aeron_driver::MediaDriver;
+    use shmlog_compare::aeron_driver::MediaDriver;
     use tr::aeron::{AeronSinkRx, AeronTx, Client};
     if !wanted {
         return f(None);
@@ -321,12 +319,4 @@ fn with_aeron(o: &Opts, wanted: bool, f: impl FnOnce(Option<&mut dyn Turns>)) {
     } // the lane's receiver is joined here, before the client and the driver go
     drop(client);
     drop(driver);
-}
-
-#[cfg(not(feature = "aeron-compare"))]
-fn with_aeron(_o: &Opts, wanted: bool, f: impl FnOnce(Option<&mut dyn Turns>)) {
-    if wanted {
-        println!("aeron-rs           SKIPPED: built without `--features aeron-compare`");
-    }
-    f(None)
 }

@@ -1,10 +1,10 @@
-//! One small sending/receiving interface over shmlog, aeron-rs (feature `aeron-compare`) and
+//! One small sending/receiving interface over shmlog, aeron-rs and
 //! crossbeam-channel, so the comparison runs the very same workload code over each, and the
 //! workloads themselves: round trip, streaming throughput, one-way latency.
 
-#![allow(dead_code)]
 
-use super::clock::Clock;
+
+use crate::support::clock::Clock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,7 +173,6 @@ impl Rx for crossbeam_channel::Receiver<[u8; 32]> {
 
 // ---- aeron-rs 0.1.8 over a real media driver ----------------------------------------------
 
-#[cfg(feature = "aeron-compare")]
 pub mod aeron {
     use super::{Rx, Tx};
     use aeron_rs::aeron::Aeron;
@@ -241,7 +240,7 @@ pub mod aeron {
             let (tx, rx) = mpsc::channel::<Result<Handles, String>>();
             let (dir, streams, st) = (dir.to_string(), streams.to_vec(), stop.clone());
             let thread = std::thread::spawn(move || {
-                super::super::above_fifo_spinners();
+                crate::support::above_fifo_spinners();
                 let setup = || -> Result<(Aeron, Handles), String> {
                     let mut ctx = Context::new();
                     ctx.set_aeron_dir(dir);

@@ -7,7 +7,7 @@
 //! Stopped with SIGTERM (a SIGINT can be ignored when the bench runs as a background job), and
 //! PDEATHSIG makes it die with the bench even if the bench is killed.
 
-#![allow(dead_code)]
+
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -26,7 +26,7 @@ pub struct MediaDriver {
 /// Where the driver jar is expected (`AERON_JAR` overrides).
 pub fn jar_path() -> PathBuf {
     std::env::var_os("AERON_JAR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("target/aeron/aeron-all-{AERON_VERSION}.jar"))
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../target/aeron/aeron-all-{AERON_VERSION}.jar"))
     })
 }
 
@@ -82,15 +82,15 @@ impl MediaDriver {
         .stderr(err);
         {
             use std::os::unix::process::CommandExt;
-            let all: Vec<usize> = (0..super::cores()).collect();
+            let all: Vec<usize> = (0..crate::support::cores()).collect();
             // SAFETY: prctl, sched_* are async-signal-safe; `all` was allocated before the fork.
             unsafe {
                 cmd.pre_exec(move || {
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
                     // Under `chrt -f`, the driver must be able to preempt the spinning threads.
-                    super::above_fifo_spinners();
+                    crate::support::above_fifo_spinners();
                     // Not the bench thread's CPU 0 only: the driver may run on any CPU.
-                    super::set_affinity(&all);
+                    crate::support::set_affinity(&all);
                     Ok(())
                 });
             }

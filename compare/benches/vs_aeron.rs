@@ -8,16 +8,16 @@
 //! - `oneway_then_ack_32B`: a stamped message, then wait until the receiver counted it; the
 //!   receiver records `now - stamp` (one-way latency, calibrated TSC) for percentiles.
 //!
-//! aeron-rs needs `--features aeron-compare` and the driver jar (scripts/fetch-aeron-driver.sh)
+//! aeron-rs needs the driver jar (scripts/fetch-aeron-driver.sh)
 //! plus Java 17+; without them that part prints a SKIPPED line and the rest still runs.
 
-mod support;
+use shmlog_compare::{support, transport as tr};
 
 use criterion::{Criterion, Throughput};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use support::clock::Clock;
-use support::transport::{self as tr, Rx, Sink, Tx};
+use tr::{Rx, Sink, Tx};
 use support::{Args, Pcts, ShmDir};
 
 const B: &str = "vs_aeron";
@@ -183,9 +183,8 @@ fn shmlog_system(c: &mut Criterion, args: &Args) {
     workloads_split(c, args, "shmlog", &mut ping, &mut pong, &mut data, &sink, echo, stop, data_rx);
 }
 
-#[cfg(feature = "aeron-compare")]
 fn aeron_system(c: &mut Criterion, args: &Args) {
-    use support::aeron_driver::MediaDriver;
+    use shmlog_compare::aeron_driver::MediaDriver;
     use tr::aeron::{AeronRx, AeronSinkRx, AeronTx, Client};
     let driver = match MediaDriver::start(TERM) {
         Ok(d) => d,
@@ -203,7 +202,7 @@ fn aeron_system(c: &mut Criterion, args: &Args) {
     };
     eprintln!(
         "[{B}] aeron-rs 0.1.8 connected to the Java media driver {} in {}",
-        support::aeron_driver::AERON_VERSION,
+        shmlog_compare::aeron_driver::AERON_VERSION,
         driver.dir.display()
     );
     support::pin(0);
@@ -237,11 +236,6 @@ fn aeron_system(c: &mut Criterion, args: &Args) {
     }
     drop(client);
     drop(driver);
-}
-
-#[cfg(not(feature = "aeron-compare"))]
-fn aeron_system(_c: &mut Criterion, _args: &Args) {
-    eprintln!("[{B}] SKIPPED aeron-rs: built without `--features aeron-compare`");
 }
 
 /// Throughput of shmlog, aeron-rs and crossbeam-channel interleaved: the three data streams and
@@ -416,16 +410,14 @@ fn rtt_round<T: Tx, R: Rx>(
 
 /// The aeron-rs side of `interleaved_rtt`: its own driver and client, ping and pong streams, and
 /// an echo thread that sleeps until its round.
-#[cfg(feature = "aeron-compare")]
 struct AeronPingPong {
     active: std::sync::Arc<tr::Gate>,
     echo: Option<JoinHandle<()>>,
     // Dropped in this order, after `drop` stopped the echo thread: the client before its driver.
     client: tr::aeron::Client,
-    _driver: support::aeron_driver::MediaDriver,
+    _driver: shmlog_compare::aeron_driver::MediaDriver,
 }
 
-#[cfg(feature = "aeron-compare")]
 impl AeronPingPong {
     fn start() -> Option<Self> {
         let (driver, client) = start_aeron(&[1005, 1006], "the interleaved round trips")?;
@@ -448,7 +440,6 @@ impl AeronPingPong {
     }
 }
 
-#[cfg(feature = "aeron-compare")]
 impl Drop for AeronPingPong {
     fn drop(&mut self) {
         self.active.open();
@@ -458,23 +449,6 @@ impl Drop for AeronPingPong {
         if let Some(e) = self.echo.take() {
             let _ = e.join();
         }
-    }
-}
-
-#[cfg(not(feature = "aeron-compare"))]
-struct AeronPingPong;
-
-#[cfg(not(feature = "aeron-compare"))]
-impl AeronPingPong {
-    fn start() -> Option<Self> {
-        eprintln!(
-            "[{B}] SKIPPED aeron-rs in the interleaved round trips: built without `--features aeron-compare`"
-        );
-        None
-    }
-
-    fn round(&mut self, _clock: &Clock, _n: usize) -> Vec<f64> {
-        unreachable!("never started")
     }
 }
 
@@ -489,29 +463,26 @@ fn round<T: Tx>(tx: &mut T, sink: &Sink, sent: &mut u64, n: u64) -> f64 {
 
 /// A media driver and a client with a publication and a subscription per stream id, or `None`
 /// after a SKIPPED line naming `what` (no Java, no jar, driver failed).
-#[cfg(feature = "aeron-compare")]
 fn start_aeron(
     streams: &[i32],
     what: &str,
-) -> Option<(support::aeron_driver::MediaDriver, tr::aeron::Client)> {
-    let started = support::aeron_driver::MediaDriver::start(TERM)
+) -> Option<(shmlog_compare::aeron_driver::MediaDriver, tr::aeron::Client)> {
+    let started = shmlog_compare::aeron_driver::MediaDriver::start(TERM)
         .and_then(|d| tr::aeron::Client::connect(&d.dir_string(), streams).map(|c| (d, c)));
     started.map_err(|why| eprintln!("[{B}] SKIPPED aeron-rs in {what}: {why}")).ok()
 }
 
 /// The aeron-rs side of `interleaved_throughput`: its own driver, client, one `aeron:ipc`
 /// stream and a receiver thread that sleeps until its round.
-#[cfg(feature = "aeron-compare")]
 struct AeronData {
     sink: std::sync::Arc<Sink>,
     thread: Option<JoinHandle<()>>,
     sent: u64,
     // Dropped in this order, after `drop` stopped the receiver: the client before its driver.
     client: tr::aeron::Client,
-    _driver: support::aeron_driver::MediaDriver,
+    _driver: shmlog_compare::aeron_driver::MediaDriver,
 }
 
-#[cfg(feature = "aeron-compare")]
 impl AeronData {
     fn start(clock: Clock) -> Option<Self> {
         let (driver, client) = start_aeron(&[1004], "the interleaved run")?;
@@ -528,28 +499,12 @@ impl AeronData {
     }
 }
 
-#[cfg(feature = "aeron-compare")]
 impl Drop for AeronData {
     fn drop(&mut self) {
         self.sink.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-#[cfg(not(feature = "aeron-compare"))]
-struct AeronData;
-
-#[cfg(not(feature = "aeron-compare"))]
-impl AeronData {
-    fn start(_clock: Clock) -> Option<Self> {
-        eprintln!("[{B}] SKIPPED aeron-rs in the interleaved run: built without `--features aeron-compare`");
-        None
-    }
-
-    fn round(&mut self, _n: u64) -> f64 {
-        unreachable!("never started")
     }
 }
 
