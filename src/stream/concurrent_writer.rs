@@ -10,7 +10,7 @@ use super::flow::FlowControl;
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
 use crate::error::OfferError;
-use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
+use crate::layout::frame::max_message_len;
 use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 use crate::log::unblock::{self, Unblocked};
 use crate::log::{Counter, Gauge, Log};
@@ -42,8 +42,8 @@ pub struct ConcurrentWriter<L, S, K> {
     slots: Slots<S>,
     liveness: K,
     max_message: usize,
-    /// The claim not yet committed or aborted, and its payload length.
-    claim: Option<(Reservation, usize)>,
+    /// The claim not yet committed or aborted (it carries its payload length).
+    claim: Option<Reservation>,
     ring: Option<LightBarrier>,
 }
 
@@ -81,15 +81,15 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// Appends `message`; returns the position after it.
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
-        // The common case in one pass: one frame, no leaked claim, a reservation in the known term.
+        // The common case in one pass: one frame, no leaked claim, a reservation in the known term
+        // (anything else, a refusal included, takes the general path, which tries again).
         if message.len() <= self.appender.max_payload()
             && message.len() <= self.max_message
             && self.claim.is_none()
         {
-            let framed = crate::layout::align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
-            if let Ok(reservation) = self.appender.reserve(framed, self.flow.limit()) {
+            if let Some(reservation) = self.appender.reserve_fast(message.len(), self.flow.limit()) {
                 let position = reservation.position;
-                self.appender.write(reservation, &[message], message.len());
+                self.appender.write(reservation, &[message]);
                 self.ring();
                 return Ok(position);
             }
@@ -110,9 +110,9 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
             return Err(OfferError::MessageTooLarge { len, max: self.max_message });
         }
         self.abort_claim();
-        let reservation = self.reserve(self.appender.framed_length(len))?;
+        let reservation = self.reserve(len)?;
         let position = reservation.position;
-        self.appender.write(reservation, parts, len);
+        self.appender.write(reservation, parts);
         self.ring();
         Ok(position)
     }
@@ -125,34 +125,35 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
             return Err(OfferError::MessageTooLarge { len, max });
         }
         self.abort_claim();
-        let reservation = self.reserve(self.appender.framed_length(len))?;
+        let reservation = self.reserve(len)?;
         self.appender.start_claim(&reservation);
         let position = reservation.position;
-        self.claim = Some((reservation, len));
+        self.claim = Some(reservation);
         Ok(position)
     }
 
     /// Commits the pending claim; returns the position after it.
     pub fn commit_claim(&mut self) -> Option<i64> {
-        let (reservation, len) = self.claim.take()?;
+        let reservation = self.claim.take()?;
         let position = reservation.position;
-        self.appender.commit(reservation, len);
+        self.appender.commit(reservation);
         self.ring();
         Some(position)
     }
 
     /// Turns the pending claim, if any, into padding that readers skip.
     pub fn abort_claim(&mut self) {
-        if let Some((reservation, _)) = self.claim.take() {
+        if let Some(reservation) = self.claim.take() {
             self.appender.abort(reservation);
         }
     }
 
-    /// Reserves `framed` bytes below the limit, recomputing it (and sweeping) when reached.
+    /// Reserves a message of `len` bytes below the limit, recomputing it (and sweeping) when
+    /// reached.
     #[inline]
-    fn reserve(&mut self, framed: usize) -> Result<Reservation, OfferError> {
+    fn reserve(&mut self, len: usize) -> Result<Reservation, OfferError> {
         loop {
-            match self.appender.reserve(framed, self.flow.limit()) {
+            match self.appender.reserve(len, self.flow.limit()) {
                 Ok(reservation) => return Ok(reservation),
                 Err(Refused::Limit { position }) => self.admit_slow(position)?,
                 Err(Refused::MaxPosition) => return Err(OfferError::MaxPositionExceeded),
@@ -242,7 +243,7 @@ impl<L: DirectRegion, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWrit
     /// Lends the payload of the pending claim (none: an empty slice).
     pub fn claim_buffer(&mut self) -> &mut [u8] {
         match &self.claim {
-            Some((reservation, len)) => self.appender.claim_slice(reservation, *len),
+            Some(reservation) => self.appender.claim_slice(reservation),
             None => &mut [],
         }
     }
