@@ -133,6 +133,12 @@ pub(crate) mod protocol {
     /// position (not after).
     pub(crate) const CLEAN_BEFORE_RELEASE: bool = !cfg!(shmlog_mutant_release_before_clean);
 
+    /// A concurrent writer's recompute compares reader positions with the shared tail re-read
+    /// after them, not only with the tail it loaded before its fence (T2 of the 2026-11-27
+    /// review: the mutant drops honest readers that a fast read took past the stale tail, and
+    /// reports `NotConnected` while they read).
+    pub(crate) const FRESH_CEILING: bool = !cfg!(shmlog_mutant_stale_ceiling);
+
     /// An unblocker waits while a live writer's pending position lies at or before the hole.
     pub(crate) const UNBLOCK_SPARES_LIVE: bool = !cfg!(shmlog_mutant_unblock_over_live);
 }

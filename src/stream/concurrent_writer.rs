@@ -176,7 +176,9 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
     }
 
-    /// Re-reads the tail, then (after the fence) the reader slots and the writers' pending words.
+    /// Re-reads the tail, then (after the fence) the reader slots and the writers' pending words;
+    /// a reader's position is compared with the tail re-read after it (see
+    /// `FlowControl::recompute_concurrent`).
     fn recompute_limit(&mut self) -> i64 {
         let log = self.appender.log();
         let producer = log.producer_position().unwrap_or(0);
@@ -185,6 +187,10 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         log.set_gauge(Gauge::PublisherLimit, limit);
         log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
         log.count(Counter::LimitRecomputes, 1);
+        if readers.ignored > 0 {
+            // Past a tail read after them: no honest reader's (as the exclusive writer counts).
+            log.count(Counter::IgnoredPositions, readers.ignored as u64);
+        }
         limit
     }
 
