@@ -139,6 +139,14 @@ pub(crate) mod protocol {
     /// reports `NotConnected` while they read).
     pub(crate) const FRESH_CEILING: bool = !cfg!(shmlog_mutant_stale_ceiling);
 
+    /// A concurrent writer rotating to term `n + 1` resets the next partition's tail only from
+    /// the term three back (`n - 2`), the term that partition held; a writer that found term `n`
+    /// full after another writer rotated and reserved in `n + 1` leaves that tail alone.
+    pub(crate) const ROTATE_FROM_THREE_BACK: bool = !cfg!(shmlog_mutant_rotate_unchecked);
+
+    /// One unblocker at a time: the unblocker runs under the log's unblock lock.
+    pub(crate) const UNBLOCK_UNDER_LOCK: bool = !cfg!(shmlog_mutant_unblock_unlocked);
+
     /// An unblocker waits while a live writer's pending position lies at or before the hole.
     pub(crate) const UNBLOCK_SPARES_LIVE: bool = !cfg!(shmlog_mutant_unblock_over_live);
 }

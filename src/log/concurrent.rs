@@ -32,7 +32,7 @@ use crate::layout::frame::{
 };
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{RegionMut, Span, Window};
-use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE};
+use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE, ROTATE_FROM_THREE_BACK};
 use crate::sync::Ordering;
 
 /// Why a reservation was not made.
@@ -272,7 +272,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         let field = log.meta_field(meta::TAIL_COUNTERS + 8 * (next as usize % PARTITION_COUNT));
         let raw = log.region().load_i64(field, Ordering::Acquire);
         // Only from the term three back: a count read a lap ago must not reset a live tail.
-        if tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32) {
+        if !ROTATE_FROM_THREE_BACK || tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32) {
             let _ = log.region().compare_exchange_i64(field, raw, pack_tail(next_id, 0));
         }
         let _ = log.region().compare_exchange_i32(self.active_count_field, count, next);
@@ -401,6 +401,16 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// lies in its first frame.
     pub fn claim_payload(&self, r: &Reservation) -> (usize, usize) {
         (r.partition.base() + r.start + HEADER_LEN, r.payload.min(r.len() - HEADER_LEN))
+    }
+
+    /// Gives `f` the payload of claim `r` (the closure form of `claim_slice`, for backends that
+    /// cannot lend a slice: loom's).
+    #[cfg(shmlog_loom)]
+    pub fn with_claim_payload<T>(&mut self, r: &Reservation, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        let (at, len) = self.claim_payload(r);
+        // SAFETY: as in `claim_slice`: our reservation, uncommitted, which nobody else reads or
+        // writes while we live; `&mut self` excludes our own commit or abort while `f` runs.
+        unsafe { self.log.region().with_bytes_mut(at, len, f) }
     }
 
     /// Commits a claim: its first frame's length is its payload's plus the header, inside the

@@ -15,6 +15,7 @@ use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 use crate::log::unblock::{self, Unblocked};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::{DirectRegion, RegionMut};
+use crate::sync::protocol::UNBLOCK_UNDER_LOCK;
 use crate::sync::LightBarrier;
 
 /// Who of the writers is alive, and the one-at-a-time lock of the unblocker.
@@ -29,9 +30,11 @@ pub trait WriterLiveness {
 
 /// Pads the holes of dead writers of `log`, if no other unblocker is at it.
 pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Unblocked {
-    liveness
-        .with_unblock_lock(|| unblock::resolve_dead(log, |slot| liveness.writer_alive(slot)))
-        .unwrap_or_default()
+    let resolve = || unblock::resolve_dead(log, |slot| liveness.writer_alive(slot));
+    if !UNBLOCK_UNDER_LOCK {
+        return resolve(); // the loom models' mutant: two unblockers pad one hole at once
+    }
+    liveness.with_unblock_lock(resolve).unwrap_or_default()
 }
 
 /// A writer of a concurrent log, with its flow control over the stream's reader slots.
@@ -192,6 +195,16 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
             log.count(Counter::IgnoredPositions, readers.ignored as u64);
         }
         limit
+    }
+
+    /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
+    /// `claim_buffer`, for backends that cannot lend a slice (loom's).
+    #[cfg(shmlog_loom)]
+    pub fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        match &self.claim {
+            Some(reservation) => self.appender.with_claim_payload(reservation, f),
+            None => f(&mut []),
+        }
     }
 
     /// Frees dead readers' slots and pads dead writers' holes; `true` if anything changed.
