@@ -101,9 +101,10 @@ pub(crate) mod protocol {
     /// The sweep frees a dead reader's slot while it holds the slot's lock (I6).
     pub(crate) const EVICT_UNDER_LOCK: bool = !cfg!(shmlog_mutant_evict_unlocked);
 
-    /// The writer distrusts slot words: it ignores positions past its own and recomputes its
-    /// limit at every rotation whatever the cached one says (either alone keeps a forged word
-    /// from hiding a joiner for good; the mutant drops both).
+    /// The writer distrusts slot words: it ignores positions past its own, sets its limit no
+    /// further than a window past its own position whatever the slots say, and recomputes its
+    /// limit at every rotation whatever the cached one says (any one of them keeps a forged word
+    /// from hiding a joiner for good; the mutant drops all three).
     pub(crate) const DISTRUST_SLOTS: bool = !cfg!(shmlog_mutant_trust_slot_words);
 
     /// Both sides of a doorbell issue their barrier between publishing and looking at the other

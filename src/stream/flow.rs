@@ -19,7 +19,7 @@
 use super::slots::{SessionReaders, Slots};
 use crate::log::Log;
 use crate::region::Region;
-use crate::sync::protocol::{FRESH_CEILING, RECOMPUTE_FENCE};
+use crate::sync::protocol::{DISTRUST_SLOTS, FRESH_CEILING, RECOMPUTE_FENCE};
 use crate::sync::{fence, Ordering};
 
 /// Flow-control state private to the publication.
@@ -105,8 +105,10 @@ impl FlowControl {
                 // but move the limit no further than a window past `producer`: what a joiner
                 // that this scan missed relies on (`stream::join`). With one writer no reader is
                 // past its own position, and these `min`s change nothing.
-                self.consumer_max = self.consumer_max.max(max.min(producer));
-                self.limit = min.min(producer).min(hold).saturating_add(self.window);
+                let (min, max) =
+                    if DISTRUST_SLOTS { (min.min(producer), max.min(producer)) } else { (min, max) };
+                self.consumer_max = self.consumer_max.max(max);
+                self.limit = min.min(hold).saturating_add(self.window);
             }
             _ => self.limit = self.consumer_max.min(hold.saturating_add(self.window)),
         }
