@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loom model checking of the log and stream protocols: src/log/loom_models.rs,
-# src/log/loom_concurrent.rs (many writers and the unblocker) and
-# src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader), and of the journal's
+# src/log/loom_concurrent.rs (many writers and the unblocker),
+# src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader) and
+# src/stream/loom_concurrent_models.rs (the shipped ConcurrentWriter), and of the journal's
 # catalog record and of a replay following a recording that recovery cuts back
 # (src/journal/loom_models.rs), over src/region/loom.rs.
 #
@@ -40,9 +41,17 @@
 #                                         its tail CAS: another writer enters the next term over a
 #                                         range not yet zeroed (k1);
 #      shmlog_mutant_release_before_clean a concurrent writer clears its pending position before
-#                                         zeroing its share of the next partition: k1;
+#                                         zeroing its share of the next partition: k1, k5;
 #      shmlog_mutant_unblock_over_live    the unblocker pads a frame a live (stopped) writer owns:
-#                                         k3. (relaxed_commit must also fail k1-k3.)
+#                                         k3. (relaxed_commit must also fail k1-k6.)
+#      shmlog_mutant_stale_ceiling        a concurrent writer compares reader positions with the
+#                                         tail it loaded before its fence (T2): k4 sees
+#                                         NotConnected while its reader reads;
+#      shmlog_mutant_rotate_unchecked     a rotation resets the next partition's tail whatever
+#                                         term it holds: k4's second rotator resets the tail the
+#                                         first one's reservation moved (k1 does not see it);
+#      shmlog_mutant_unblock_unlocked     the unblocker runs without the unblock lock: k6's two
+#                                         unblockers pad one hole at once.
 #    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
@@ -66,9 +75,10 @@ step() { echo "== loom [$((SECONDS - start))s] $*"; }
 step "build (release, --cfg shmlog_loom)"
 cargo test --release --lib --no-run
 
+# The k models (loom_concurrent*) set their own preemption bounds (see their files).
 step "models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
 models_start=$SECONDS
-cargo test --release --lib loom_models -- --nocapture
+cargo test --release --lib -- loom_models loom_concurrent --nocapture
 step "models passed in $((SECONDS - models_start))s"
 
 # The backend's own tests (some expect a panic, whose message would only be noise here).
@@ -100,7 +110,8 @@ mutant() {
     step "mutant $cfg: $failed of $total models failed, as they must"
 }
 
-mutant shmlog_mutant_relaxed_commit log::loom_models log::loom_concurrent stream::loom_models::d stream::loom_models::g_
+mutant shmlog_mutant_relaxed_commit log::loom_models log::loom_concurrent stream::loom_models::d stream::loom_models::g_ \
+    stream::loom_concurrent_models
 mutant shmlog_mutant_skip_clean log::loom_models::c2_ stream::loom_models::d1_
 mutant shmlog_mutant_relaxed_position stream::loom_models::d
 mutant shmlog_mutant_no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
@@ -115,7 +126,10 @@ mutant shmlog_mutant_uncounted_sleeper stream::loom_models::i_ stream::loom_mode
 mutant shmlog_mutant_relaxed_catalog journal::loom_models::j_
 mutant shmlog_mutant_no_cut_fence journal::loom_models::j2_
 mutant shmlog_mutant_pending_after_reserve log::loom_concurrent::k1_
-mutant shmlog_mutant_release_before_clean log::loom_concurrent::k1_
+mutant shmlog_mutant_release_before_clean log::loom_concurrent::k1_ stream::loom_concurrent_models::k5_
 mutant shmlog_mutant_unblock_over_live log::loom_concurrent::k3_
+mutant shmlog_mutant_stale_ceiling stream::loom_concurrent_models::k4_
+mutant shmlog_mutant_rotate_unchecked stream::loom_concurrent_models::k4_
+mutant shmlog_mutant_unblock_unlocked stream::loom_concurrent_models::k6_
 
 step "done in $((SECONDS - start))s"

@@ -113,13 +113,19 @@ pub enum Error {
         /// Number of slots in it.
         slots: usize,
     },
-    /// Every writer slot of a concurrent stream's log is held by a live writer (or by a dead one
-    /// whose frame is not padded yet).
+    /// No writer slot of a concurrent stream's log is free: live writers hold them, or dead
+    /// writers whose last message is not padded yet (a live writer's unfinished message before
+    /// it, a claim left open or a writer stopped, keeps the unblocker from padding it; it is
+    /// padded, and the slot freed, once that writer goes on).
     TooManyWriters {
         /// The log file.
         path: PathBuf,
         /// Writer slots in a log.
         slots: usize,
+        /// Slots held by live writers.
+        live: usize,
+        /// Slots of dead writers whose message is not padded yet.
+        awaiting_unblock: Vec<usize>,
     },
     /// The stream's reader-slot file, shared by live processes, has fewer slots than asked for.
     /// It was created by whoever came first (a subscription, with its own `max_readers`); give
@@ -217,9 +223,19 @@ impl fmt::Display for Error {
             Self::TooManyReaders { path, slots } => {
                 write!(f, "{}: all {slots} reader slots are in use by live readers", path.display())
             }
-            Self::TooManyWriters { path, slots } => {
-                write!(f, "{}: all {slots} writer slots of the log are in use", path.display())
-            }
+            Self::TooManyWriters { path, slots, live, awaiting_unblock } => match awaiting_unblock.as_slice() {
+                [] => write!(f, "{}: all {slots} writer slots of the log are held by live writers", path.display()),
+                dead => write!(
+                    f,
+                    "{}: no writer slot of the log is free: {live} of {slots} writer slots are held by live \
+                     writers, and {} (slot {}) by dead writers whose last message could not be padded yet: a \
+                     live writer's uncommitted message before it (an open claim, a stopped writer) holds it; \
+                     retry once that is committed",
+                    path.display(),
+                    dead.len(),
+                    dead.iter().map(|slot| slot.to_string()).collect::<Vec<_>>().join(", slot "),
+                ),
+            },
             Self::ReaderSlots { path, slots, wanted } => write!(
                 f,
                 "{}: the stream's reader-slot file has {slots} slots, fewer than the {wanted} asked for, and is \

@@ -101,9 +101,10 @@ pub(crate) mod protocol {
     /// The sweep frees a dead reader's slot while it holds the slot's lock (I6).
     pub(crate) const EVICT_UNDER_LOCK: bool = !cfg!(shmlog_mutant_evict_unlocked);
 
-    /// The writer distrusts slot words: it ignores positions past its own and recomputes its
-    /// limit at every rotation whatever the cached one says (either alone keeps a forged word
-    /// from hiding a joiner for good; the mutant drops both).
+    /// The writer distrusts slot words: it ignores positions past its own, sets its limit no
+    /// further than a window past its own position whatever the slots say, and recomputes its
+    /// limit at every rotation whatever the cached one says (any one of them keeps a forged word
+    /// from hiding a joiner for good; the mutant drops all three).
     pub(crate) const DISTRUST_SLOTS: bool = !cfg!(shmlog_mutant_trust_slot_words);
 
     /// Both sides of a doorbell issue their barrier between publishing and looking at the other
@@ -141,6 +142,20 @@ pub(crate) mod protocol {
     /// A concurrent writer zeroes its share of the next partition before it clears its pending
     /// position (not after).
     pub(crate) const CLEAN_BEFORE_RELEASE: bool = !cfg!(shmlog_mutant_release_before_clean);
+
+    /// A concurrent writer's recompute compares reader positions with the shared tail re-read
+    /// after them, not only with the tail it loaded before its fence (T2 of the 2026-11-27
+    /// review: the mutant drops honest readers that a fast read took past the stale tail, and
+    /// reports `NotConnected` while they read).
+    pub(crate) const FRESH_CEILING: bool = !cfg!(shmlog_mutant_stale_ceiling);
+
+    /// A concurrent writer rotating to term `n + 1` resets the next partition's tail only from
+    /// the term three back (`n - 2`), the term that partition held; a writer that found term `n`
+    /// full after another writer rotated and reserved in `n + 1` leaves that tail alone.
+    pub(crate) const ROTATE_FROM_THREE_BACK: bool = !cfg!(shmlog_mutant_rotate_unchecked);
+
+    /// One unblocker at a time: the unblocker runs under the log's unblock lock.
+    pub(crate) const UNBLOCK_UNDER_LOCK: bool = !cfg!(shmlog_mutant_unblock_unlocked);
 
     /// An unblocker waits while a live writer's pending position lies at or before the hole.
     pub(crate) const UNBLOCK_SPARES_LIVE: bool = !cfg!(shmlog_mutant_unblock_over_live);

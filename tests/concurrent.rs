@@ -281,3 +281,69 @@ fn two_writers_closing_at_once_still_end_the_stream() {
         assert!(!path.exists(), "round {round}: neither writer ended the stream");
     }
 }
+
+/// All 32 writer slots taken, one by a writer killed inside a claim: a slot whose dead owner's
+/// message is not padded yet is not free (the unblocker finds the hole through its pending word).
+/// While a live writer's open claim before that hole keeps it from being padded, the error says
+/// how many slots live writers hold and which ones dead writers do; once that claim is committed,
+/// a new writer pads the hole itself and takes the slot.
+#[test]
+fn too_many_writers_says_who_holds_the_slots_and_a_dead_writers_slot_is_freed_by_the_next_claimer() {
+    let _serial = support::exclusive();
+    let dir = ShmDir::new("conc-slots");
+    let cfg = base(&dir, "slots").set("term", 64 * 1024);
+    let open = || {
+        Publication::builder("slots")
+            .dir(dir.path())
+            .term_length(64 * 1024)
+            .mtu(MTU)
+            .liveness_interval(Duration::from_millis(LIVENESS_MS))
+            .open_concurrent()
+    };
+    let first = open().unwrap();
+    let mut sub = Subscription::builder("slots").dir(dir.path()).open().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut probe = first.try_clone().unwrap();
+    while !probe.is_connected() {
+        sub.poll(|_: &[u8], _: &shmlog::Header| {}, 1);
+        assert!(Instant::now() < deadline, "the reader never joined");
+    }
+    // Slot 1: a live writer's open claim, before the dead writer's message.
+    let mut claim = probe.try_claim(8).unwrap();
+    claim.buffer().copy_from_slice(b"claimed!");
+    // Slot 2: a writer killed inside its first claim.
+    let mut victim = Peer::spawn("victim", "cwriter", &cfg.clone().set("writer", 7).set("die_in_claim", 0));
+    assert_eq!(victim.expect("ready", Duration::from_secs(20)).get("slot"), Some("2"));
+    assert_eq!(victim.wait_exit(Duration::from_secs(30)).signal(), Some(libc::SIGKILL));
+    // Slots 3 to 31: live writers.
+    let mut others: Vec<_> = (3..32).map(|_| first.try_clone().unwrap()).collect();
+    let err = first.try_clone().unwrap_err();
+    match &err {
+        shmlog::Error::TooManyWriters { slots: 32, live: 31, awaiting_unblock, .. } => {
+            assert_eq!(awaiting_unblock, &[2])
+        }
+        other => panic!("{other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("31 of 32 writer slots") && text.contains("slot 2"),
+        "live writers hold 31 slots, a dead one slot 2: {text}"
+    );
+    claim.commit();
+    // The dead writer's message can be padded now: the next claimer does it, and takes slot 2.
+    let next = first.try_clone().unwrap_or_else(|e| panic!("slot 2 is free once padded: {e}"));
+    assert_eq!(next.writer_slot(), 2);
+    let err = first.try_clone().unwrap_err();
+    assert!(
+        matches!(&err, shmlog::Error::TooManyWriters { live: 32, awaiting_unblock, .. } if awaiting_unblock.is_empty())
+    );
+    assert!(err.to_string().contains("all 32 writer slots of the log are held by live writers"), "{err}");
+    // The reader goes on past the padded hole.
+    let mut got = Vec::new();
+    while got.is_empty() {
+        sub.poll(|m: &[u8], _: &shmlog::Header| got.push(m.to_vec()), 10);
+        assert!(Instant::now() < deadline, "the reader is held at the dead writer's hole");
+    }
+    assert_eq!(got, [b"claimed!".to_vec()]);
+    others.clear();
+}

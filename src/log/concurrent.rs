@@ -32,7 +32,7 @@ use crate::layout::frame::{
 };
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{RegionMut, Span, Window};
-use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE};
+use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE, ROTATE_FROM_THREE_BACK};
 use crate::sync::Ordering;
 
 /// Why a reservation was not made.
@@ -48,7 +48,12 @@ pub enum Refused {
 
 /// Space reserved in the active term and not committed yet: readers wait at its first frame.
 ///
-/// Move-only: [`ConcurrentAppender::commit`] and [`ConcurrentAppender::abort`] consume it.
+/// It carries the payload length it was made for, and every write, lend and commit of it takes
+/// its lengths from here, never from the caller: no length can reach past the reservation into
+/// the next writer's (the shape of the exclusive appender's `ClaimedFrame`).
+///
+/// Move-only: [`ConcurrentAppender::write`], [`ConcurrentAppender::commit`] and
+/// [`ConcurrentAppender::abort`] consume it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Reservation {
     partition: Span,
@@ -56,11 +61,14 @@ pub struct Reservation {
     term_id: i32,
     start: usize,
     end: usize,
+    /// Payload bytes of the message reserved for (0 for a term's end reserved to pad it).
+    payload: usize,
     /// Stream position just after the reservation.
     pub position: i64,
 }
 
 impl Reservation {
+    /// Log bytes reserved.
     pub fn len(&self) -> usize {
         self.end - self.start
     }
@@ -127,19 +135,28 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         framed_length(len, self.max_payload)
     }
 
-    /// Reserves `framed` bytes (a message's framed length, at most a term / 8 plus headers) at
-    /// the tail if the tail stands below `limit`; pads and rotates at a term's end on the way.
+    /// Reserves the frames of a message of `len` payload bytes (at most a term / 8) at the tail
+    /// if the tail stands below `limit`; pads and rotates at a term's end on the way.
     #[inline(always)]
-    pub fn reserve(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
-        if let Some(reservation) = self.reserve_in_known_term(framed, limit) {
+    pub fn reserve(&mut self, len: usize, limit: i64) -> Result<Reservation, Refused> {
+        let framed = self.framed_length(len);
+        if let Some(reservation) = self.reserve_in_known_term(len, framed, limit) {
             return Ok(reservation);
         }
-        self.reserve_slow(framed, limit)
+        self.reserve_slow(len, framed, limit)
+    }
+
+    /// [`ConcurrentAppender::reserve`]'s common case alone (see `reserve_in_known_term`): `None`
+    /// where `reserve` goes on to its general loop. Inline in the caller, so the reservation's
+    /// payload length is the caller's own `len` to the optimiser.
+    #[inline(always)]
+    pub fn reserve_fast(&self, len: usize, limit: i64) -> Option<Reservation> {
+        self.reserve_in_known_term(len, self.framed_length(len), limit)
     }
 
     #[inline(never)]
-    fn reserve_slow(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
-        let refused = self.reserve_inner(framed, limit);
+    fn reserve_slow(&mut self, len: usize, framed: usize, limit: i64) -> Result<Reservation, Refused> {
+        let refused = self.reserve_inner(len, framed, limit);
         if refused.is_err() {
             self.set_pending(meta::NO_PENDING);
         }
@@ -151,7 +168,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// tail is below the limit, the message fits, and no other writer moves the tail between our
     /// load and our CAS. `None` sends the caller to the general loop, which starts over.
     #[inline(always)]
-    fn reserve_in_known_term(&self, framed: usize, limit: i64) -> Option<Reservation> {
+    fn reserve_in_known_term(&self, len: usize, framed: usize, limit: i64) -> Option<Reservation> {
         let known = self.known.as_ref()?;
         let region = self.log.region();
         let raw = region.load_i64(known.tail_field, Ordering::Acquire);
@@ -174,13 +191,14 @@ impl<R: RegionMut> ConcurrentAppender<R> {
             term_id: known.term_id,
             start,
             end,
+            payload: len,
             position: known.term_begin + end as i64,
         };
         self.mark_pending(&reservation);
         Some(reservation)
     }
 
-    fn reserve_inner(&mut self, framed: usize, limit: i64) -> Result<Reservation, Refused> {
+    fn reserve_inner(&mut self, len: usize, framed: usize, limit: i64) -> Result<Reservation, Refused> {
         let terms = self.log.terms();
         let t = self.log.term_length();
         for _ in 0..BAD_TAIL_TRIES {
@@ -226,6 +244,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
                 term_id,
                 start,
                 end: if fits { end } else { t },
+                payload: if fits { len } else { 0 },
                 position: term_begin + if fits { end } else { t } as i64,
             };
             self.mark_pending(&reservation);
@@ -253,7 +272,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         let field = log.meta_field(meta::TAIL_COUNTERS + 8 * (next as usize % PARTITION_COUNT));
         let raw = log.region().load_i64(field, Ordering::Acquire);
         // Only from the term three back: a count read a lap ago must not reset a live tail.
-        if tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32) {
+        if !ROTATE_FROM_THREE_BACK || tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32) {
             let _ = log.region().compare_exchange_i64(field, raw, pack_tail(next_id, 0));
         }
         let _ = log.region().compare_exchange_i32(self.active_count_field, count, next);
@@ -314,19 +333,23 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         self.finish(r, message.len() + HEADER_LEN);
     }
 
-    /// Writes the message gathered from `parts` (`len` bytes in all) into `r`, fragmenting it
-    /// above the max payload, and commits it.
-    #[inline]
-    pub fn write(&mut self, r: Reservation, parts: &[&[u8]], len: usize) {
-        debug_assert_eq!(r.len(), self.framed_length(len));
+    /// Writes the message gathered from `parts` into `r`, fragmenting it above the max payload,
+    /// and commits it. `parts` must hold the payload length `r` was reserved for: bytes past it
+    /// are not copied, and too few panic (leaving the reservation a hole, as a dead writer's).
+    #[inline(always)]
+    pub fn write(&mut self, r: Reservation, parts: &[&[u8]]) {
         match parts {
-            [message] if len <= self.max_payload => self.write_one(r, message),
-            _ => self.write_gathered(r, parts, len),
+            // The one slice is exactly the payload reserved for: its length is the copy's.
+            [message] if message.len() == r.payload && r.payload <= self.max_payload => {
+                self.write_one(r, message)
+            }
+            _ => self.write_gathered(r, parts),
         }
     }
 
     #[inline(never)]
-    fn write_gathered(&mut self, r: Reservation, parts: &[&[u8]], len: usize) {
+    fn write_gathered(&mut self, r: Reservation, parts: &[&[u8]]) {
+        let len = r.payload;
         self.enter_term(&r);
         let region = self.log.region();
         let term = Window::new(region, r.partition);
@@ -362,9 +385,11 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         self.finish(r, first_chunk + HEADER_LEN);
     }
 
-    /// Writes the header of a one-frame claim; the caller writes the payload (through
-    /// [`ConcurrentAppender::claim_payload`]) and commits or aborts.
+    /// Writes the header of a one-frame claim (a reservation of at most the max payload); the
+    /// caller writes the payload (through [`ConcurrentAppender::claim_payload`]) and commits or
+    /// aborts.
     pub fn start_claim(&mut self, r: &Reservation) {
+        debug_assert!(r.payload <= self.max_payload && r.len() == self.framed_length(r.payload));
         self.enter_term(r);
         let rest = self.rest_for(r.start, UNFRAGMENTED, TYPE_DATA);
         let term = Window::new(self.log.region(), r.partition);
@@ -372,14 +397,27 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         unsafe { term.copy_in_cell(r.start, REST_OFFSET, &rest) };
     }
 
-    /// Region offset and length of a claim's payload.
-    pub fn claim_payload(&self, r: &Reservation, len: usize) -> (usize, usize) {
-        (r.partition.base() + r.start + HEADER_LEN, len)
+    /// Region offset and length of a claim's payload: the payload it was reserved for, which
+    /// lies in its first frame.
+    pub fn claim_payload(&self, r: &Reservation) -> (usize, usize) {
+        (r.partition.base() + r.start + HEADER_LEN, r.payload.min(r.len() - HEADER_LEN))
     }
 
-    /// Commits a claim of `len` payload bytes.
-    pub fn commit(&self, r: Reservation, len: usize) {
-        self.finish(r, len + HEADER_LEN);
+    /// Gives `f` the payload of claim `r` (the closure form of `claim_slice`, for backends that
+    /// cannot lend a slice: loom's).
+    #[cfg(shmlog_loom)]
+    pub fn with_claim_payload<T>(&mut self, r: &Reservation, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        let (at, len) = self.claim_payload(r);
+        // SAFETY: as in `claim_slice`: our reservation, uncommitted, which nobody else reads or
+        // writes while we live; `&mut self` excludes our own commit or abort while `f` runs.
+        unsafe { self.log.region().with_bytes_mut(at, len, f) }
+    }
+
+    /// Commits a claim: its first frame's length is its payload's plus the header, inside the
+    /// reservation.
+    pub fn commit(&self, r: Reservation) {
+        let frame = (r.payload + HEADER_LEN).min(r.len());
+        self.finish(r, frame);
     }
 
     /// Turns a claim into padding that readers skip.
@@ -400,11 +438,11 @@ impl<R: RegionMut> ConcurrentAppender<R> {
 }
 
 impl<R: crate::region::DirectRegion> ConcurrentAppender<R> {
-    /// Lends the payload of claim `r` (`len` bytes).
+    /// Lends the payload of claim `r` (the payload length it was reserved for).
     ///
     /// The caller's `Claim` guard owns `r` and borrows this appender mutably while the slice lives.
-    pub fn claim_slice(&mut self, r: &Reservation, len: usize) -> &mut [u8] {
-        let (at, len) = self.claim_payload(r, len);
+    pub fn claim_slice(&mut self, r: &Reservation) -> &mut [u8] {
+        let (at, len) = self.claim_payload(r);
         // SAFETY: our reservation, uncommitted (its first length word is negative), so no reader
         // reads it and no other writer or unblocker writes it while we live; the slice borrows
         // `self` mutably, so no commit or abort can happen while it lives.

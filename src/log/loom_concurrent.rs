@@ -92,8 +92,7 @@ fn reserve(w: &mut ConcurrentAppender<Shared>, len: usize, window: usize) -> Res
         let producer = log.producer_position().expect("consistent tails");
         fence(Ordering::SeqCst);
         let hold = log.min_writer_pending(producer).unwrap_or(i64::MAX).min(producer);
-        let framed = w.framed_length(len);
-        match w.reserve(framed, hold + window as i64) {
+        match w.reserve(len, hold + window as i64) {
             Ok(r) => return r,
             Err(Refused::Limit { .. }) => thread::yield_now(),
             Err(other) => panic!("reservation refused: {other:?}"),
@@ -110,7 +109,7 @@ fn offer(w: &mut ConcurrentAppender<Shared>, msg: &[u8]) -> i64 {
 fn offer_within(w: &mut ConcurrentAppender<Shared>, msg: &[u8], window: usize) -> i64 {
     let r = reserve(w, msg.len(), window);
     let position = r.position;
-    w.write(r, &[msg], msg.len());
+    w.write(r, &[msg]);
     position
 }
 
@@ -249,7 +248,7 @@ fn k3_stopped_writer_is_never_unblocked_over() {
         let ts = thread::spawn(move || {
             let r = reserve(&mut stopped, 16, TERM / 2);
             thread::yield_now(); // stopped (SIGSTOP) for as long as loom likes
-            stopped.write(r, &[&sent], 16);
+            stopped.write(r, &[&sent]);
         });
         let unblocker_log = Log::open_any_term(Arc::clone(&region)).unwrap();
         let flags = Arc::clone(&alive);

@@ -226,12 +226,12 @@ mod tests {
     #[test]
     fn a_writer_dead_before_its_first_store_is_padded_up_to_the_next_frame() {
         let (log, mut dead, mut live) = two_writers();
-        let r = dead.reserve(dead.framed_length(90), i64::MAX).unwrap();
+        let r = dead.reserve(90, i64::MAX).unwrap();
         // Died between its CAS and its first store: its reservation is all zero.
         log.region().store_i32(0, 0, Ordering::Relaxed);
         let _died_with = r;
-        let after = live.reserve(live.framed_length(5), i64::MAX).unwrap();
-        live.write(after, &[b"alive"], 5);
+        let after = live.reserve(5, i64::MAX).unwrap();
+        live.write(after, &[b"alive"]);
         assert_eq!(read_all(&log), (vec![], 0), "readers wait at the hole");
         let done = resolve_dead(&log, |slot| slot == 1);
         assert_eq!((done.padded, done.bytes, done.cleared), (1, 128, 1));
@@ -243,15 +243,15 @@ mod tests {
     fn a_dead_writers_fragments_are_padded_over_never_delivered() {
         let (log, mut dead, mut live) = two_writers();
         let message = vec![9u8; 300];
-        let r = dead.reserve(dead.framed_length(300), i64::MAX).unwrap();
+        let r = dead.reserve(300, i64::MAX).unwrap();
         let extent = r.len();
         // Died after its later fragments, before the first: simulated by writing a copy of the
         // reservation with the first frame's length put back to minus the reservation.
-        dead.write(r, &[&message], 300);
+        dead.write(r, &[&message]);
         log.region().store_i32(0, -(extent as i32), Ordering::Relaxed);
         log.region().store_i64(log.meta_field(meta::writer_field(0, meta::W_PENDING)), 0, Ordering::Relaxed);
-        let after = live.reserve(live.framed_length(5), i64::MAX).unwrap();
-        live.write(after, &[b"alive"], 5);
+        let after = live.reserve(5, i64::MAX).unwrap();
+        live.write(after, &[b"alive"]);
         assert_eq!(read_all(&log).0.len(), 0, "nothing of the dead message, and nothing after it yet");
         let done = resolve_dead(&log, |slot| slot == 1);
         assert_eq!((done.padded, done.bytes), (1, extent));
@@ -261,13 +261,31 @@ mod tests {
     #[test]
     fn a_live_writers_frame_is_never_padded() {
         let (log, mut stopped, mut other) = two_writers();
-        let r = stopped.reserve(stopped.framed_length(8), i64::MAX).unwrap();
-        let after = other.reserve(other.framed_length(5), i64::MAX).unwrap();
-        other.write(after, &[b"after"], 5);
+        let r = stopped.reserve(8, i64::MAX).unwrap();
+        let after = other.reserve(5, i64::MAX).unwrap();
+        other.write(after, &[b"after"]);
         for _ in 0..3 {
             assert_eq!(resolve_dead(&log, |_| true), Unblocked::default());
         }
-        stopped.write(r, &[b"whole!!!"], 8);
+        stopped.write(r, &[b"whole!!!"]);
         assert_eq!(read_all(&log).0, vec![b"whole!!!".to_vec(), b"after".to_vec()]);
+    }
+
+    /// The review's T9: a claim's lent payload and its committed length come from the
+    /// reservation, not from the caller. With the old `claim_slice(&r, len)` a length of 100 for
+    /// an 8-byte claim lent 100 bytes of a 64-byte reservation, over the next writer's.
+    #[test]
+    fn a_claim_lends_and_commits_exactly_its_reservation() {
+        let (log, mut a, mut b) = two_writers();
+        let r = a.reserve(8, i64::MAX).unwrap();
+        assert_eq!(r.len(), 64);
+        a.start_claim(&r);
+        let next = b.reserve(5, i64::MAX).unwrap();
+        let lent = a.claim_slice(&r);
+        assert_eq!(lent.len(), 8, "the claim's payload, not a byte more");
+        lent.copy_from_slice(b"claimed!");
+        b.write(next, &[b"after"]);
+        a.commit(r);
+        assert_eq!(read_all(&log), (vec![b"claimed!".to_vec(), b"after".to_vec()], 128));
     }
 }

@@ -7,8 +7,9 @@
 //! leaving writer upgrades to learn whether it is the last. Both windows are short, so a joiner
 //! that meets them retries.
 
+use super::concurrent_writer::unblock;
 use super::files::{check_owner, create_log, open_existing, NewLog, OwnedLog};
-use super::liveness::{held, CLOSE_LOCK, PUBLISHER_LOCK, WRITER_LOCKS};
+use super::liveness::{held, LogWriters, CLOSE_LOCK, PUBLISHER_LOCK, WRITER_LOCKS};
 use crate::error::Error;
 use crate::layout::log_meta::{MAX_WRITERS, META_LEN, MODE_CONCURRENT, WRITER_MODE};
 use crate::log::Log;
@@ -116,18 +117,47 @@ fn mode_of(file: &File, len: u64) -> Option<i32> {
 }
 
 /// Takes the first writer slot whose lock is free and whose pending word is clear.
+///
+/// A slot whose owner died with a message reserved stays taken until that message is padded
+/// (its pending word is how the unblocker finds the hole). If only such slots are left, this
+/// runs the unblocker (as a held-back writer would) and looks again; if that cannot pad them
+/// yet (a live writer's uncommitted message lies before the hole), the error names them.
 fn claim_slot(file: &File, path: &Path, log: &Log<MmapRegion>) -> Result<usize, Error> {
+    let unpadded = match try_slots(file, path, log)? {
+        Ok(slot) => return Ok(slot),
+        Err(unpadded) => unpadded,
+    };
+    if !unpadded.is_empty() {
+        let file = file.try_clone().map_err(|e| Error::io("duplicate descriptor", path, e))?;
+        unblock(log, &LogWriters { file, own: None });
+    }
+    match try_slots(file, path, log)? {
+        Ok(slot) => Ok(slot),
+        Err(awaiting_unblock) => Err(Error::TooManyWriters {
+            path: path.into(),
+            slots: MAX_WRITERS,
+            live: MAX_WRITERS - awaiting_unblock.len(),
+            awaiting_unblock,
+        }),
+    }
+}
+
+/// One pass over the writer slots: `Ok(slot)` claimed, or `Err(slots)` whose lock is free (their
+/// owner is dead) but whose message is not padded yet; every other slot has a live owner.
+fn try_slots(file: &File, path: &Path, log: &Log<MmapRegion>) -> Result<Result<usize, Vec<usize>>, Error> {
+    let mut unpadded = Vec::new();
     for slot in 0..MAX_WRITERS {
         let byte = WRITER_LOCKS + slot as u64;
         if !lock::try_lock(file, Kind::Exclusive, byte, 1).map_err(|e| Error::io("lock", path, e))? {
             continue;
         }
         if log.claim_writer_slot(slot, std::process::id() as i64, now_ns()) {
-            return Ok(slot);
+            return Ok(Ok(slot));
         }
+        unpadded.push(slot);
         let _ = lock::unlock(file, byte, 1);
     }
-    Err(Error::TooManyWriters { path: path.into(), slots: MAX_WRITERS })
+    Ok(Err(unpadded))
 }
 
 /// Gives up writer slot `slot`; `true` if no other writer holds the log now, in which case the

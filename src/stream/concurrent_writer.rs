@@ -10,11 +10,12 @@ use super::flow::FlowControl;
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
 use crate::error::OfferError;
-use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
+use crate::layout::frame::max_message_len;
 use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 use crate::log::unblock::{self, Unblocked};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::{DirectRegion, RegionMut};
+use crate::sync::protocol::UNBLOCK_UNDER_LOCK;
 use crate::sync::LightBarrier;
 
 /// Who of the writers is alive, and the one-at-a-time lock of the unblocker.
@@ -29,9 +30,11 @@ pub trait WriterLiveness {
 
 /// Pads the holes of dead writers of `log`, if no other unblocker is at it.
 pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Unblocked {
-    liveness
-        .with_unblock_lock(|| unblock::resolve_dead(log, |slot| liveness.writer_alive(slot)))
-        .unwrap_or_default()
+    let resolve = || unblock::resolve_dead(log, |slot| liveness.writer_alive(slot));
+    if !UNBLOCK_UNDER_LOCK {
+        return resolve(); // the loom models' mutant: two unblockers pad one hole at once
+    }
+    liveness.with_unblock_lock(resolve).unwrap_or_default()
 }
 
 /// A writer of a concurrent log, with its flow control over the stream's reader slots.
@@ -42,8 +45,8 @@ pub struct ConcurrentWriter<L, S, K> {
     slots: Slots<S>,
     liveness: K,
     max_message: usize,
-    /// The claim not yet committed or aborted, and its payload length.
-    claim: Option<(Reservation, usize)>,
+    /// The claim not yet committed or aborted (it carries its payload length).
+    claim: Option<Reservation>,
     ring: Option<LightBarrier>,
 }
 
@@ -81,15 +84,15 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// Appends `message`; returns the position after it.
     #[inline]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
-        // The common case in one pass: one frame, no leaked claim, a reservation in the known term.
+        // The common case in one pass: one frame, no leaked claim, a reservation in the known term
+        // (anything else, a refusal included, takes the general path, which tries again).
         if message.len() <= self.appender.max_payload()
             && message.len() <= self.max_message
             && self.claim.is_none()
         {
-            let framed = crate::layout::align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
-            if let Ok(reservation) = self.appender.reserve(framed, self.flow.limit()) {
+            if let Some(reservation) = self.appender.reserve_fast(message.len(), self.flow.limit()) {
                 let position = reservation.position;
-                self.appender.write(reservation, &[message], message.len());
+                self.appender.write(reservation, &[message]);
                 self.ring();
                 return Ok(position);
             }
@@ -110,9 +113,9 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
             return Err(OfferError::MessageTooLarge { len, max: self.max_message });
         }
         self.abort_claim();
-        let reservation = self.reserve(self.appender.framed_length(len))?;
+        let reservation = self.reserve(len)?;
         let position = reservation.position;
-        self.appender.write(reservation, parts, len);
+        self.appender.write(reservation, parts);
         self.ring();
         Ok(position)
     }
@@ -125,34 +128,35 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
             return Err(OfferError::MessageTooLarge { len, max });
         }
         self.abort_claim();
-        let reservation = self.reserve(self.appender.framed_length(len))?;
+        let reservation = self.reserve(len)?;
         self.appender.start_claim(&reservation);
         let position = reservation.position;
-        self.claim = Some((reservation, len));
+        self.claim = Some(reservation);
         Ok(position)
     }
 
     /// Commits the pending claim; returns the position after it.
     pub fn commit_claim(&mut self) -> Option<i64> {
-        let (reservation, len) = self.claim.take()?;
+        let reservation = self.claim.take()?;
         let position = reservation.position;
-        self.appender.commit(reservation, len);
+        self.appender.commit(reservation);
         self.ring();
         Some(position)
     }
 
     /// Turns the pending claim, if any, into padding that readers skip.
     pub fn abort_claim(&mut self) {
-        if let Some((reservation, _)) = self.claim.take() {
+        if let Some(reservation) = self.claim.take() {
             self.appender.abort(reservation);
         }
     }
 
-    /// Reserves `framed` bytes below the limit, recomputing it (and sweeping) when reached.
+    /// Reserves a message of `len` bytes below the limit, recomputing it (and sweeping) when
+    /// reached.
     #[inline]
-    fn reserve(&mut self, framed: usize) -> Result<Reservation, OfferError> {
+    fn reserve(&mut self, len: usize) -> Result<Reservation, OfferError> {
         loop {
-            match self.appender.reserve(framed, self.flow.limit()) {
+            match self.appender.reserve(len, self.flow.limit()) {
                 Ok(reservation) => return Ok(reservation),
                 Err(Refused::Limit { position }) => self.admit_slow(position)?,
                 Err(Refused::MaxPosition) => return Err(OfferError::MaxPositionExceeded),
@@ -175,7 +179,9 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
     }
 
-    /// Re-reads the tail, then (after the fence) the reader slots and the writers' pending words.
+    /// Re-reads the tail, then (after the fence) the reader slots and the writers' pending words;
+    /// a reader's position is compared with the tail re-read after it (see
+    /// `FlowControl::recompute_concurrent`).
     fn recompute_limit(&mut self) -> i64 {
         let log = self.appender.log();
         let producer = log.producer_position().unwrap_or(0);
@@ -184,7 +190,21 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         log.set_gauge(Gauge::PublisherLimit, limit);
         log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
         log.count(Counter::LimitRecomputes, 1);
+        if readers.ignored > 0 {
+            // Past a tail read after them: no honest reader's (as the exclusive writer counts).
+            log.count(Counter::IgnoredPositions, readers.ignored as u64);
+        }
         limit
+    }
+
+    /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
+    /// `claim_buffer`, for backends that cannot lend a slice (loom's).
+    #[cfg(shmlog_loom)]
+    pub fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        match &self.claim {
+            Some(reservation) => self.appender.with_claim_payload(reservation, f),
+            None => f(&mut []),
+        }
     }
 
     /// Frees dead readers' slots and pads dead writers' holes; `true` if anything changed.
@@ -242,7 +262,7 @@ impl<L: DirectRegion, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWrit
     /// Lends the payload of the pending claim (none: an empty slice).
     pub fn claim_buffer(&mut self) -> &mut [u8] {
         match &self.claim {
-            Some((reservation, len)) => self.appender.claim_slice(reservation, *len),
+            Some(reservation) => self.appender.claim_slice(reservation),
             None => &mut [],
         }
     }

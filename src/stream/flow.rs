@@ -13,12 +13,13 @@
 //!
 //! Nothing read from a slot is trusted: a position past the writer's own (a stray or forged word)
 //! is ignored and counted, so it can neither move the limit past a live reader nor stick in the
-//! consumer position below.
+//! consumer position below. For a concurrent log "the writer's own" is the shared tail re-read
+//! after the position was loaded, which no honest reader is ever past.
 
 use super::slots::{SessionReaders, Slots};
 use crate::log::Log;
 use crate::region::Region;
-use crate::sync::protocol::RECOMPUTE_FENCE;
+use crate::sync::protocol::{DISTRUST_SLOTS, FRESH_CEILING, RECOMPUTE_FENCE};
 use crate::sync::{fence, Ordering};
 
 /// Flow-control state private to the publication.
@@ -62,19 +63,26 @@ impl FlowControl {
     /// Re-reads the slots of `session` and sets the limit from the slowest reader that is not
     /// ahead of `producer`, the writer's position.
     pub fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32, producer: i64) -> i64 {
-        self.recompute_with(slots, session, producer, || None)
+        self.recompute_with(slots, session, producer, || producer, || None)
     }
 
     /// [`FlowControl::recompute`] for one of several writers of a concurrent log: the limit also
     /// stays within a window of the oldest frame a writer is still writing. `producer` is the
     /// shared tail, loaded before the call: the join proof needs it read before the fence.
+    ///
+    /// Other writers move the tail while the slots are read, and a fast reader follows them, so
+    /// a reader's position is compared with the tail re-read after it (see
+    /// [`Slots::scan_rising`]), not with `producer`: an honest reader always counts. The limit
+    /// still stays within a window of `producer` (the join proof bounds the writer by the tail it
+    /// loaded before the fence, as it bounds the exclusive writer by its own position).
     pub fn recompute_concurrent<R: Region, L: Region>(
         &mut self,
         slots: &Slots<R>,
         log: &Log<L>,
         producer: i64,
     ) -> i64 {
-        self.recompute_with(slots, log.session_id(), producer, || log.min_writer_pending(producer))
+        let tail_now = || if FRESH_CEILING { log.producer_position().unwrap_or(producer) } else { producer };
+        self.recompute_with(slots, log.session_id(), producer, tail_now, || log.min_writer_pending(producer))
     }
 
     fn recompute_with<R: Region>(
@@ -82,16 +90,23 @@ impl FlowControl {
         slots: &Slots<R>,
         session: i32,
         producer: i64,
+        ceiling: impl FnMut() -> i64,
         oldest_pending: impl FnOnce() -> Option<i64>,
     ) -> i64 {
         // Pairs with the fence of a joining reader (`stream::join`).
         if RECOMPUTE_FENCE {
             fence(Ordering::SeqCst);
         }
-        self.readers = slots.scan(session, None, producer);
+        self.readers = slots.scan_rising(session, None, producer, ceiling);
         let hold = oldest_pending().unwrap_or(i64::MAX);
         match (self.readers.min, self.readers.max) {
             (Some(min), Some(max)) => {
+                // Readers past `producer` (a concurrent log's tail re-read after the fence) count,
+                // but move the limit no further than a window past `producer`: what a joiner
+                // that this scan missed relies on (`stream::join`). With one writer no reader is
+                // past its own position, and these `min`s change nothing.
+                let (min, max) =
+                    if DISTRUST_SLOTS { (min.min(producer), max.min(producer)) } else { (min, max) };
                 self.consumer_max = self.consumer_max.max(max);
                 self.limit = min.min(hold).saturating_add(self.window);
             }
@@ -158,6 +173,70 @@ mod tests {
             256,
             "the forged word does not become the consumer position"
         );
+        assert!(!fc.connected());
+    }
+
+    /// A concurrent log whose shared tail stands at `tail` (one writer's frames of 32 bytes up to
+    /// it), and a slot table of two slots over it.
+    fn concurrent_log_at(tail: i64) -> (Log<Arc<HeapRegion>>, Slots<Arc<HeapRegion>>, Arc<HeapRegion>) {
+        use crate::layout::log_meta::Geometry;
+        use crate::log::concurrent::ConcurrentAppender;
+        use crate::log::LogInit;
+        let geometry = Geometry { term_length: 1024, page_size: 4096, mtu: 128, window: 512 };
+        let region = Arc::new(HeapRegion::new(geometry.file_length()));
+        let init = LogInit {
+            geometry,
+            initial_term_id: 5,
+            session_id: 9,
+            stream_id: 2,
+            pid: 3,
+            created_ns: 0,
+            name: "flow",
+            concurrent: true,
+            session_seq: 1,
+        };
+        let log = Log::initialize(Arc::clone(&region), &init);
+        let writer_view = Log::open_any_term(Arc::clone(&region)).unwrap();
+        assert!(writer_view.claim_writer_slot(0, 10, 0));
+        let mut writer = ConcurrentAppender::new(writer_view, 0);
+        while log.producer_position().unwrap() < tail {
+            let r = writer.reserve(0, i64::MAX).unwrap();
+            writer.write(r, &[&[]]);
+        }
+        assert_eq!(log.producer_position().unwrap(), tail);
+        let slot_region = Arc::new(HeapRegion::new(file_length(2)));
+        let slots = Slots::initialize(Arc::clone(&slot_region), 2);
+        (log, slots, slot_region)
+    }
+
+    /// The review's T2: a concurrent writer loads the shared tail, then (after the fence) scans
+    /// the slots. Meanwhile other writers reserve and commit, and a fast reader reads past the
+    /// tail it loaded. That reader is honest: it must count (connected, a reader), not be
+    /// ignored as a forged word. The limit still stays within a window of the tail loaded before
+    /// the fence (the join proof, `stream::join`, bounds the writer by that read).
+    #[test]
+    fn a_concurrent_recompute_counts_an_honest_reader_past_the_tail_it_loaded() {
+        let (log, slots, slot_region) = concurrent_log_at(64);
+        let reader = SlotMut::new(Arc::clone(&slot_region), slot_offset(0), 0);
+        reader.claim(&slot_region, 1, 0);
+        reader.activate(9, 64);
+        let mut fc = FlowControl::new(512, 0);
+        let limit = fc.recompute_concurrent(&slots, &log, 0);
+        assert_eq!(
+            fc.readers(),
+            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 0 },
+            "the reader at 64 is behind the tail (64) read after its position"
+        );
+        assert!(fc.connected());
+        assert_eq!(limit, 512, "a window past the tail loaded before the fence, not past the reader");
+        // A word past the tail re-read after it is still no honest reader's.
+        let forged = SlotMut::new(Arc::clone(&slot_region), slot_offset(1), 1);
+        forged.claim(&slot_region, 2, 0);
+        forged.activate(9, 4096);
+        assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64 + 512);
+        assert_eq!(fc.readers(), SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1 });
+        reader.free();
+        assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64, "the furthest position read");
         assert!(!fc.connected());
     }
 }

@@ -25,6 +25,8 @@ pub(crate) mod liveness;
 pub(crate) mod name;
 
 #[cfg(all(test, shmlog_loom))]
+mod loom_concurrent_models;
+#[cfg(all(test, shmlog_loom))]
 mod loom_models;
 
 #[cfg(not(shmlog_loom))]

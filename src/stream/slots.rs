@@ -221,6 +221,23 @@ impl<R: Region> Slots<R> {
     /// Liveness is not checked here (that costs system calls); a dead reader counts until a sweep
     /// frees its slot.
     pub fn scan(&self, session: i32, exclude: Option<usize>, ceiling: i64) -> SessionReaders {
+        self.scan_rising(session, exclude, ceiling, || ceiling)
+    }
+
+    /// [`Slots::scan`] with a ceiling that may rise while the scan runs: a position past
+    /// `ceiling` is compared again with `raise()`, called after that position was loaded. For a
+    /// concurrent log, whose tail other writers move, `raise` re-reads the shared tail: an honest
+    /// reader's position is only ever behind a tail read after it (the reader read frames reserved
+    /// below that tail before it published the position, and the acquire load of the position
+    /// carries that), so a reader that a fast read took past the tail loaded before the scan still
+    /// counts, and a word past the tail re-read is still ignored.
+    pub fn scan_rising(
+        &self,
+        session: i32,
+        exclude: Option<usize>,
+        mut ceiling: i64,
+        mut raise: impl FnMut() -> i64,
+    ) -> SessionReaders {
         let mut found = SessionReaders::default();
         for i in 0..self.high_water() {
             if Some(i) == exclude {
@@ -232,8 +249,11 @@ impl<R: Region> Slots<R> {
             }
             let p = self.position(i);
             if DISTRUST_SLOTS && p > ceiling {
-                found.ignored += 1;
-                continue;
+                ceiling = ceiling.max(raise());
+                if p > ceiling {
+                    found.ignored += 1;
+                    continue;
+                }
             }
             found.count += 1;
             found.min = Some(found.min.map_or(p, |m| m.min(p)));
