@@ -9,7 +9,7 @@ mod support;
 use shmlog::{Header, OfferError, Polled, Publication, Subscription};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
-use support::{exclusive, raw, ShmDir};
+use support::{await_word, exclusive, raw, thread_cpu, ShmDir};
 
 /// Entry point of the peer processes; does nothing in a normal test run.
 #[test]
@@ -33,23 +33,6 @@ fn sleepers(n: usize, cfg: &Cfg) -> Vec<Peer> {
 
 fn publication(dir: &ShmDir, name: &str) -> Publication {
     Publication::builder(name).dir(dir.path()).term_length(64 * 1024).create().unwrap()
-}
-
-/// Waits (bounded, yielding) until the `i32` at `offset` of the file at `path` satisfies `ok`.
-fn await_word(path: &std::path::Path, offset: u64, ok: impl Fn(i32) -> bool, what: &str) {
-    let deadline = Instant::now() + T30;
-    while !ok(raw::file_i32(path, offset)) {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::yield_now();
-    }
-}
-
-/// CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// 64 subscriber processes sleeping in `poll_blocking` (none spins) each receive every message in

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::wake_roles::message;
-use support::{exclusive, raw, ShmDir};
+use support::{await_word, exclusive, raw, thread_cpu, ShmDir};
 
 /// Entry point of the peer processes; does nothing in a normal test run.
 #[test]
@@ -32,19 +32,7 @@ fn subscription(dir: &ShmDir, name: &str) -> Subscription {
 /// Waits (bounded, yielding) until `n` readers sleep on the stream's bell.
 fn await_sleepers(dir: &ShmDir, name: &str, n: i32) {
     let path = raw::readers_path(dir.path(), name);
-    let deadline = Instant::now() + T30;
-    while raw::file_i32(&path, raw::slots::READERS_SLEEPING) != n {
-        assert!(Instant::now() < deadline, "{n} readers never slept");
-        std::thread::yield_now();
-    }
-}
-
-/// CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    await_word(&path, raw::slots::READERS_SLEEPING, |v| v == n, "the readers never slept");
 }
 
 /// The review's case (T1): a `wait_readable` sleeper and a `wait_any` sleeper on one stream, one

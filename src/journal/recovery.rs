@@ -7,8 +7,8 @@
 
 use super::catalog::Catalog;
 use super::record::{Recording, RecordingState, StopReason};
-use super::segment::BLOCK_LEN;
 use super::segment;
+use super::segment::BLOCK_LEN;
 use super::segment_reader::SegmentReader;
 use crate::error::Error;
 use crate::layout::frame::HEADER_LEN;

@@ -521,74 +521,53 @@ fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
     });
 }
 
-#[test]
-fn i_doorbell_one_wake_reaches_every_sleeper() {
-    check("i_doorbell_one_wake_reaches_every_sleeper", || {
-        // Terms of 1 KiB (a window of 512 bytes): two messages of one frame each, never held
-        // back. Two readers, each on its own thread, sleep whenever a poll finds nothing.
-        let term = 1024;
-        let (log, region) = new_plain_log(term, 0);
-        let window = log.geometry().window as i64;
-        let slots = slot_region(2);
-        new_slots(&slots, 2);
-        let sent = layout(&[16; 2], term as i64);
-        let end = sent.last().unwrap().end;
-        let join = |index: usize, pid: i64| {
-            let slot = claimed(&slots, index, pid).with_bell(bell(&slots));
-            SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME)
-        };
-        let (mut first, mut second) = (join(0, 7), join(1, 8));
-        let mut writer = writer(log, &slots, 2).with_doorbell();
-        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
-        let writer = thread::spawn(move || {
-            for m in &payloads {
-                offer(&mut writer, m);
-            }
-        });
-        let other = thread::spawn(move || {
-            second.read_to_sleeping(end, 4);
-            second.got
-        });
-        first.read_to_sleeping(end, 4);
-        writer.join().unwrap();
-        assert_eq!(other.join().unwrap(), sent);
-        assert_eq!(first.got, sent);
+/// Two readers, each on its own thread, sleep whenever a poll finds nothing while the writer
+/// commits two messages of one frame each (terms of 1 KiB: a window of 512 bytes, never held
+/// back); the second sleeps in steps if `in_steps`.
+fn two_sleepers_one_wake(in_steps: bool) {
+    let term = 1024;
+    let (log, region) = new_plain_log(term, 0);
+    let window = log.geometry().window as i64;
+    let slots = slot_region(2);
+    new_slots(&slots, 2);
+    let sent = layout(&[16; 2], term as i64);
+    let end = sent.last().unwrap().end;
+    let join = |index: usize, pid: i64| {
+        let slot = claimed(&slots, index, pid).with_bell(bell(&slots));
+        SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME)
+    };
+    let (mut first, mut second) = (join(0, 7), join(1, 8));
+    let mut writer = writer(log, &slots, 2).with_doorbell();
+    let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+    let writer = thread::spawn(move || {
+        for m in &payloads {
+            offer(&mut writer, m);
+        }
     });
+    let other = thread::spawn(move || {
+        if in_steps {
+            second.read_to_sleeping_in_steps(end, 4);
+        } else {
+            second.read_to_sleeping(end, 4);
+        }
+        second.got
+    });
+    first.read_to_sleeping(end, 4);
+    writer.join().unwrap();
+    assert_eq!(other.join().unwrap(), sent);
+    assert_eq!(first.got, sent);
 }
 
 #[test]
+fn i_doorbell_one_wake_reaches_every_sleeper() {
+    check("i_doorbell_one_wake_reaches_every_sleeper", || two_sleepers_one_wake(false));
+}
+
+/// As `i`, but the second reader sleeps in steps (`Subscription::wait_any`, the async receiver):
+/// before every way to sleep went through `doorbell::sleep`, that sleeper was not counted among
+/// the sleepers, and the writer's single wake-up could reach it and stop there, or reach the
+/// other, which saw nobody to pass it on to (a deadlock here).
+#[test]
 fn i2_doorbell_one_wake_reaches_every_kind_of_sleeper() {
-    check("i2_doorbell_one_wake_reaches_every_kind_of_sleeper", || {
-        // As `i`, but the second reader sleeps in steps (`Subscription::wait_any`, the async
-        // receiver): before every way to sleep went through `doorbell::sleep`, that sleeper was
-        // not counted among the sleepers, and the writer's single wake-up could reach it and
-        // stop there, or reach the other, which saw nobody to pass it on to (a deadlock here).
-        let term = 1024;
-        let (log, region) = new_plain_log(term, 0);
-        let window = log.geometry().window as i64;
-        let slots = slot_region(2);
-        new_slots(&slots, 2);
-        let sent = layout(&[16; 2], term as i64);
-        let end = sent.last().unwrap().end;
-        let join = |index: usize, pid: i64| {
-            let slot = claimed(&slots, index, pid).with_bell(bell(&slots));
-            SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME)
-        };
-        let (mut blocking, mut in_steps) = (join(0, 7), join(1, 8));
-        let mut writer = writer(log, &slots, 2).with_doorbell();
-        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
-        let writer = thread::spawn(move || {
-            for m in &payloads {
-                offer(&mut writer, m);
-            }
-        });
-        let other = thread::spawn(move || {
-            in_steps.read_to_sleeping_in_steps(end, 4);
-            in_steps.got
-        });
-        blocking.read_to_sleeping(end, 4);
-        writer.join().unwrap();
-        assert_eq!(other.join().unwrap(), sent);
-        assert_eq!(blocking.got, sent);
-    });
+    check("i2_doorbell_one_wake_reaches_every_kind_of_sleeper", || two_sleepers_one_wake(true));
 }

@@ -85,3 +85,20 @@ pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Waits (bounded, yielding) until the `i32` at `offset` of the file at `path` satisfies `ok`.
+pub fn await_word(path: &std::path::Path, offset: u64, ok: impl Fn(i32) -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ok(raw::file_i32(path, offset)) {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::yield_now();
+    }
+}
+
+/// CPU time the calling thread has used.
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
