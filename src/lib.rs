@@ -181,11 +181,11 @@ pub use api::{
 #[cfg(not(shmlog_loom))]
 pub use api::{
     channel::{Receiver, RecvError, SendError, Sender},
-    claim::Claim,
+    claim::{ClaimGuard, ClaimSource},
     codec::{Bytes, Codec, PodCodec, WrongSize},
     concurrent::{ConcurrentClaim, ConcurrentPublication},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
-    publication::{Publication, PublicationBuilder},
+    publication::{Claim, Publication, PublicationBuilder},
     subscription::{Polled, Subscription, SubscriptionBuilder, MAX_LOSSES},
 };
 #[cfg(not(shmlog_loom))]

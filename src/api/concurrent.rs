@@ -1,7 +1,9 @@
 //! Many writers of one stream: the files and lifecycle around the protocol's concurrent writer
 //! (`stream::concurrent_writer`).
 
+use super::claim::{sealed, ClaimGuard, ClaimSource};
 use super::idle::IdleStrategy;
+use super::publication::PublicationBuilder;
 use crate::error::{Error, OfferError};
 use crate::region::MmapRegion;
 use crate::stream::concurrent_files::{self, WriterLog};
@@ -9,7 +11,6 @@ use crate::stream::concurrent_writer::ConcurrentWriter;
 use crate::stream::files::NewLog;
 use crate::stream::liveness::{ConcurrentPaced, FileConcurrentWriter, LogWriters, Paced, SlotFile};
 use crate::stream::slots::Slots;
-use crate::sys::fs::is_same_file;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
@@ -36,16 +37,28 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct ConcurrentPublication {
     writer: FileConcurrentWriter,
-    settings: super::publication::PublicationBuilder,
+    settings: PublicationBuilder,
     path: PathBuf,
     slot: usize,
     session_id: i32,
     _not_sync: PhantomData<Cell<()>>,
 }
 
+impl PublicationBuilder {
+    /// Joins the stream as one of any number of writers ([`ConcurrentPublication`]), creating
+    /// its log if no writer has one. The log's geometry is its creator's: the term length, MTU
+    /// and window set here apply only if this call creates it.
+    ///
+    /// Fails with [`Error::AlreadyExists`] if an exclusive [`crate::Publication`] owns the stream, and
+    /// with [`Error::TooManyWriters`] if all 32 writer slots of the log are taken.
+    pub fn open_concurrent(self) -> Result<ConcurrentPublication, Error> {
+        ConcurrentPublication::open(self)
+    }
+}
+
 impl ConcurrentPublication {
     /// Joins the stream's concurrent log, or creates it. The log's geometry is its creator's.
-    pub(crate) fn open(settings: super::publication::PublicationBuilder) -> Result<Self, Error> {
+    pub(crate) fn open(settings: PublicationBuilder) -> Result<Self, Error> {
         crate::sys::barrier::asymmetric();
         let geometry = settings.geometry()?;
         let (name, mode, max_readers) = (settings.name(), settings.mode(), settings.reader_slots());
@@ -94,7 +107,7 @@ impl ConcurrentPublication {
     /// guard turns it into padding.
     pub fn try_claim(&mut self, len: usize) -> Result<ConcurrentClaim<'_>, OfferError> {
         let position = self.writer.claim(len)?;
-        Ok(ConcurrentClaim { writer: &mut self.writer, position })
+        Ok(ClaimGuard::new(self, position))
     }
 
     /// Offers `message`, idling with `idle` while back-pressured or not connected, until
@@ -105,7 +118,7 @@ impl ConcurrentPublication {
         idle: &mut impl IdleStrategy,
         deadline: Instant,
     ) -> Result<i64, OfferError> {
-        super::publication::offer_retrying(|| self.offer(message), idle, deadline)
+        super::idle::offer_retrying(|| self.offer(message), idle, deadline)
     }
 
     /// The log's tail: the position after the last space any writer reserved.
@@ -130,7 +143,7 @@ impl ConcurrentPublication {
 
     /// Waits until at least `readers` live readers read this session, or `timeout` passes.
     pub fn wait_for_readers(&mut self, readers: usize, timeout: Duration) -> Result<(), Error> {
-        super::publication::wait_for_count(|| self.connected_readers(), readers, timeout)
+        super::idle::wait_for_count(|| self.connected_readers(), readers, timeout)
     }
 
     /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.
@@ -183,49 +196,38 @@ impl Drop for ConcurrentPublication {
         log.set_eos_position(end);
         self.writer.ring_readers_always();
         if !self.settings.keeps_files() {
-            liveness.readers.slot_file.remove_if_abandoned();
-            if is_same_file(&liveness.writers.file, &self.path).unwrap_or(false) {
-                let _ = std::fs::remove_file(&self.path);
-            }
+            let (slots, slot_file) = (self.writer.slots(), &liveness.readers.slot_file);
+            crate::stream::files::leave_session_files(
+                log,
+                &liveness.writers.file,
+                &self.path,
+                slots,
+                slot_file,
+            );
         }
     }
 }
 
-/// A frame reserved by [`ConcurrentPublication::try_claim`], written in place.
-///
-/// Readers stop in front of it until it is committed; [`ConcurrentClaim::abort`] or dropping it
-/// turns it into padding.
-#[derive(Debug)]
-pub struct ConcurrentClaim<'a> {
-    writer: &'a mut FileConcurrentWriter,
-    position: i64,
-}
+/// A frame reserved by [`ConcurrentPublication::try_claim`], written in place (see
+/// [`ClaimGuard`]). Readers stop in front of it (other writers go on, a window past it at most)
+/// until it is committed.
+pub type ConcurrentClaim<'a> = ClaimGuard<'a, ConcurrentPublication>;
 
-impl ConcurrentClaim<'_> {
-    /// The payload bytes to fill.
-    pub fn buffer(&mut self) -> &mut [u8] {
+impl ClaimSource for ConcurrentPublication {}
+
+impl sealed::Claims for ConcurrentPublication {
+    #[inline]
+    fn claim_buffer(&mut self) -> &mut [u8] {
         self.writer.claim_buffer()
     }
 
-    /// The stream position just after this frame (what `commit` returns).
-    pub fn position(&self) -> i64 {
-        self.position
+    #[inline]
+    fn commit_claim(&mut self) -> Option<i64> {
+        self.writer.commit_claim()
     }
 
-    /// Publishes the frame to readers. Returns the stream position after it.
-    pub fn commit(self) -> i64 {
-        let mut this = std::mem::ManuallyDrop::new(self);
-        this.writer.commit_claim().unwrap_or(this.position)
-    }
-
-    /// Turns the frame into padding that readers skip.
-    pub fn abort(self) {
-        drop(self)
-    }
-}
-
-impl Drop for ConcurrentClaim<'_> {
-    fn drop(&mut self) {
-        self.writer.abort_claim();
+    #[inline]
+    fn abort_claim(&mut self) {
+        self.writer.abort_claim()
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Use as `idle.idle(sub.poll(...))`: any work resets the strategy, no work backs off.
 
-use std::time::Duration;
+use crate::error::{Error, OfferError};
+use std::time::{Duration, Instant};
 
 /// A way to wait between attempts that found no work.
 pub trait IdleStrategy {
@@ -177,6 +178,39 @@ impl IdleStrategy for Backoff {
         self.yields = 0;
         self.park = self.min_park;
     }
+}
+
+/// Retries `offer` while it is back-pressured or not connected, idling with `idle`, until
+/// `deadline` (the `offer_with` of both publications).
+pub(crate) fn offer_retrying(
+    mut offer: impl FnMut() -> Result<i64, OfferError>,
+    idle: &mut impl IdleStrategy,
+    deadline: Instant,
+) -> Result<i64, OfferError> {
+    idle.reset();
+    loop {
+        match offer() {
+            Err(e) if e.is_retryable() && Instant::now() < deadline => idle.idle(0),
+            other => return other,
+        }
+    }
+}
+
+/// Waits, backing off, until `count()` reaches `want` or `timeout` passes ([`Error::Timeout`]).
+pub(crate) fn wait_for_count(
+    mut count: impl FnMut() -> usize,
+    want: usize,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    let mut idle = Backoff::default();
+    while count() < want {
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout);
+        }
+        idle.idle(0);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! The single writer of a stream: the builder, the files, and the lifecycle around the protocol's
 //! writer (`stream::writer`).
 
-use super::claim::Claim;
-use super::concurrent::ConcurrentPublication;
+use super::claim::{sealed, ClaimGuard, ClaimSource};
 use super::defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH};
 use super::idle::IdleStrategy;
 use crate::error::{Error, OfferError};
@@ -10,48 +9,14 @@ use crate::layout::frame::max_message_len;
 use crate::layout::log_meta::Geometry;
 use crate::region::MmapRegion;
 use crate::stream::files::{self, OwnedLog};
-use crate::stream::liveness::{self, FileWriter, Paced, SlotFile};
+use crate::stream::liveness::{FileWriter, Paced, SlotFile};
 use crate::stream::slots::Slots;
 use crate::stream::writer::Writer;
-use crate::sys::fs::is_same_file;
 use std::cell::Cell;
 use std::fs::File;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// Retries `offer` while it is back-pressured or not connected, idling with `idle`, until
-/// `deadline` (the `offer_with` of both publications).
-pub(crate) fn offer_retrying(
-    mut offer: impl FnMut() -> Result<i64, OfferError>,
-    idle: &mut impl IdleStrategy,
-    deadline: Instant,
-) -> Result<i64, OfferError> {
-    idle.reset();
-    loop {
-        match offer() {
-            Err(e) if e.is_retryable() && Instant::now() < deadline => idle.idle(0),
-            other => return other,
-        }
-    }
-}
-
-/// Waits, backing off, until `count()` reaches `want` or `timeout` passes ([`Error::Timeout`]).
-pub(crate) fn wait_for_count(
-    mut count: impl FnMut() -> usize,
-    want: usize,
-    timeout: Duration,
-) -> Result<(), Error> {
-    let deadline = Instant::now() + timeout;
-    let mut idle = super::idle::Backoff::default();
-    while count() < want {
-        if Instant::now() >= deadline {
-            return Err(Error::Timeout);
-        }
-        idle.idle(0);
-    }
-    Ok(())
-}
 
 /// Settings for a new publication. Obtained from [`Publication::builder`].
 #[derive(Clone, Debug)]
@@ -129,16 +94,6 @@ impl PublicationBuilder {
     pub fn liveness_interval(mut self, interval: Duration) -> Self {
         self.liveness_interval = interval;
         self
-    }
-
-    /// Joins the stream as one of any number of writers ([`ConcurrentPublication`]), creating
-    /// its log if no writer has one. The log's geometry is its creator's: the term length, MTU
-    /// and window set here apply only if this call creates it.
-    ///
-    /// Fails with [`Error::AlreadyExists`] if an exclusive [`Publication`] owns the stream, and
-    /// with [`Error::TooManyWriters`] if all 32 writer slots of the log are taken.
-    pub fn open_concurrent(self) -> Result<ConcurrentPublication, Error> {
-        ConcurrentPublication::open(self)
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -285,7 +240,7 @@ impl Publication {
     /// padding that readers skip.
     pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, OfferError> {
         let position = self.writer.claim(len)?;
-        Ok(Claim::new(&mut self.writer, position))
+        Ok(ClaimGuard::new(self, position))
     }
 
     /// Offers `message`, idling with `idle` while back-pressured or not connected, until
@@ -296,7 +251,7 @@ impl Publication {
         idle: &mut impl IdleStrategy,
         deadline: Instant,
     ) -> Result<i64, OfferError> {
-        offer_retrying(|| self.offer(message), idle, deadline)
+        super::idle::offer_retrying(|| self.offer(message), idle, deadline)
     }
 
     /// Offers `message`; while back-pressured, sleeps until a reader moves (readers ring the
@@ -366,7 +321,7 @@ impl Publication {
     /// Waits until at least `readers` live readers read this session, or `timeout` passes
     /// ([`Error::Timeout`]): e.g. before a test or a fan-out starts.
     pub fn wait_for_readers(&mut self, readers: usize, timeout: Duration) -> Result<(), Error> {
-        wait_for_count(|| self.connected_readers(), readers, timeout)
+        super::idle::wait_for_count(|| self.connected_readers(), readers, timeout)
     }
 
     /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.
@@ -403,19 +358,41 @@ impl Publication {
     }
 }
 
+/// A frame reserved by [`Publication::try_claim`], written in place (see [`ClaimGuard`]).
+pub type Claim<'a> = ClaimGuard<'a, Publication>;
+
+impl ClaimSource for Publication {}
+
+impl sealed::Claims for Publication {
+    #[inline]
+    fn claim_buffer(&mut self) -> &mut [u8] {
+        self.writer.claim_buffer()
+    }
+
+    #[inline]
+    fn commit_claim(&mut self) -> Option<i64> {
+        self.writer.commit_claim()
+    }
+
+    #[inline]
+    fn abort_claim(&mut self) {
+        self.writer.abort_claim()
+    }
+}
+
+impl Claim<'_> {
+    /// Sets the frame's 8-byte reserved value (e.g. a timestamp), which readers see in the header.
+    pub fn set_reserved_value(&mut self, value: i64) {
+        self.publication().writer.set_claim_reserved_value(value);
+    }
+}
+
 impl Drop for Publication {
     fn drop(&mut self) {
         self.writer.close();
         if !self.keep_files {
-            let slot_file = &self.writer.liveness().slot_file;
-            let owed = liveness::readers_elsewhere(self.writer.slots(), slot_file, self.session_id);
-            if owed {
-                self.writer.log().set_left_for_readers();
-            }
-            slot_file.remove_if_abandoned();
-            if !owed && is_same_file(&self.file, &self.path).unwrap_or(false) {
-                let _ = std::fs::remove_file(&self.path);
-            }
+            let w = &self.writer;
+            files::leave_session_files(w.log(), &self.file, &self.path, w.slots(), &w.liveness().slot_file);
         }
     }
 }

@@ -6,17 +6,16 @@
 //! (`log::concurrent`). A held-back writer sweeps dead readers and pads dead writers' holes at
 //! most once per liveness interval (`log::unblock`).
 
-use super::flow::FlowControl;
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
+use super::writer_core::WriterCore;
 use crate::error::OfferError;
 use crate::layout::frame::max_message_len;
 use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 use crate::log::unblock::{self, Unblocked};
-use crate::log::{Counter, Gauge, Log};
+use crate::log::{Counter, Log};
 use crate::region::{DirectRegion, RegionMut};
 use crate::sync::protocol::UNBLOCK_UNDER_LOCK;
-use crate::sync::LightBarrier;
 
 /// Who of the writers is alive, and the one-at-a-time lock of the unblocker.
 pub trait WriterLiveness {
@@ -41,13 +40,10 @@ pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Un
 #[derive(Debug)]
 pub struct ConcurrentWriter<L, S, K> {
     appender: ConcurrentAppender<L>,
-    flow: FlowControl,
-    slots: Slots<S>,
-    liveness: K,
-    max_message: usize,
+    /// The stream's readers: slots, liveness, flow control, doorbell.
+    core: WriterCore<S, K>,
     /// The claim not yet committed or aborted (it carries its payload length).
     claim: Option<Reservation>,
-    ring: Option<LightBarrier>,
 }
 
 impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<L, S, K> {
@@ -58,27 +54,15 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         let start = log.producer_position().unwrap_or(0);
         Self {
             appender: ConcurrentAppender::new(log, slot),
-            flow: FlowControl::new(window, start),
-            slots,
-            liveness,
-            max_message,
+            core: WriterCore::new(slots, liveness, window, start, max_message),
             claim: None,
-            ring: None,
         }
     }
 
     /// Rings the stream's doorbell after every commit from now on, and at once.
     pub fn with_doorbell(mut self) -> Self {
-        self.slots.doorbell().ring_readers_always();
-        self.ring = Some(crate::sync::light_barrier_kind());
+        self.core.start_ringing();
         self
-    }
-
-    #[inline(always)]
-    fn ring(&self) {
-        if let Some(barrier) = self.ring {
-            self.slots.doorbell().ring_readers(barrier);
-        }
     }
 
     /// Appends `message`; returns the position after it.
@@ -87,13 +71,13 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         // The common case in one pass: one frame, no leaked claim, a reservation in the known term
         // (anything else, a refusal included, takes the general path, which tries again).
         if message.len() <= self.appender.max_payload()
-            && message.len() <= self.max_message
+            && message.len() <= self.core.max_message
             && self.claim.is_none()
         {
-            if let Some(reservation) = self.appender.reserve_fast(message.len(), self.flow.limit()) {
+            if let Some(reservation) = self.appender.reserve_fast(message.len(), self.core.limit()) {
                 let position = reservation.position;
                 self.appender.write(reservation, &[message]);
-                self.ring();
+                self.core.ring();
                 return Ok(position);
             }
         }
@@ -103,20 +87,20 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// Appends one message gathered from `parts`, in order.
     pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
         let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
-        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.max_message })?;
+        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.core.max_message })?;
         self.offer_parts(parts, len)
     }
 
     #[inline]
     fn offer_parts(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, OfferError> {
-        if len > self.max_message {
-            return Err(OfferError::MessageTooLarge { len, max: self.max_message });
+        if len > self.core.max_message {
+            return Err(OfferError::MessageTooLarge { len, max: self.core.max_message });
         }
         self.abort_claim();
         let reservation = self.reserve(len)?;
         let position = reservation.position;
         self.appender.write(reservation, parts);
-        self.ring();
+        self.core.ring();
         Ok(position)
     }
 
@@ -140,7 +124,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         let reservation = self.claim.take()?;
         let position = reservation.position;
         self.appender.commit(reservation);
-        self.ring();
+        self.core.ring();
         Some(position)
     }
 
@@ -156,7 +140,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     #[inline]
     fn reserve(&mut self, len: usize) -> Result<Reservation, OfferError> {
         loop {
-            match self.appender.reserve(len, self.flow.limit()) {
+            match self.appender.reserve(len, self.core.limit()) {
                 Ok(reservation) => return Ok(reservation),
                 Err(Refused::Limit { position }) => self.admit_slow(position)?,
                 Err(Refused::MaxPosition) => return Err(OfferError::MaxPositionExceeded),
@@ -172,11 +156,11 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         if position < self.recompute_limit() {
             return Ok(());
         }
-        if self.liveness.sweep_due() && self.sweep() && position < self.recompute_limit() {
+        if self.core.liveness.sweep_due() && self.sweep() && position < self.recompute_limit() {
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);
-        Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
+        Err(if self.core.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
     }
 
     /// Re-reads the tail, then (after the fence) the reader slots and the writers' pending words;
@@ -185,16 +169,10 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     fn recompute_limit(&mut self) -> i64 {
         let log = self.appender.log();
         let producer = log.producer_position().unwrap_or(0);
-        let limit = self.flow.recompute_concurrent(&self.slots, log, producer);
-        let readers = self.flow.readers();
-        log.set_gauge(Gauge::PublisherLimit, limit);
-        log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
-        log.count(Counter::LimitRecomputes, 1);
-        if readers.ignored > 0 {
-            // Past a tail read after them: no honest reader's (as the exclusive writer counts).
-            log.count(Counter::IgnoredPositions, readers.ignored as u64);
-        }
-        limit
+        let core = &mut self.core;
+        // A position past a tail read after it is no honest reader's (counted as ignored).
+        let limit = core.flow.recompute_concurrent(&core.slots, log, producer);
+        core.publish_limit(log, limit)
     }
 
     /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
@@ -209,12 +187,9 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
 
     /// Frees dead readers' slots and pads dead writers' holes; `true` if anything changed.
     fn sweep(&mut self) -> bool {
-        let evicted = self.slots.evict_dead(&self.liveness);
         let log = self.appender.log();
-        if evicted > 0 {
-            log.count(Counter::ReadersEvicted, evicted as u64);
-        }
-        let unblocked = unblock(log, &self.liveness);
+        let evicted = self.core.evict_dead(log);
+        let unblocked = unblock(log, self.core.liveness());
         evicted > 0 || unblocked.padded > 0 || unblocked.cleared > 0
     }
 
@@ -222,7 +197,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     pub fn check_readers(&mut self) -> SessionReaders {
         self.sweep();
         self.recompute_limit();
-        self.flow.readers()
+        self.core.readers()
     }
 
     /// The shared tail: the position after the last space any writer reserved.
@@ -231,11 +206,11 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     pub fn limit(&self) -> i64 {
-        self.flow.limit()
+        self.core.limit()
     }
 
     pub fn max_message_len(&self) -> usize {
-        self.max_message
+        self.core.max_message_len()
     }
 
     pub fn max_payload_len(&self) -> usize {
@@ -247,14 +222,17 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     pub fn liveness(&self) -> &K {
-        &self.liveness
+        self.core.liveness()
+    }
+
+    /// The stream's reader slots.
+    pub fn slots(&self) -> &Slots<S> {
+        self.core.slots()
     }
 
     /// Rings the readers' doorbell unconditionally (after end of stream).
     pub fn ring_readers_always(&self) {
-        if self.ring.is_some() {
-            self.slots.doorbell().ring_readers_always();
-        }
+        self.core.ring_readers_always();
     }
 }
 

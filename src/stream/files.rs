@@ -308,6 +308,28 @@ fn map_for_reading(file: File, len: u64, path: &Path) -> Result<Option<ReadLog>,
     Ok(Some(ReadLog { file, log }))
 }
 
+/// What the last writer of a session (an exclusive publisher, the last of a concurrent log's
+/// writers) does with the stream's files when it leaves and they are not kept: the slot file goes
+/// if nobody else uses it; the log goes unless a live reader waits for a session or still reads
+/// an earlier one: that reader owes this session, so the log stays, marked for the stream's last
+/// user to remove ([`remove_finished_log`]).
+pub fn leave_session_files(
+    log: &Log<MmapRegion>,
+    log_file: &File,
+    path: &Path,
+    slots: &Slots<MmapRegion>,
+    slot_file: &SlotFile,
+) {
+    let owed = super::liveness::readers_elsewhere(slots, slot_file, log.session_id());
+    if owed {
+        log.set_left_for_readers();
+    }
+    slot_file.remove_if_abandoned();
+    if !owed && is_same_file(log_file, path).unwrap_or(false) {
+        let _ = fs::remove_file(path);
+    }
+}
+
 /// Removes the stream's log at `path` if its publisher left it for readers that owed its session
 /// (`LEFT_FOR_READERS`; a log kept on purpose stays), and it has no live publisher and no reader
 /// maps it: the stream's last user leaving. Returns whether it did.

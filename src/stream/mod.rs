@@ -12,6 +12,7 @@ pub(crate) mod loss;
 pub(crate) mod reader;
 pub(crate) mod slots;
 pub(crate) mod writer;
+pub(crate) mod writer_core;
 
 #[cfg(not(shmlog_loom))]
 pub(crate) mod concurrent_files;

@@ -7,15 +7,14 @@
 //! files.
 
 use super::doorbell::Rung;
-use super::flow::FlowControl;
 use super::slots::{SessionReaders, SlotLocks, Slots};
+use super::writer_core::WriterCore;
 use crate::error::{Invalid, OfferError};
 use crate::layout::frame::{framed_length, max_message_len};
 use crate::log::appender::{Appender, ClaimedFrame, Tripped};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::{DirectRegion, RegionMut};
 use crate::sync::protocol::DISTRUST_SLOTS;
-use crate::sync::LightBarrier;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
 pub trait Liveness: SlotLocks {
@@ -28,11 +27,9 @@ pub trait Liveness: SlotLocks {
 #[derive(Debug)]
 pub struct Writer<L, S, K> {
     appender: Appender<L>,
-    flow: FlowControl,
-    slots: Slots<S>,
-    liveness: K,
+    /// The stream's readers: slots, liveness, flow control, doorbell.
+    core: WriterCore<S, K>,
     session_id: i32,
-    max_message: usize,
     /// Longest message the one-frame fast path takes: the max payload, or the max message
     /// length where that is smaller (terms below 512 bytes, in the models).
     one_frame_max: usize,
@@ -40,10 +37,6 @@ pub struct Writer<L, S, K> {
     /// The claim not yet committed or aborted: aborted by the next operation if its guard was
     /// leaked, so a forgotten claim never stalls readers for longer than the writer stays idle.
     pending: Option<ClaimedFrame>,
-    /// Rings the doorbell page of the slot file after every commit (a barrier and a load unless
-    /// a reader sleeps), with the barrier this process needs (decided once); `None` in models
-    /// of flow control alone.
-    ring: Option<LightBarrier>,
 }
 
 impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
@@ -53,36 +46,22 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let session_id = log.session_id();
         let max_position = log.terms().max_position();
         let appender = Appender::new(log)?;
-        let flow = FlowControl::new(geometry.window, appender.position());
         let max_message = max_message_len(geometry.term_length);
         Ok(Self {
             one_frame_max: appender.max_payload().min(max_message),
+            core: WriterCore::new(slots, liveness, geometry.window, appender.position(), max_message),
             appender,
-            flow,
-            slots,
-            liveness,
             session_id,
-            max_message,
             max_position,
             pending: None,
-            ring: None,
         })
     }
 
     /// Rings the stream's doorbell (in the slot file) after every commit from now on, and at
     /// once: readers waiting for a session (this one) look again.
     pub fn with_doorbell(mut self) -> Self {
-        self.slots.doorbell().ring_readers_always();
-        self.ring = Some(crate::sync::light_barrier_kind());
+        self.core.start_ringing();
         self
-    }
-
-    /// Wakes readers sleeping on the doorbell, if any: after every commit.
-    #[inline(always)]
-    fn ring(&self) {
-        if let Some(barrier) = self.ring {
-            self.slots.doorbell().ring_readers(barrier);
-        }
     }
 
     /// Appends `message`; returns the position after it.
@@ -91,11 +70,11 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         // The common case in one pass: one frame, no leaked claim, below the cached limit.
         if message.len() <= self.one_frame_max
             && self.pending.is_none()
-            && self.appender.position() < self.flow.limit()
+            && self.appender.position() < self.core.limit()
         {
             match self.appender.append_unfragmented(message) {
                 Ok(position) => {
-                    self.ring();
+                    self.core.ring();
                     return Ok(position);
                 }
                 // The term is padded to its end: rotate, then admit and append in the new term.
@@ -108,21 +87,21 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Appends one message gathered from `parts`, in order.
     pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
         let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
-        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.max_message })?;
+        let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.core.max_message })?;
         self.offer_parts(parts, len)
     }
 
     #[inline]
     fn offer_parts(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, OfferError> {
-        if len > self.max_message {
-            return Err(OfferError::MessageTooLarge { len, max: self.max_message });
+        if len > self.core.max_message {
+            return Err(OfferError::MessageTooLarge { len, max: self.core.max_message });
         }
         self.abort_claim();
         loop {
             self.admit(len)?;
             match self.appender.append(parts, len) {
                 Ok(position) => {
-                    self.ring();
+                    self.core.ring();
                     return Ok(position);
                 }
                 Err(Tripped) => self.rotate()?,
@@ -173,7 +152,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let frame = self.pending.take()?;
         let position = frame.position;
         self.appender.commit(frame);
-        self.ring();
+        self.core.ring();
         Some(position)
     }
 
@@ -188,7 +167,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Admits an append of `len` bytes at the current position, or says why not.
     #[inline(always)]
     fn admit(&mut self, len: usize) -> Result<(), OfferError> {
-        if self.appender.position() < self.flow.limit() {
+        if self.appender.position() < self.core.limit() {
             return Ok(());
         }
         self.admit_slow(len)
@@ -204,37 +183,27 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         if position < self.recompute_limit() {
             return Ok(());
         }
-        if self.flow.connected()
-            && self.liveness.sweep_due()
+        if self.core.connected()
+            && self.core.liveness.sweep_due()
             && self.sweep() > 0
             && position < self.recompute_limit()
         {
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);
-        Err(if self.flow.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
+        Err(if self.core.connected() { OfferError::BackPressured } else { OfferError::NotConnected })
     }
 
     /// Re-reads the slots: the limit from the slowest reader not ahead of the writer.
     fn recompute_limit(&mut self) -> i64 {
-        let limit = self.flow.recompute(&self.slots, self.session_id, self.appender.position());
-        let (log, readers) = (self.appender.log(), self.flow.readers());
-        log.set_gauge(Gauge::PublisherLimit, limit);
-        log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
-        log.count(Counter::LimitRecomputes, 1);
-        if readers.ignored > 0 {
-            log.count(Counter::IgnoredPositions, readers.ignored as u64);
-        }
-        limit
+        let core = &mut self.core;
+        let limit = core.flow.recompute(&core.slots, self.session_id, self.appender.position());
+        core.publish_limit(self.appender.log(), limit)
     }
 
     /// Frees the slots of dead readers; returns how many.
     fn sweep(&mut self) -> usize {
-        let evicted = self.slots.evict_dead(&self.liveness);
-        if evicted > 0 {
-            self.appender.log().count(Counter::ReadersEvicted, evicted as u64);
-        }
-        evicted
+        self.core.evict_dead(self.appender.log())
     }
 
     /// Moves to the next term after a trip, and recomputes the limit: a cold path that runs
@@ -252,7 +221,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     pub fn check_readers(&mut self) -> SessionReaders {
         self.sweep();
         self.recompute_limit();
-        self.flow.readers()
+        self.core.readers()
     }
 
     /// Marks end of stream at the current position (after aborting a pending claim): readers
@@ -263,21 +232,19 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let log = self.appender.log();
         log.set_gauge(Gauge::PublisherLimit, position);
         log.set_eos_position(position);
-        if self.ring.is_some() {
-            self.slots.doorbell().ring_readers_always();
-        }
+        self.core.ring_readers_always();
     }
 
     /// Sleeps until a reader moves (rings the doorbell) and the limit may let an append in, at
     /// most `timeout`: for a back-pressured writer that would rather not spin. `Ready` if there
     /// is room now. Without a doorbell, returns `TimedOut` at once.
     pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
-        if self.ring.is_none() {
+        if !self.core.rings() {
             return Rung::TimedOut;
         }
-        let Self { slots, flow, appender, session_id, .. } = self;
-        let position = appender.position();
-        slots.doorbell().wait_for_readers(|| position < flow.recompute(slots, *session_id, position), timeout)
+        let (position, session_id) = (self.appender.position(), self.session_id);
+        let WriterCore { slots, flow, .. } = &mut self.core;
+        slots.doorbell().wait_for_readers(|| position < flow.recompute(slots, session_id, position), timeout)
     }
 
     /// `true` if the limit, recomputed from the reader positions now, lets an append in: what a
@@ -285,7 +252,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     #[cfg(feature = "async")]
     pub fn has_room(&mut self) -> bool {
         let position = self.appender.position();
-        position < self.flow.recompute(&self.slots, self.session_id, position)
+        position < self.core.flow.recompute(&self.core.slots, self.session_id, position)
     }
 
     /// Position after the last message appended (or claimed).
@@ -295,11 +262,11 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// The cached limit: appends starting below it are admitted without reading the slots.
     pub fn limit(&self) -> i64 {
-        self.flow.limit()
+        self.core.limit()
     }
 
     pub fn max_message_len(&self) -> usize {
-        self.max_message
+        self.core.max_message_len()
     }
 
     pub fn max_payload_len(&self) -> usize {
@@ -311,12 +278,12 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     pub fn liveness(&self) -> &K {
-        &self.liveness
+        self.core.liveness()
     }
 
     /// The stream's reader slots.
     pub fn slots(&self) -> &Slots<S> {
-        &self.slots
+        self.core.slots()
     }
 }
 

@@ -1,0 +1,111 @@
+//! What a writer of either kind ([`super::writer::Writer`], the one writer of an exclusive log;
+//! [`super::concurrent_writer::ConcurrentWriter`], one of several) keeps of the stream's readers:
+//! their slots and liveness, the flow control over them, and the doorbell it rings for them.
+//! Written once, so the two writers differ only in how they take space in the log.
+
+use super::flow::FlowControl;
+use super::slots::{SessionReaders, Slots};
+use super::writer::Liveness;
+use crate::log::{Counter, Gauge, Log};
+use crate::region::RegionMut;
+use crate::sync::LightBarrier;
+
+/// The reader-facing half of a writer.
+#[derive(Debug)]
+pub struct WriterCore<S, K> {
+    pub(super) flow: FlowControl,
+    pub(super) slots: Slots<S>,
+    pub(super) liveness: K,
+    /// Largest message an offer takes (`layout::frame::max_message_len`).
+    pub(super) max_message: usize,
+    /// Rings the doorbell page of the slot file after every commit (a barrier and a load unless
+    /// a reader sleeps), with the barrier this process needs (decided once); `None` in models of
+    /// flow control alone.
+    ring: Option<LightBarrier>,
+}
+
+impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
+    /// Flow control with a window of `window` bytes from position `start`, over `slots`.
+    pub fn new(slots: Slots<S>, liveness: K, window: usize, start: i64, max_message: usize) -> Self {
+        Self { flow: FlowControl::new(window, start), slots, liveness, max_message, ring: None }
+    }
+
+    /// Rings the stream's doorbell after every commit from now on, and once at once: readers
+    /// waiting for a session (this one) look again.
+    pub fn start_ringing(&mut self) {
+        self.slots.doorbell().ring_readers_always();
+        self.ring = Some(crate::sync::light_barrier_kind());
+    }
+
+    /// Wakes readers sleeping on the doorbell, if any: after every commit.
+    #[inline(always)]
+    pub fn ring(&self) {
+        if let Some(barrier) = self.ring {
+            self.slots.doorbell().ring_readers(barrier);
+        }
+    }
+
+    /// Wakes every sleeping reader whatever the doorbell says (end of stream), if ringing.
+    pub fn ring_readers_always(&self) {
+        if self.ring.is_some() {
+            self.slots.doorbell().ring_readers_always();
+        }
+    }
+
+    /// `true` once the writer rings the doorbell (only then may it sleep on it).
+    pub fn rings(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Frees the slots of dead readers, counting them in `log`; returns how many.
+    pub fn evict_dead<L: RegionMut>(&self, log: &Log<L>) -> usize {
+        let evicted = self.slots.evict_dead(&self.liveness);
+        if evicted > 0 {
+            log.count(Counter::ReadersEvicted, evicted as u64);
+        }
+        evicted
+    }
+
+    /// Publishes a recomputed `limit` and the readers it counted in `log`'s gauges and counters
+    /// (what `shmlog stat` shows); returns the limit.
+    pub fn publish_limit<L: RegionMut>(&self, log: &Log<L>, limit: i64) -> i64 {
+        let readers = self.flow.readers();
+        log.set_gauge(Gauge::PublisherLimit, limit);
+        log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
+        log.count(Counter::LimitRecomputes, 1);
+        if readers.ignored > 0 {
+            // Past the writer's position: no honest reader's.
+            log.count(Counter::IgnoredPositions, readers.ignored as u64);
+        }
+        limit
+    }
+
+    /// The cached limit: appends starting below it are admitted without reading the slots.
+    #[inline(always)]
+    pub fn limit(&self) -> i64 {
+        self.flow.limit()
+    }
+
+    /// The readers the last recompute counted.
+    pub fn readers(&self) -> SessionReaders {
+        self.flow.readers()
+    }
+
+    /// `true` if the last recompute counted a reader.
+    pub fn connected(&self) -> bool {
+        self.flow.connected()
+    }
+
+    pub fn max_message_len(&self) -> usize {
+        self.max_message
+    }
+
+    pub fn liveness(&self) -> &K {
+        &self.liveness
+    }
+
+    /// The stream's reader slots.
+    pub fn slots(&self) -> &Slots<S> {
+        &self.slots
+    }
+}
