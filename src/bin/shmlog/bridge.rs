@@ -114,9 +114,12 @@ fn summary(b: &BridgeInfo) -> String {
             b.bad_positions
         ));
     }
+    if b.source_losses > 0 {
+        s.push_str(&format!("\n  {} losses before the bridge", b.source_losses));
+    }
     for l in &b.losses {
         let n = l.messages.map_or_else(|| "unknown".into(), |n| n.to_string());
-        s.push_str(&format!("\n  lost [{}, {}): {n} messages ({:?})", l.from, l.to, l.cause));
+        s.push_str(&format!("\n  lost [{}, {}): {n} messages ({})", l.from, l.to, l.cause));
     }
     s
 }
