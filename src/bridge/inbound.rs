@@ -166,7 +166,13 @@ fn open_local(b: &BridgeBuilder, aeron_dir: &std::path::Path) -> Result<(Target,
         status.info.resume_position = position;
         status.resume.save(position, 0);
     }
-    let builder = || Publication::builder(b.stream.clone()).dir(b.dir.clone());
+    let builder = || {
+        let p = Publication::builder(b.stream.clone()).dir(b.dir.clone());
+        match b.term_length {
+            Some(t) => p.term_length(t),
+            None => p,
+        }
+    };
     let target = if b.concurrent {
         Target::Concurrent(builder().open_concurrent()?)
     } else {
@@ -890,6 +896,22 @@ mod tests {
         let mut sink = Sink::new(4096);
         feed(&mut core, &mut sink, &mut info, &status.resume, frag(8, BEGIN | END, 4096, &[0; 8]));
         assert_eq!(info.losses, vec![Loss { from: 160, to: 4096, messages: None, cause: LossCause::Gap }]);
+    }
+
+    /// `BridgeBuilder::term_length` sets the terms of the local stream's sessions the in bridge
+    /// creates (the issue-23 test needs small ones far from the source).
+    #[test]
+    fn the_local_stream_takes_the_term_length_asked_for() {
+        let dir = crate::testing::TempDir::new("bridge-in-term");
+        for (term, want) in [(None, crate::DEFAULT_TERM_LENGTH), (Some(64 << 10), 64 << 10)] {
+            let mut b = BridgeBuilder::new("s").dir(dir.path()).channel("aeron:udp?endpoint=127.0.0.1:1");
+            if let Some(t) = term {
+                b = b.term_length(t);
+            }
+            let (target, _status) = open_local(&b, std::path::Path::new("/nowhere")).unwrap();
+            let Target::Exclusive(p) = &target else { panic!("an exclusive publication") };
+            assert_eq!(p.term_length(), want);
+        }
     }
 
     #[test]

@@ -110,6 +110,7 @@ pub struct BridgeBuilder {
     driver: Driver,
     back_pressure: BackPressure,
     concurrent: bool,
+    term_length: Option<usize>,
     connect_timeout: Duration,
     spin_before_sleep: Duration,
 }
@@ -126,6 +127,7 @@ impl BridgeBuilder {
             driver: Driver::Attach(default_aeron_dir()),
             back_pressure: BackPressure::Hold,
             concurrent: false,
+            term_length: None,
             connect_timeout: Duration::from_secs(10),
             spin_before_sleep: Duration::ZERO,
         }
@@ -166,6 +168,15 @@ impl BridgeBuilder {
     /// ([`crate::ConcurrentPublication`]), so several in bridges (or local writers) can feed it.
     pub fn concurrent(mut self, yes: bool) -> Self {
         self.concurrent = yes;
+        self
+    }
+
+    /// In bridges only: the term length of the local stream's sessions the bridge creates
+    /// (default [`crate::DEFAULT_TERM_LENGTH`]; see `PublicationBuilder::term_length`). Its
+    /// largest message is the most the bridge carries into it: a longer one is dropped and
+    /// reported. With [`BridgeBuilder::concurrent`], a log that exists keeps its creator's.
+    pub fn term_length(mut self, bytes: usize) -> Self {
+        self.term_length = Some(bytes);
         self
     }
 
