@@ -17,6 +17,9 @@
 //!   where its message starts. The in bridge uses it to report gaps after a reconnection (the
 //!   far bridge killed with messages in flight); a restarted out bridge resumes reading where
 //!   its predecessor's resume file says it stopped.
+//! - **Losses before the bridge**: what the out bridge's reader of the local stream reports it
+//!   could not read ([`crate::Loss`]) goes into the out bridge's status and marks the next
+//!   message on the wire, so the in bridge records it too: a loss is never a silent jump.
 //! - **State** is published for `shmlog stat` in a status file beside the stream's log.
 //! - **Failures**: the driver lost is reconnected (and an embedded one restarted); the far side
 //!   gone is Aeron's "not connected", handled as back pressure; the local publisher restarting
