@@ -92,7 +92,7 @@ pub mod bridge_in {
     pub use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause, MAX_LOSSES};
     use crate::bridge::inbound::InCore;
     pub use crate::bridge::inbound::{source_span, Fragment, Next, Offer, BEGIN, END, MAX_IMAGES};
-    pub use crate::bridge::wire::{encode, AFTER_DROP, FRESH_START};
+    pub use crate::bridge::wire::{encode, AFTER_DROP, FRESH_START, LOST};
     pub use crate::bridge::BackPressure;
     use crate::bridge::ResumeFile;
 

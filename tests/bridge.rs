@@ -9,8 +9,11 @@ mod support;
 
 use shmlog::inspect::{self, BridgeDirection, BridgeInfo, LossCause};
 use shmlog::{FragmentAssembler, FragmentHandler, Header, OfferError, Publication, Subscription};
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{pattern, Rng, ShmDir};
 
@@ -202,6 +205,18 @@ fn check(m: &[u8]) -> u64 {
     seq
 }
 
+/// Like [`message`], but at most 5 000 bytes: a far stream with 64 KiB terms takes 8 KiB at
+/// most. Some are still fragmented by Aeron (over its 1408-byte MTU).
+fn small_message(seq: u64, rng: &mut Rng) -> Vec<u8> {
+    let len = match rng.range(0, 100) {
+        0..=1 => rng.range(1_400, 5_000),
+        _ => rng.range(8, 300),
+    } as usize;
+    let mut m = seq.to_le_bytes().to_vec();
+    m.extend(pattern(seq, len - 8));
+    m
+}
+
 /// Offers every message, waiting out back pressure (bounded); returns each one's source start
 /// position.
 fn publish(
@@ -210,9 +225,20 @@ fn publish(
     rng: &mut Rng,
     pace: Option<Duration>,
 ) -> Vec<(u64, i64)> {
+    publish_with(p, seqs, rng, pace, message)
+}
+
+/// [`publish`] with messages made by `make`.
+fn publish_with(
+    p: &mut Publication,
+    seqs: std::ops::Range<u64>,
+    rng: &mut Rng,
+    pace: Option<Duration>,
+    make: fn(u64, &mut Rng) -> Vec<u8>,
+) -> Vec<(u64, i64)> {
     let mut starts = Vec::new();
     for seq in seqs {
-        let m = message(seq, rng);
+        let m = make(seq, rng);
         let before = p.position();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -308,6 +334,170 @@ fn check_losses(starts: &[(u64, i64)], seen: &[u64], losses: &[inspect::Loss]) -
         }
     }
     missing
+}
+
+/// What a far reader got: each message's sequence number, far session and far start
+/// position, and the losses its subscription reported.
+#[derive(Default)]
+struct FarSeen {
+    got: Vec<(u64, i32, i64)>,
+    losses: Vec<shmlog::Loss>,
+}
+
+/// Where a reader stands (its session, or `i64::MIN` before it joins one, and its position),
+/// for the test to wait on.
+struct Progress {
+    session: AtomicI64,
+    position: AtomicI64,
+}
+
+/// A reader stopped on the test's word (`stop`) until told to go on (`go`): a reader that
+/// stalls, as one held up by its own work would.
+#[derive(Default)]
+struct Stall {
+    stop: AtomicBool,
+    go: AtomicBool,
+}
+
+/// Collects whole messages with their far session and start position.
+struct Placed<'a> {
+    seen: &'a mut FarSeen,
+    assembly: Vec<u8>,
+    start: Option<i64>,
+}
+
+impl FragmentHandler for Placed<'_> {
+    fn on_fragment(&mut self, m: &[u8], h: &Header) {
+        if h.is_begin() {
+            let start = h.position() - ((h.frame_length() as i64 + 31) & !31);
+            if h.is_end() {
+                self.seen.got.push((check(m), h.session_id(), start));
+                return;
+            }
+            self.assembly.clear();
+            self.start = Some(start);
+        }
+        let Some(start) = self.start else { return };
+        self.assembly.extend_from_slice(m);
+        if h.is_end() {
+            self.start = None;
+            self.seen.got.push((check(&self.assembly), h.session_id(), start));
+        }
+    }
+}
+
+/// A far reader taking `delay` per message (busy, as a reader doing real work is), that takes
+/// its subscription's loss reports before every poll, until it has seen message `last`.
+fn far_reader(
+    dir: &Path,
+    last: u64,
+    delay: Duration,
+    progress: Arc<Progress>,
+    stall: Arc<Stall>,
+) -> std::thread::JoinHandle<FarSeen> {
+    let mut sub =
+        Subscription::builder(STREAM).dir(dir).wait_for_publisher(Duration::from_secs(60)).open().unwrap();
+    std::thread::spawn(move || {
+        let mut seen = FarSeen::default();
+        let (mut assembly, mut start) = (Vec::new(), None);
+        let deadline = Instant::now() + Duration::from_secs(240);
+        while seen.got.last().map(|g| g.0) != Some(last) {
+            assert!(Instant::now() < deadline, "far reader timed out with {} messages", seen.got.len());
+            while stall.stop.load(Ordering::Acquire) && !stall.go.load(Ordering::Acquire) {
+                assert!(Instant::now() < deadline, "the stall was never lifted");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            while let Some(loss) = sub.take_loss() {
+                seen.losses.push(loss);
+            }
+            let before = seen.got.len();
+            let mut handler = Placed { seen: &mut seen, assembly: std::mem::take(&mut assembly), start };
+            let n = sub.poll(|m: &[u8], h: &Header| handler.on_fragment(m, h), 16);
+            (assembly, start) = (handler.assembly, handler.start);
+            for _ in before..seen.got.len() {
+                let until = Instant::now() + delay;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+            progress.session.store(sub.session_id().map_or(i64::MIN, i64::from), Ordering::Release);
+            progress.position.store(sub.position(), Ordering::Release);
+            if n == 0 {
+                sub.wait_readable(Duration::from_millis(10));
+            }
+        }
+        seen
+    })
+}
+
+/// Checks what each far reader got against what was published (`starts`: sequence number and
+/// source start) and the losses reported: the reader's own (by far session and position) and
+/// the bridges' (`bridge_losses`, by source position). Every message a reader missed lies in
+/// one of its own losses if some reader got it (it reached the far stream), and in a bridge's
+/// loss if none did (it was lost on the wire); no message a reader got lies in one of its own
+/// losses, nor in a bridge's but for the one in hand (see [`check_losses`]). Returns how many
+/// each reader missed, and how many of those it was told of itself.
+fn check_far_readers(
+    starts: &[(u64, i64)],
+    readers: &[FarSeen],
+    bridge_losses: &[inspect::Loss],
+) -> Vec<(usize, usize)> {
+    let mut far: HashMap<u64, (i32, i64)> = HashMap::new();
+    for r in readers {
+        for &(seq, session, at) in &r.got {
+            let first = *far.entry(seq).or_insert((session, at));
+            assert_eq!(first, (session, at), "message {seq} read at two places of the far stream");
+        }
+    }
+    let in_bridge_loss = |p: i64| bridge_losses.iter().any(|l| l.from <= p && p < l.to);
+    let in_hand = |p: i64| bridge_losses.iter().any(|l| l.cause == LossCause::Gap && l.from == p);
+    let mut counts = Vec::new();
+    for (i, r) in readers.iter().enumerate() {
+        let seqs: Vec<u64> = r.got.iter().map(|g| g.0).collect();
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "reader {i}: out of order or duplicated");
+        let got: HashSet<u64> = seqs.into_iter().collect();
+        let sessions_read: HashSet<i32> = r.got.iter().map(|g| g.1).collect();
+        let own = |session: i32, p: i64| {
+            r.losses.iter().any(|l| l.session_id == session && l.from <= p && p < l.to)
+                || (!sessions_read.contains(&session)
+                    && r.losses.iter().any(|l| matches!(l.cause, shmlog::LossCause::SessionsMissed { .. })))
+        };
+        let (mut missing, mut told) = (0, 0);
+        for &(seq, start) in starts {
+            if got.contains(&seq) {
+                let (session, at) = far[&seq];
+                assert!(
+                    !own(session, at),
+                    "reader {i}: message {seq} delivered inside its own loss {:?}",
+                    r.losses
+                );
+                assert!(
+                    !in_bridge_loss(start) || in_hand(start),
+                    "reader {i}: message {seq} at source {start} delivered inside a bridge loss {bridge_losses:?}"
+                );
+                continue;
+            }
+            missing += 1;
+            match far.get(&seq) {
+                Some(&(session, at)) => {
+                    assert!(
+                        own(session, at),
+                        "reader {i}: message {seq} (far session {session} at {at}) missed without a report \
+                         (its losses {:?})",
+                        r.losses
+                    );
+                    told += 1;
+                }
+                None => assert!(
+                    in_bridge_loss(start),
+                    "message {seq} at source {start} reached no far reader and lies in no bridge loss \
+                     {bridge_losses:?}"
+                ),
+            }
+        }
+        counts.push((missing, told));
+    }
+    counts
 }
 
 #[test]
@@ -418,6 +608,149 @@ fn far_bridge_killed_and_restarted_loses_only_what_it_reports() {
     assert!(status.losses.iter().all(|l| l.cause == LossCause::Gap), "{status:?}");
     let missing = check_losses(&starts, &seen, &status.losses);
     eprintln!("far bridge killed: {missing} of {n} messages lost in flight, reported as {:?}", status.losses);
+}
+
+/// Issue 23: the far (in) bridge SIGKILLed and restarted under three far readers of different
+/// speeds (none, 20 µs and 200 µs of work per message), plain subscriptions of the far stream
+/// (64 KiB terms). The slowest is also held up from the kill until the new bridge's session is
+/// three terms in, so the start of that session is gone from the log when it looks. For every
+/// reader, every message it missed lies in a loss it was told of (its own `take_loss` reports
+/// for what reached the far stream, the new bridge's gap for what the wire lost) and none it got
+/// does. Before the core's change (9d97393) readers moved to the new session at the slowest
+/// reader's position and were told nothing: the review saw [0, 0, 1985], [2279, 0, 0] and
+/// [54, 0, 2100] messages silently missed in three runs.
+#[test]
+fn three_far_readers_lose_only_what_they_are_told_of_when_the_in_bridge_restarts() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("three-a"), Host::new("three-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    const TERM: i64 = 64 * 1024;
+    let term = TERM.to_string();
+    let far_args = ["--term-length", term.as_str()];
+    let mut inb = BridgeProc::spawn("in", &b, &channel, &far_args);
+    let n = support::iterations(8_000, 100_000) as u64;
+    let progress: Vec<Arc<Progress>> = (0..3)
+        .map(|_| Arc::new(Progress { session: AtomicI64::new(i64::MIN), position: AtomicI64::new(0) }))
+        .collect();
+    let stall = Arc::new(Stall::default());
+    let readers: Vec<_> = [0u64, 20, 200]
+        .iter()
+        .enumerate()
+        .map(|(i, &us)| {
+            let stall = if i == 2 { stall.clone() } else { Arc::new(Stall::default()) };
+            far_reader(b.path(), n - 1, Duration::from_micros(us), progress[i].clone(), stall)
+        })
+        .collect();
+    let mut p = Publication::builder(STREAM).dir(a.path()).create().unwrap();
+    let near = reader(a.path(), n - 1);
+    let _out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p.wait_for_readers(2, Duration::from_secs(60)).unwrap();
+    let publisher = std::thread::spawn(move || {
+        publish_with(
+            &mut p,
+            0..n,
+            &mut Rng::new("bridge-three"),
+            Some(Duration::from_micros(200)),
+            small_message,
+        )
+    });
+    wait_for("a third of the messages across", Duration::from_secs(120), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= n / 3)
+    });
+    let old_session = progress[0].session.load(Ordering::Acquire);
+    stall.stop.store(true, Ordering::Release);
+    inb.kill9();
+    let inb2 = BridgeProc::spawn("in", &b, &channel, &far_args);
+    // The slowest reader goes on once the new session's first terms are gone from its log.
+    wait_for("the new session three terms in", Duration::from_secs(120), || {
+        let (session, position) = (&progress[0].session, &progress[0].position);
+        let moved = session.load(Ordering::Acquire) != old_session;
+        (moved && position.load(Ordering::Acquire) >= 3 * TERM).then_some(())
+    });
+    stall.go.store(true, Ordering::Release);
+    let starts = publisher.join().unwrap();
+    assert_eq!(near.join().unwrap(), (0..n).collect::<Vec<_>>(), "the near side lost nothing");
+    let seen: Vec<FarSeen> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let status = wait_for("the new bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb2.pid()).filter(|s| s.source_position == starts.last().unwrap().1)
+    });
+    assert!(status.losses.iter().all(|l| l.cause == LossCause::Gap), "{status:?}");
+    let counts = check_far_readers(&starts, &seen, &status.losses);
+    for (i, r) in seen.iter().enumerate() {
+        assert!(
+            r.losses.iter().all(|l| l.cause == shmlog::LossCause::JoinedLate),
+            "reader {i}: {:?}",
+            r.losses
+        );
+    }
+    let (missing, told) = counts[2];
+    assert!(told > 0 && seen[2].losses.len() == 1, "the held-up reader joined late: {:?}", seen[2].losses);
+    eprintln!(
+        "far bridge killed under three readers: missed (of which told by their own subscription) {counts:?} \
+         of {n}; the bridge's gaps {:?}; the slowest reader's loss {:?} ({missing} missed)",
+        status.losses, seen[2].losses
+    );
+}
+
+/// Issue 23: the near publisher restarts while the out bridge is held (no far side yet) and
+/// the new session runs four terms (64 KiB each) ahead of it, paced by a near reader. The out
+/// bridge's reader reports what of the new session it could not read (`JoinedLate`): the out
+/// bridge records it (`Source`, with the source session), and marks the first message after it
+/// on the wire, so the in bridge records an `Upstream` loss over the same positions. Every
+/// message the far reader missed lies in both; every one of the first session arrived. Before,
+/// the report stayed unread in the out bridge's subscription: the far side saw a jump to the
+/// middle of the new session and reported nothing.
+#[test]
+fn a_loss_the_out_bridges_reader_reports_is_reported_at_both_ends() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a, b) = (Host::new("srcloss-a"), Host::new("srcloss-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    const TERM: usize = 64 * 1024;
+    let mut rng = Rng::new("bridge-srcloss");
+    let mut p1 = Publication::builder(STREAM).dir(a.path()).term_length(TERM).create().unwrap();
+    let out = BridgeProc::spawn("out", &a, &channel, &[]);
+    p1.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    // Well under a window's worth (32 KiB): the held out bridge never holds this publisher.
+    let k = 40;
+    let first = publish_with(&mut p1, 0..k, &mut rng, None, small_message);
+    let s1 = p1.session_id();
+    drop(p1);
+    let mut p2 = Publication::builder(STREAM).dir(a.path()).term_length(TERM).create().unwrap();
+    let n = k + 1_500;
+    let near = reader(a.path(), n - 1);
+    let second = publish_with(&mut p2, k..n, &mut rng, None, small_message);
+    assert_ne!(p2.session_id(), s1);
+    assert!(second.last().unwrap().1 > 3 * TERM as i64, "four terms: {second:?}");
+    assert_eq!(near.join().unwrap(), (k..n).collect::<Vec<_>>());
+    // Now the far side: the out bridge carries the first session, then joins the second late.
+    let inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let far = reader(b.path(), n - 1);
+    let seen = far.join().unwrap();
+    let out_status = wait_for("the out bridge's status", Duration::from_secs(10), || {
+        a.bridge(out.pid()).filter(|s| s.source_position == second.last().unwrap().1)
+    });
+    let in_status = wait_for("the in bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb.pid()).filter(|s| s.source_position == second.last().unwrap().1)
+    });
+    let cause = LossCause::Source { session: p2.session_id(), cause: shmlog::LossCause::JoinedLate };
+    let [source] = out_status.losses[..] else { panic!("one loss at the out bridge: {out_status:?}") };
+    assert_eq!((source.from, source.messages, source.cause, out_status.source_losses), (0, None, cause, 1));
+    assert!(source.to > 0);
+    let upstream = inspect::Loss { from: 0, to: source.to, messages: None, cause: LossCause::Upstream };
+    assert_eq!((in_status.losses.clone(), in_status.source_losses), (vec![upstream], 1), "{in_status:?}");
+    // The first session whole; of the second, exactly the messages at and after the loss's end.
+    let expected: Vec<u64> =
+        first.iter().map(|m| m.0).chain(second.iter().filter(|m| m.1 >= source.to).map(|m| m.0)).collect();
+    assert_eq!(seen, expected, "the far reader got everything but the reported loss");
+    let missed = check_losses(&second, &seen, &[upstream]);
+    eprintln!("publisher restarted under a held out bridge: {missed} of {} messages of its new session lost, reported at both ends as [0, {})", n - k, source.to);
+    drop(p2);
 }
 
 /// Kills the near (out) bridge with SIGKILL (its embedded driver goes with it) and starts a new

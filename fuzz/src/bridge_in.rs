@@ -17,12 +17,12 @@
 //!   bad fragment) is counted once, in `messages` or `dropped` (or held); a run still open, or
 //!   cut off by its image going away, at most once;
 //! - the status stays readable: positions >= -1, at most 16 losses, each with 0 <= from <= to,
-//!   and no more bad positions than messages settled.
+//!   and no more bad positions, nor losses marked upstream, than messages settled.
 
 use crate::input::{message_bytes, Input};
 use shmlog::__fuzz::bridge_in::{
     encode, BackPressure, BridgeDirection, BridgeInfo, Core, Fragment, Next, AFTER_DROP, BEGIN, END,
-    FRESH_START, MAX_IMAGES, MAX_LOSSES,
+    FRESH_START, LOST, MAX_IMAGES, MAX_LOSSES,
 };
 use shmlog::OfferError;
 
@@ -203,7 +203,7 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
                     let reserved = match input.byte() % 4 {
                         0 => input.interesting_i64(),
                         1 => input.i64(),
-                        _ => encode(32 * input.u16() as i64, input.byte() as i64 & 3),
+                        _ => encode(32 * input.u16() as i64, input.byte() as i64 & 7),
                     };
                     let len = input.below(300);
                     let payload =
@@ -265,6 +265,8 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
         info.dropped
     );
     assert!(info.bad_positions <= counted, "{} bad positions of {counted}", info.bad_positions);
+    // Each message marked as following a loss upstream is counted once, when it is settled.
+    assert!(info.source_losses <= counted, "{} upstream losses of {counted}", info.source_losses);
     // Every message delivered was sent whole, in order.
     let mut whole = reference.whole.iter();
     for (i, m) in sink.got.iter().enumerate() {
@@ -304,6 +306,8 @@ fn next_fragment(sender: &mut Sender, s: usize, input: &mut Input<'_>, max: usiz
         let marks = match input.byte() % 16 {
             0 => FRESH_START,
             1 => AFTER_DROP,
+            2 => LOST,
+            3 => FRESH_START | LOST,
             _ => 0,
         };
         if input.byte().is_multiple_of(8) {

@@ -35,6 +35,7 @@ impl BridgeDirection {
 
 /// Why messages of the source stream did not reach the far stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LossCause {
     /// The out bridge dropped them: the far side pushed back (or was absent) under the
     /// `drop` policy. Counted exactly by the out bridge.
@@ -42,21 +43,91 @@ pub enum LossCause {
     /// The in bridge resumed after a gap: the far bridge, its driver or the path was down, and
     /// the first message after it starts further on than the next one it expected.
     Gap,
+    /// Out bridges: the bridge's reader of the local stream did not get them, and said so (a
+    /// [`crate::Loss`] of its subscription, with its cause), or a restarted out bridge found its
+    /// predecessor's resume position no longer in the log (`JoinedLate`). The positions are
+    /// those of source session `session`; for `SessionsMissed` they are 0 and `session` is the
+    /// session joined after the missed ones (see [`crate::LossCause`]).
+    Source {
+        /// The source session the positions belong to.
+        session: i32,
+        /// What the reader reported.
+        cause: crate::LossCause,
+    },
+    /// In bridges: the out bridge marked the message at `to` as following messages it knows it
+    /// lost before it could send them (its `Source` losses; its own status holds their sessions
+    /// and exact positions). `from` is where the next message was expected in the same source
+    /// session, or 0 when the marked message begins a new session of the source (the loss is
+    /// then `[0, to)` of that session, plus whatever of earlier sessions the out bridge's status
+    /// lists: an empty range, `[0, 0)`, says only that).
+    Upstream,
 }
 
 impl LossCause {
-    fn as_str(self) -> &'static str {
+    /// The cause as a status file writes it, one word: `dropped`, `gap`, `upstream`,
+    /// `source:<session>:joined_late`, `source:<session>:fault` or
+    /// `source:<session>:sessions_missed:<count>`.
+    pub fn token(self) -> String {
+        use crate::LossCause as Reader;
         match self {
-            LossCause::Dropped => "dropped",
-            LossCause::Gap => "gap",
+            LossCause::Dropped => "dropped".into(),
+            LossCause::Gap => "gap".into(),
+            LossCause::Upstream => "upstream".into(),
+            LossCause::Source { session, cause: Reader::JoinedLate } => {
+                format!("source:{session}:joined_late")
+            }
+            LossCause::Source { session, cause: Reader::Fault } => format!("source:{session}:fault"),
+            LossCause::Source { session, cause: Reader::SessionsMissed { sessions } } => {
+                format!("source:{session}:sessions_missed:{sessions}")
+            }
         }
     }
 
+    /// Reads what [`LossCause::token`] writes; `None` for anything else (numbers in their
+    /// canonical form only, so that what parses writes back the same).
     fn parse(s: &str) -> Option<Self> {
+        use crate::LossCause as Reader;
         match s {
-            "dropped" => Some(LossCause::Dropped),
-            "gap" => Some(LossCause::Gap),
-            _ => None,
+            "dropped" => return Some(LossCause::Dropped),
+            "gap" => return Some(LossCause::Gap),
+            "upstream" => return Some(LossCause::Upstream),
+            _ => {}
+        }
+        let mut f = s.strip_prefix("source:")?.split(':');
+        let session = canonical::<i32>(f.next()?)?;
+        let cause = match (f.next()?, f.next()) {
+            ("joined_late", None) => Reader::JoinedLate,
+            ("fault", None) => Reader::Fault,
+            ("sessions_missed", Some(n)) => Reader::SessionsMissed { sessions: canonical(n)? },
+            _ => return None,
+        };
+        f.next().is_none().then_some(LossCause::Source { session, cause })
+    }
+}
+
+/// `s` as a number, if it is written the way `Display` writes that number.
+fn canonical<T: std::str::FromStr + std::fmt::Display>(s: &str) -> Option<T> {
+    let n: T = s.parse().ok()?;
+    (n.to_string() == s).then_some(n)
+}
+
+impl std::fmt::Display for LossCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::LossCause as Reader;
+        match self {
+            LossCause::Dropped => f.write_str("dropped by the out bridge"),
+            LossCause::Gap => f.write_str("gap: not received by the in bridge"),
+            LossCause::Upstream => f.write_str("lost before the out bridge sent them: see its status"),
+            LossCause::Source { session, cause: Reader::JoinedLate } => {
+                write!(f, "source session {session}: the out bridge's reader joined it past these")
+            }
+            LossCause::Source { session, cause: Reader::Fault } => {
+                write!(f, "source session {session}: the out bridge's reader stopped at a fault")
+            }
+            LossCause::Source { session, cause: Reader::SessionsMissed { sessions } } => write!(
+                f,
+                "up to {sessions} whole source session(s) began and ended unread before session {session}"
+            ),
         }
     }
 }
@@ -110,6 +181,11 @@ pub struct BridgeInfo {
     /// damaged one). They are carried (or dropped, and counted in `dropped`) as fresh starts:
     /// no gap is measured to them, and the resume position stays at the last valid one.
     pub bad_positions: u64,
+    /// Losses before the bridge. Out bridges: the reports of its reader of the local stream (each
+    /// in `losses` too, as [`LossCause::Source`], while among the most recent), and reports that
+    /// reader had to drop unread. In bridges: messages the out bridge marked as following a
+    /// loss of its own (each in `losses` as [`LossCause::Upstream`] while among the most recent).
+    pub source_losses: u64,
     /// Source-stream position where the last carried message starts; -1 before the first.
     pub source_position: i64,
     /// Source-stream position just after the last carried message: where a restarted out bridge
@@ -146,6 +222,7 @@ impl BridgeInfo {
             dropped: 0,
             reconnects: 0,
             bad_positions: 0,
+            source_losses: 0,
             source_position: -1,
             resume_position: -1,
             losses: Vec::new(),
@@ -182,19 +259,21 @@ impl BridgeInfo {
         kv("dropped", &self.dropped);
         kv("reconnects", &self.reconnects);
         kv("bad_positions", &self.bad_positions);
+        kv("source_losses", &self.source_losses);
         kv("source_position", &self.source_position);
         kv("resume_position", &self.resume_position);
         kv("updated_ms", &self.updated_ms);
         for l in &self.losses {
             let n = l.messages.map_or_else(|| "-".to_owned(), |n| n.to_string());
-            let _ = writeln!(s, "loss {} {} {} {}", l.from, l.to, n, l.cause.as_str());
+            let _ = writeln!(s, "loss {} {} {} {}", l.from, l.to, n, l.cause.token());
         }
         s
     }
 
     /// Parses a status file's text for the bridge its name describes. `None` if any line is
     /// malformed or a required key is missing. Unknown keys are skipped (a newer writer); keys
-    /// added after the first release (`bad_positions`) are optional (an older writer).
+    /// added after the first release (`bad_positions`, `source_losses`) are optional (an older
+    /// writer).
     pub fn parse(stream: &str, direction: BridgeDirection, pid: u32, text: &str) -> Option<Self> {
         let mut b = BridgeInfo::new(stream, direction, "", 0, "");
         b.pid = pid;
@@ -221,6 +300,7 @@ impl BridgeInfo {
                 "dropped" => (b.dropped, seen) = (value.parse().ok()?, seen | bit(7)),
                 "reconnects" => (b.reconnects, seen) = (value.parse().ok()?, seen | bit(8)),
                 "bad_positions" => b.bad_positions = value.parse().ok()?,
+                "source_losses" => b.source_losses = value.parse().ok()?,
                 "source_position" => {
                     b.source_position = value.parse().ok().filter(|p: &i64| *p >= -1)?;
                     seen |= bit(9);
@@ -354,11 +434,25 @@ mod tests {
         b.dropped = 3;
         b.reconnects = 1;
         b.bad_positions = 2;
+        b.source_losses = 3;
         b.source_position = 4096;
         b.resume_position = 4160;
         b.updated_ms = 1_700_000_000_000;
         b.push_loss(Loss { from: 64, to: 256, messages: Some(3), cause: LossCause::Dropped });
         b.push_loss(Loss { from: 512, to: 1024, messages: None, cause: LossCause::Gap });
+        for (session, cause) in [
+            (-7, crate::LossCause::JoinedLate),
+            (9, crate::LossCause::Fault),
+            (i32::MIN, crate::LossCause::SessionsMissed { sessions: u32::MAX }),
+        ] {
+            b.push_loss(Loss {
+                from: 0,
+                to: 96,
+                messages: None,
+                cause: LossCause::Source { session, cause },
+            });
+        }
+        b.push_loss(Loss { from: 0, to: 0, messages: None, cause: LossCause::Upstream });
         b
     }
 
@@ -368,6 +462,10 @@ mod tests {
         let mut back = BridgeInfo::parse("md.eu", BridgeDirection::Out, b.pid, &b.to_text()).unwrap();
         back.alive = true;
         assert_eq!(back, b);
+        let text = b.to_text();
+        for line in ["loss 0 96 - source:-7:joined_late", "loss 0 0 - upstream", "source_losses 3"] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
     }
 
     #[test]
@@ -376,9 +474,13 @@ mod tests {
         let cut = text.lines().filter(|l| !l.starts_with("bytes ")).collect::<Vec<_>>().join("\n");
         assert!(BridgeInfo::parse("s", BridgeDirection::In, 1, &cut).is_none(), "missing key");
         // An older writer's file, without the optional keys, still reads.
-        let older = text.lines().filter(|l| !l.starts_with("bad_positions ")).collect::<Vec<_>>().join("\n");
+        let older = text
+            .lines()
+            .filter(|l| !l.starts_with("bad_positions ") && !l.starts_with("source_losses "))
+            .collect::<Vec<_>>()
+            .join("\n");
         let back = BridgeInfo::parse("s", BridgeDirection::In, 1, &older).expect("an older writer's file");
-        assert_eq!(back.bad_positions, 0);
+        assert_eq!((back.bad_positions, back.source_losses), (0, 0));
         for (bad, with) in [
             ("messages 7", "messages seven"),
             ("bad_positions 2", "bad_positions -2"),
@@ -387,6 +489,18 @@ mod tests {
             ("loss 64 256 3 dropped", "loss 256 64 3 dropped"),
             ("loss 64 256 3 dropped", "loss 64 256 3 stolen"),
             ("loss 64 256 3 dropped", "loss 64 256 3 dropped extra"),
+            ("source_losses 3", "source_losses -1"),
+            ("source:-7:joined_late", "source:-7:joined_early"),
+            ("source:-7:joined_late", "source:+7:joined_late"),
+            ("source:-7:joined_late", "source:-07:joined_late"),
+            ("source:-7:joined_late", "source::joined_late"),
+            ("source:-7:joined_late", "source:-7:joined_late:1"),
+            ("source:-7:joined_late", "source:2147483648:joined_late"),
+            ("source:9:fault", "source:9:sessions_missed"),
+            ("sessions_missed:4294967295", "sessions_missed:4294967296"),
+            ("sessions_missed:4294967295", "sessions_missed:-1"),
+            ("sessions_missed:4294967295", "sessions_missed:1:2"),
+            ("upstream", "Upstream"),
         ] {
             assert!(text.contains(bad));
             assert!(

@@ -166,7 +166,13 @@ fn open_local(b: &BridgeBuilder, aeron_dir: &std::path::Path) -> Result<(Target,
         status.info.resume_position = position;
         status.resume.save(position, 0);
     }
-    let builder = || Publication::builder(b.stream.clone()).dir(b.dir.clone());
+    let builder = || {
+        let p = Publication::builder(b.stream.clone()).dir(b.dir.clone());
+        match b.term_length {
+            Some(t) => p.term_length(t),
+            None => p,
+        }
+    };
     let target = if b.concurrent {
         Target::Concurrent(builder().open_concurrent()?)
     } else {
@@ -561,10 +567,16 @@ impl Ledger {
         self.lost(info, resume, span, len, Some(why));
     }
 
-    /// On an image's first message, or after the out bridge dropped messages, compares where
-    /// this message starts with where the next one was expected and records the difference as
-    /// a gap. A message without a valid position is not compared (a fresh start), and leaves
-    /// an image's first check to its next message.
+    /// Records what was lost before this message:
+    /// - marked by the out bridge as following messages it lost (its reader's losses, or its
+    ///   drops): an `Upstream` loss from where this message was expected (on a fresh start: from
+    ///   its session's start) to where it starts, recorded even when that is empty (the far
+    ///   side then knows only that, and the out bridge's status says what);
+    /// - otherwise, on an image's first message: the distance from where it was expected to
+    ///   where it starts, as a `Gap` (a fresh start implies none).
+    ///
+    /// A message without a valid position is not compared (a fresh start; a loss it is marked
+    /// with is counted, not placed), and leaves an image's first check to its next message.
     fn check_gap(
         &mut self,
         unchecked: &mut bool,
@@ -572,10 +584,26 @@ impl Ledger {
         span: Option<(i64, i64)>,
         marks: i64,
     ) {
-        let Some((start, _)) = span else { return };
-        let check = std::mem::take(unchecked) || marks & wire::AFTER_DROP != 0;
+        let upstream = marks & (wire::LOST | wire::AFTER_DROP) != 0;
+        let Some((start, _)) = span else {
+            if upstream {
+                info.source_losses = info.source_losses.saturating_add(1);
+            }
+            return;
+        };
+        let first = std::mem::take(unchecked);
+        let fresh = marks & wire::FRESH_START != 0;
         let expected = info.resume_position;
-        if check && marks & wire::FRESH_START == 0 && expected >= 0 && start > expected {
+        if upstream {
+            let from = match fresh {
+                true => 0,
+                false if (0..=start).contains(&expected) => expected,
+                false => start,
+            };
+            self.run_open = false;
+            info.source_losses = info.source_losses.saturating_add(1);
+            info.push_loss(Loss { from, to: start, messages: None, cause: LossCause::Upstream });
+        } else if first && !fresh && expected >= 0 && start > expected {
             self.run_open = false;
             info.push_loss(Loss { from: expected, to: start, messages: None, cause: LossCause::Gap });
         }
@@ -870,6 +898,22 @@ mod tests {
         assert_eq!(info.losses, vec![Loss { from: 160, to: 4096, messages: None, cause: LossCause::Gap }]);
     }
 
+    /// `BridgeBuilder::term_length` sets the terms of the local stream's sessions the in bridge
+    /// creates (the issue-23 test needs small ones far from the source).
+    #[test]
+    fn the_local_stream_takes_the_term_length_asked_for() {
+        let dir = crate::testing::TempDir::new("bridge-in-term");
+        for (term, want) in [(None, crate::DEFAULT_TERM_LENGTH), (Some(64 << 10), 64 << 10)] {
+            let mut b = BridgeBuilder::new("s").dir(dir.path()).channel("aeron:udp?endpoint=127.0.0.1:1");
+            if let Some(t) = term {
+                b = b.term_length(t);
+            }
+            let (target, _status) = open_local(&b, std::path::Path::new("/nowhere")).unwrap();
+            let Target::Exclusive(p) = &target else { panic!("an exclusive publication") };
+            assert_eq!(p.term_length(), want);
+        }
+    }
+
     #[test]
     fn a_gap_is_reported_only_where_messages_can_have_been_lost() {
         let at = |start: i64| source_span(start, 0);
@@ -879,16 +923,33 @@ mod tests {
         let mut info = fresh();
         ledger.check_gap(&mut false, &mut info, at(4096), 0);
         assert!(info.losses.is_empty());
-        // A new image, or messages dropped before this one: the jump is a gap, to this start.
-        for (first, marks) in [(true, 0), (false, wire::AFTER_DROP)] {
+        // A new image: the jump is a gap, to this start.
+        let (mut info, mut unchecked) = (fresh(), true);
+        ledger.check_gap(&mut unchecked, &mut info, at(4096), 0);
+        assert_eq!(info.losses, vec![Loss { from: 1024, to: 4096, messages: None, cause: LossCause::Gap }]);
+        assert!(!unchecked, "checked once per image");
+        // Messages the out bridge dropped or lost before this one: upstream, from where it was
+        // expected, or from its session's start after a fresh start (`[0, 0)` when it is the
+        // session's first: the loss was in an earlier session, which the out bridge's status
+        // names); counted in `source_losses` either way.
+        for (first, start, marks, from) in [
+            (false, 4096, wire::AFTER_DROP, 1024),
+            (true, 4096, wire::LOST, 1024),
+            (false, 4096, wire::LOST | wire::AFTER_DROP, 1024),
+            (false, 4096, wire::FRESH_START | wire::LOST, 0),
+            (true, 512, wire::FRESH_START | wire::AFTER_DROP, 0),
+            (false, 0, wire::FRESH_START | wire::LOST, 0),
+            (false, 512, wire::LOST, 512),
+        ] {
             let (mut info, mut unchecked) = (fresh(), first);
-            ledger.check_gap(&mut unchecked, &mut info, at(4096), marks);
-            assert_eq!(
-                info.losses,
-                vec![Loss { from: 1024, to: 4096, messages: None, cause: LossCause::Gap }]
-            );
-            assert!(!unchecked, "checked once per image");
+            ledger.check_gap(&mut unchecked, &mut info, at(start), marks);
+            let upstream = Loss { from, to: start, messages: None, cause: LossCause::Upstream };
+            assert_eq!((info.losses, info.source_losses), (vec![upstream], 1), "{start} {marks}");
         }
+        // Marked, with no valid position: counted, not placed.
+        let mut info = fresh();
+        ledger.check_gap(&mut true, &mut info, None, wire::LOST);
+        assert_eq!((info.losses.len(), info.source_losses), (0, 1));
         // A restarted source starts its positions again; a message where expected is no gap.
         for (start, marks) in [(64, wire::FRESH_START), (4096, wire::FRESH_START), (1024, 0), (512, 0)] {
             let mut info = fresh();

@@ -17,6 +17,9 @@
 //!   where its message starts. The in bridge uses it to report gaps after a reconnection (the
 //!   far bridge killed with messages in flight); a restarted out bridge resumes reading where
 //!   its predecessor's resume file says it stopped.
+//! - **Losses before the bridge**: what the out bridge's reader of the local stream reports it
+//!   could not read ([`crate::Loss`]) goes into the out bridge's status and marks the next
+//!   message on the wire, so the in bridge records it too: a loss is never a silent jump.
 //! - **State** is published for `shmlog stat` in a status file beside the stream's log.
 //! - **Failures**: the driver lost is reconnected (and an embedded one restarted); the far side
 //!   gone is Aeron's "not connected", handled as back pressure; the local publisher restarting
@@ -110,6 +113,7 @@ pub struct BridgeBuilder {
     driver: Driver,
     back_pressure: BackPressure,
     concurrent: bool,
+    term_length: Option<usize>,
     connect_timeout: Duration,
     spin_before_sleep: Duration,
 }
@@ -126,6 +130,7 @@ impl BridgeBuilder {
             driver: Driver::Attach(default_aeron_dir()),
             back_pressure: BackPressure::Hold,
             concurrent: false,
+            term_length: None,
             connect_timeout: Duration::from_secs(10),
             spin_before_sleep: Duration::ZERO,
         }
@@ -166,6 +171,15 @@ impl BridgeBuilder {
     /// ([`crate::ConcurrentPublication`]), so several in bridges (or local writers) can feed it.
     pub fn concurrent(mut self, yes: bool) -> Self {
         self.concurrent = yes;
+        self
+    }
+
+    /// In bridges only: the term length of the local stream's sessions the bridge creates
+    /// (default [`crate::DEFAULT_TERM_LENGTH`]; see `PublicationBuilder::term_length`). Its
+    /// largest message is the most the bridge carries into it: a longer one is dropped and
+    /// reported. With [`BridgeBuilder::concurrent`], a log that exists keeps its creator's.
+    pub fn term_length(mut self, bytes: usize) -> Self {
+        self.term_length = Some(bytes);
         self
     }
 

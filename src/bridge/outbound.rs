@@ -36,28 +36,52 @@ struct OutState {
     /// Messages taken from the stream and not yet offered, in order: one the publication pushed
     /// back (policy `Hold`), and those a lost driver had taken but not sent.
     pending: VecDeque<Msg>,
-    /// Flags for the next message sent.
+    /// Marks (`wire`) for the next message read from the source: a new session, a loss its
+    /// reader reported before it, messages dropped before it. A message keeps the marks it was
+    /// read with (held, or offered again after a lost driver); a dropped one passes them on.
     flags: i64,
     /// The source session being read.
     session: Option<i32>,
     /// The source session of the last message sent (the one the resume position belongs to).
     sent_session: i32,
-    /// The run of messages being dropped (policy `Drop`), closed by the next message sent.
-    drop_run: Option<Loss>,
+    /// The run of messages being dropped (policy `Drop`) and its source session, closed by the
+    /// next message sent (or a loss reported after it).
+    drop_run: Option<(i32, Loss)>,
     /// Copies of the messages the current publication took within its last term of stream
     /// (it never holds more unsent), with their ends in the Aeron stream: what a lost driver
     /// had taken but not sent is offered again from here.
     offered: VecDeque<(i64, Msg)>,
     /// Buffers to copy messages into, reused.
     pool: Vec<Vec<u8>>,
+    /// The reader's `losses_dropped()` counted so far.
+    reports_dropped: u64,
+}
+
+impl OutState {
+    fn new(flags: i64) -> Self {
+        OutState {
+            assembly: Vec::new(),
+            assembly_start: None,
+            pending: VecDeque::new(),
+            flags,
+            session: None,
+            sent_session: 0,
+            drop_run: None,
+            offered: VecDeque::new(),
+            pool: Vec::new(),
+            reports_dropped: 0,
+        }
+    }
 }
 
 /// A message taken from the source: a copy of its bytes (aeron-rs offers from a mutable
-/// buffer), and where it starts and ends in the source stream.
+/// buffer), where it starts and ends in its source session, and the marks it carries.
 struct Msg {
     bytes: Vec<u8>,
     start: i64,
     end: i64,
+    session: i32,
+    flags: i64,
 }
 
 /// Buffers kept for reuse at most.
@@ -68,72 +92,8 @@ impl BridgeOut {
         b.validate()?;
         let link = Link::open(&b)?;
         let mut status = Status::new(&b, BridgeDirection::Out, &link.aeron_dir)?;
-        // A predecessor killed mid-stream left where it stopped: resume there if the log still
-        // holds it, so a quick restart loses nothing.
-        let resume = status.find_predecessors()?;
-        let builder = |join| {
-            Subscription::builder(b.stream.clone())
-                .dir(b.dir.clone())
-                .join_at(join)
-                .spin_before_sleep(b.spin_before_sleep)
-                .wait_for_publisher(b.connect_timeout)
-                .open()
-        };
-        // Resumed: joined at the predecessor's position in the same session of the source.
-        let mut resumed = None;
-        let sub = match resume {
-            Some((r, session)) => match builder(JoinAt::Position(r)) {
-                Ok(s) if s.session_id() == Some(session) => {
-                    resumed = Some((r, session));
-                    s
-                }
-                // A new session of the source (its publisher restarted): start afresh.
-                Ok(s) => {
-                    drop(s);
-                    builder(JoinAt::Slowest)?
-                }
-                Err(crate::Error::PositionNotAvailable { .. }) => {
-                    let s = builder(JoinAt::Slowest)?;
-                    let join = s.join_position().filter(|&j| j > r && s.session_id() == Some(session));
-                    if let Some(join) = join {
-                        status.info.push_loss(Loss {
-                            from: r,
-                            to: join,
-                            messages: None,
-                            cause: LossCause::Gap,
-                        });
-                    }
-                    s
-                }
-                Err(e) => return Err(e.into()),
-            },
-            None => builder(JoinAt::Slowest)?,
-        };
-        if let Some((position, session)) = resumed {
-            // Kept in this bridge's own resume file at once: a successor still has it if this
-            // bridge dies before it sends a message.
-            status.info.resume_position = position;
-            status.resume.save(position, session);
-        }
-        let mut out = BridgeOut {
-            sub,
-            link,
-            publication: None,
-            policy: b.back_pressure,
-            status,
-            state: OutState {
-                assembly: Vec::new(),
-                assembly_start: None,
-                pending: VecDeque::new(),
-                // Only a resumed stream continues what the far side saw before.
-                flags: if resumed.is_some() { 0 } else { wire::FRESH_START },
-                session: resumed.map(|r| r.1),
-                sent_session: resumed.map_or(0, |r| r.1),
-                drop_run: None,
-                offered: VecDeque::new(),
-                pool: Vec::new(),
-            },
-        };
+        let (sub, state) = open_source(&b, &mut status)?;
+        let mut out = BridgeOut { sub, link, publication: None, policy: b.back_pressure, status, state };
         out.link.ensure(&mut out.publication, Instant::now(), Client::add_publication)?;
         out.status.write(Instant::now());
         out.status.retire_predecessors();
@@ -153,7 +113,8 @@ impl BridgeOut {
             }
         });
         if lost {
-            self.send_again_after(sent_to);
+            let Status { info, resume, .. } = &mut self.status;
+            send_again_after(&mut self.state, info, resume, sent_to);
         }
         if let Err(e) = self.link.ensure(&mut self.publication, now, Client::add_publication) {
             eprintln!("shmlog bridge out: {e}");
@@ -163,43 +124,12 @@ impl BridgeOut {
                 let p = p.lock().unwrap_or_else(|e| e.into_inner());
                 self.status.info.connected = p.is_connected();
                 let Status { info, resume, .. } = &mut self.status;
-                carry(&mut self.sub, &p, self.policy, &mut self.state, info, resume)
+                carry(&mut self.sub, &mut AeronOut(&p), self.policy, &mut self.state, info, resume)
             }
             None => 0,
         };
         self.status.end_cycle(now);
         work
-    }
-
-    /// After the driver was lost: offers again, first thing on the next publication, every
-    /// message its sender had not sent in full (it had reached Aeron stream position `sent_to`,
-    /// if its counter could be read). Without that, the messages the dead driver held would be
-    /// lost; with no position, what it held is lost and the far side reports the gap.
-    fn send_again_after(&mut self, sent_to: Option<i64>) {
-        let (st, info) = (&mut self.state, &mut self.status.info);
-        let first = match sent_to {
-            Some(sent_to) => {
-                st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len())
-            }
-            None => st.offered.len(),
-        };
-        let unsent: Vec<Msg> = st.offered.drain(first..).map(|(_, m)| m).collect();
-        for (_, m) in st.offered.drain(..) {
-            recycle(&mut st.pool, m.bytes);
-        }
-        let Some(from) = unsent.first().map(|m| m.start) else { return };
-        let bytes: u64 = unsent.iter().map(|m| m.bytes.len() as u64).sum();
-        info.messages -= unsent.len() as u64;
-        info.bytes -= bytes;
-        info.resume_position = from;
-        self.status.resume.save(from, st.sent_session);
-        eprintln!(
-            "shmlog bridge out: offering again {} messages from source position {from} that the lost driver had not sent",
-            unsent.len()
-        );
-        for m in unsent.into_iter().rev() {
-            st.pending.push_front(m);
-        }
     }
 
     /// Runs [`BridgeOut::do_work`] until `stop` is set. With nothing to carry it sleeps on the
@@ -214,6 +144,8 @@ impl BridgeOut {
             } else if !self.state.pending.is_empty() || self.publication.is_none() {
                 backoff.idle(0);
             } else {
+                // May join a new session of the source: its loss reports wait in the
+                // subscription for the next cycle's poll.
                 self.sub.wait_readable(Duration::from_millis(1));
             }
         }
@@ -236,21 +168,178 @@ impl std::fmt::Debug for BridgeOut {
     }
 }
 
-/// Offers the pending messages, then reads and offers up to [`FRAGMENT_LIMIT`] fragments.
+/// Opens the bridge's reader of the local stream: where a dead predecessor stopped if it left a
+/// resume position (the same message, if the log still holds it, so a quick restart loses
+/// nothing), else at the slowest reader (Aeron's rule for a new reader). Returns it with the
+/// duty cycle's first state: the marks for the first message sent, and any loss the join
+/// found, in the status and marked [`wire::LOST`] (never only a fresh start: the far side would
+/// see a jump and report nothing).
+fn open_source(b: &BridgeBuilder, status: &mut Status) -> Result<(Subscription, OutState), BridgeError> {
+    let resume = status.find_predecessors()?;
+    let open = |join| {
+        Subscription::builder(b.stream.clone())
+            .dir(b.dir.clone())
+            .join_at(join)
+            .spin_before_sleep(b.spin_before_sleep)
+            .wait_for_publisher(b.connect_timeout)
+            .open()
+    };
+    let Some((r, session)) = resume else {
+        return Ok((open(JoinAt::Slowest)?, OutState::new(wire::FRESH_START)));
+    };
+    // Kept in this bridge's own resume file at once, until it carries a message: a successor
+    // still has it (and finds what this bridge found) if this bridge dies first.
+    status.info.resume_position = r;
+    status.resume.save(r, session);
+    let info = &mut status.info;
+    let mut st = OutState::new(0);
+    let mut sub = match open(JoinAt::Position(r)) {
+        // Not held any more (or not in this session): the nearest message the log holds, or,
+        // if the log moved on meanwhile, its oldest.
+        Err(crate::Error::PositionNotAvailable { nearest, .. }) => match open(JoinAt::Position(nearest)) {
+            Err(crate::Error::PositionNotAvailable { .. }) => open(JoinAt::Earliest)?,
+            other => other?,
+        },
+        other => other?,
+    };
+    if sub.session_id() != Some(session) {
+        // A new session of the source (its publisher restarted): every message of it came after
+        // the last one carried, so it is read from its first message. Whatever this
+        // subscription reported is kept before it is let go.
+        take_source_losses(&mut sub, &mut st, info);
+        drop(sub);
+        let sub = open(JoinAt::Earliest)?;
+        st.flags |= wire::FRESH_START;
+        if let (Some(id), Some(at)) = (sub.session_id(), sub.join_position()) {
+            joined_late(&mut st, info, id, 0, at);
+        }
+        return Ok((sub, st));
+    }
+    // The same session: where the predecessor stopped, or past it if the log no longer held
+    // that (then the skipped part is a loss; the far side measures it from where it stands).
+    if let Some(at) = sub.join_position() {
+        joined_late(&mut st, info, session, r, at);
+    }
+    st.session = Some(session);
+    st.sent_session = session;
+    Ok((sub, st))
+}
+
+/// The out bridge joined source session `session` at `at` where it owed it from `from`: the
+/// skipped part is a loss (status, counter, and the mark on the next message).
+fn joined_late(st: &mut OutState, info: &mut BridgeInfo, session: i32, from: i64, at: i64) {
+    if at > from {
+        let loss = crate::Loss { session_id: session, from, to: at, cause: crate::LossCause::JoinedLate };
+        eprintln!("shmlog bridge out: could not resume: {loss}");
+        record_source_loss(st, info, loss);
+    }
+}
+
+/// Takes the losses the bridge's reader of the local stream reported into the status and
+/// marks the next message read with them. Called before every poll, and a subscription joins
+/// sessions only in calls that deliver nothing: each loss precedes the messages read after it.
+fn take_source_losses(sub: &mut Subscription, st: &mut OutState, info: &mut BridgeInfo) {
+    while let Some(loss) = sub.take_loss() {
+        eprintln!("shmlog bridge out: the local stream's reader reports {loss}");
+        record_source_loss(st, info, loss);
+    }
+    // Reports the subscription let go unread (more than it keeps between two polls): counted
+    // and marked, though their positions are unknown.
+    let unread = sub.losses_dropped();
+    if unread != st.reports_dropped {
+        let more = unread.wrapping_sub(st.reports_dropped);
+        eprintln!("shmlog bridge out: {more} loss reports of the local stream's reader were let go unread");
+        st.reports_dropped = unread;
+        info.source_losses = info.source_losses.saturating_add(more);
+        st.flags |= wire::LOST;
+    }
+}
+
+/// A loss before the bridge: in the status (closing a run of drops first, so the list stays in
+/// order), counted, and marked on the next message read.
+fn record_source_loss(st: &mut OutState, info: &mut BridgeInfo, loss: crate::Loss) {
+    if let Some((_, run)) = st.drop_run.take() {
+        info.push_loss(run);
+    }
+    // The positions come from a log another process writes: kept valid for the status file.
+    let from = loss.from.max(0);
+    let to = loss.to.max(from);
+    let cause = LossCause::Source { session: loss.session_id, cause: loss.cause };
+    info.push_loss(Loss { from, to, messages: None, cause });
+    info.source_losses = info.source_losses.saturating_add(1);
+    st.flags |= wire::LOST;
+}
+
+/// After the driver was lost: offers again, first thing on the next publication, every message
+/// its sender had not sent in full (it had reached Aeron stream position `sent_to`, if its
+/// counter could be read), each with the marks it was read with. Without that, the messages
+/// the dead driver held would be lost; with no position, what it held is lost and the far side
+/// reports the gap.
+fn send_again_after(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFile, sent_to: Option<i64>) {
+    let first = match sent_to {
+        Some(sent_to) => st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len()),
+        None => st.offered.len(),
+    };
+    let unsent: Vec<Msg> = st.offered.drain(first..).map(|(_, m)| m).collect();
+    for (_, m) in st.offered.drain(..) {
+        recycle(&mut st.pool, m.bytes);
+    }
+    let Some((from, session)) = unsent.first().map(|m| (m.start, m.session)) else { return };
+    let bytes: u64 = unsent.iter().map(|m| m.bytes.len() as u64).sum();
+    info.messages = info.messages.saturating_sub(unsent.len() as u64);
+    info.bytes = info.bytes.saturating_sub(bytes);
+    info.resume_position = from;
+    resume.save(from, session);
+    eprintln!(
+        "shmlog bridge out: offering again {} messages from source position {from} that the lost driver had not sent",
+        unsent.len()
+    );
+    for m in unsent.into_iter().rev() {
+        st.pending.push_front(m);
+    }
+}
+
+/// The Aeron publication as the duty cycle uses it (a trait, so that the unit tests can stand
+/// in for Aeron).
+trait Outlet {
+    /// Offers `message` with the reserved value `reserved`; its end position in the Aeron
+    /// stream if taken.
+    fn offer(&mut self, message: &mut [u8], reserved: i64) -> Result<i64, Refused>;
+    /// The publication's term length: it never holds more unsent.
+    fn term_length(&self) -> i64;
+}
+
+struct AeronOut<'a>(&'a Publication);
+
+impl Outlet for AeronOut<'_> {
+    fn offer(&mut self, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
+        offer(self.0, message, reserved)
+    }
+
+    fn term_length(&self) -> i64 {
+        i64::from(self.0.term_buffer_length())
+    }
+}
+
+/// Offers the pending messages, takes the losses the reader reported, then reads and offers up
+/// to [`FRAGMENT_LIMIT`] fragments.
 fn carry(
     sub: &mut Subscription,
-    p: &Publication,
+    out: &mut impl Outlet,
     policy: BackPressure,
     st: &mut OutState,
     info: &mut BridgeInfo,
     resume: &ResumeFile,
 ) -> usize {
     let mut work = 0;
+    // The marks of a message dropped here pass to the next one in source order.
+    let mut passed = 0;
     while let Some(mut m) = st.pending.pop_front() {
-        match offer(p, &mut m.bytes, wire::encode(m.start, st.flags)) {
+        m.flags |= std::mem::take(&mut passed);
+        match out.offer(&mut m.bytes, wire::encode(m.start, m.flags)) {
             Ok(aeron_end) => {
-                sent(st, info, resume, m.bytes.len(), m.start, m.end);
-                remember(st, p, aeron_end, m);
+                sent(st, info, resume, &m);
+                remember(st, out.term_length(), aeron_end, m);
                 work += 1;
             }
             Err(Refused::Busy) if policy == BackPressure::Hold => {
@@ -258,11 +347,13 @@ fn carry(
                 return work;
             }
             Err(why) => {
-                dropped(st, info, m.start, m.end, why);
+                passed = dropped(st, info, &m, why);
                 recycle(&mut st.pool, m.bytes);
             }
         }
     }
+    st.flags |= passed;
+    take_source_losses(sub, st, info);
     work + sub.controlled_poll(
         |payload: &[u8], header: &Header| {
             if st.session != Some(header.session_id()) {
@@ -299,11 +390,12 @@ fn carry(
             let mut bytes = st.pool.pop().unwrap_or_default();
             bytes.clear();
             bytes.extend_from_slice(message);
-            let mut m = Msg { bytes, start, end };
-            match offer(p, &mut m.bytes, wire::encode(start, st.flags)) {
+            let flags = std::mem::take(&mut st.flags);
+            let mut m = Msg { bytes, start, end, session: header.session_id(), flags };
+            match out.offer(&mut m.bytes, wire::encode(start, flags)) {
                 Ok(aeron_end) => {
-                    sent(st, info, resume, m.bytes.len(), start, end);
-                    remember(st, p, aeron_end, m);
+                    sent(st, info, resume, &m);
+                    remember(st, out.term_length(), aeron_end, m);
                     Action::Continue
                 }
                 Err(Refused::Busy) if policy == BackPressure::Hold => {
@@ -312,8 +404,8 @@ fn carry(
                     Action::Break
                 }
                 Err(why) => {
+                    st.flags |= dropped(st, info, &m, why);
                     recycle(&mut st.pool, m.bytes);
-                    dropped(st, info, start, end, why);
                     Action::Continue
                 }
             }
@@ -323,43 +415,45 @@ fn carry(
 }
 
 /// Counts a message dropped (policy `Drop`, or one that can never be sent) into the current run
-/// of drops, and marks the next message sent as following a drop.
-fn dropped(st: &mut OutState, info: &mut BridgeInfo, start: i64, end: i64, why: Refused) {
+/// of drops; returns the marks for the next message in source order (the dropped one's, and
+/// "after a drop").
+fn dropped(st: &mut OutState, info: &mut BridgeInfo, m: &Msg, why: Refused) -> i64 {
     match why {
-        Refused::Never(e) => eprintln!("shmlog bridge out: message at position {start} cannot be sent: {e}"),
+        Refused::Never(e) => {
+            eprintln!("shmlog bridge out: message at position {} cannot be sent: {e}", m.start)
+        }
         Refused::Busy => info.back_pressure += 1,
     }
     info.dropped += 1;
-    st.flags |= wire::AFTER_DROP;
     match &mut st.drop_run {
-        Some(run) if start >= run.to => {
-            run.to = end;
+        Some((session, run)) if *session == m.session && m.start >= run.to => {
+            run.to = m.end;
             run.messages = run.messages.map(|n| n + 1);
         }
-        // No run yet, or this drop starts before the run's end (a new session of the source,
-        // whose positions start again): a run of its own, so no loss ever has `to < from` (a
-        // status with one does not parse).
+        // No run yet, or this drop is in another session of the source (whose positions start
+        // again): a run of its own, so no loss ever has `to < from` (a status with one does not
+        // parse).
         _ => {
-            let run = Loss { from: start, to: end, messages: Some(1), cause: LossCause::Dropped };
-            if let Some(old) = st.drop_run.replace(run) {
+            let run = Loss { from: m.start, to: m.end, messages: Some(1), cause: LossCause::Dropped };
+            if let Some((_, old)) = st.drop_run.replace((m.session, run)) {
                 info.push_loss(old);
             }
         }
     }
+    m.flags | wire::AFTER_DROP
 }
 
 /// Counts a message sent, closes a run of drops before it, and records the resume position.
-fn sent(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFile, len: usize, start: i64, end: i64) {
-    st.flags = 0;
-    st.sent_session = st.session.unwrap_or(0);
-    if let Some(run) = st.drop_run.take() {
+fn sent(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFile, m: &Msg) {
+    st.sent_session = m.session;
+    if let Some((_, run)) = st.drop_run.take() {
         info.push_loss(run);
     }
     info.messages += 1;
-    info.bytes += len as u64;
-    info.source_position = start;
-    info.resume_position = end;
-    resume.save(end, st.sent_session);
+    info.bytes += m.bytes.len() as u64;
+    info.source_position = m.start;
+    info.resume_position = m.end;
+    resume.save(m.end, m.session);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -372,9 +466,8 @@ enum Refused {
 
 /// Keeps the copy of a message the publication took, and lets go of those more than a term
 /// behind it (a publication never holds more unsent).
-fn remember(st: &mut OutState, p: &Publication, aeron_end: i64, m: Msg) {
-    let term = i64::from(p.term_buffer_length());
-    while st.offered.front().is_some_and(|(end, _)| end + term < aeron_end) {
+fn remember(st: &mut OutState, term: i64, aeron_end: i64, m: Msg) {
+    while st.offered.front().is_some_and(|(end, _)| end.saturating_add(term) < aeron_end) {
         if let Some((_, old)) = st.offered.pop_front() {
             recycle(&mut st.pool, old.bytes);
         }
@@ -417,19 +510,238 @@ fn align32(n: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::bridge_status;
+    use crate::Publication;
+    use std::path::Path;
 
-    fn state() -> OutState {
-        OutState {
-            assembly: Vec::new(),
-            assembly_start: None,
-            pending: VecDeque::new(),
-            flags: 0,
-            session: Some(1),
-            sent_session: 1,
-            drop_run: None,
-            offered: VecDeque::new(),
-            pool: Vec::new(),
+    fn info() -> BridgeInfo {
+        BridgeInfo::new("s", BridgeDirection::Out, "aeron:udp?endpoint=x:1", 1, "d")
+    }
+
+    fn msg(session: i32, start: i64, end: i64, flags: i64) -> Msg {
+        Msg { bytes: vec![1; 10], start, end, session, flags }
+    }
+
+    /// The Aeron publication, as the duty cycle sees it: takes messages (or pushes back the
+    /// next `refuse` offers) and keeps them with their reserved values.
+    #[derive(Default)]
+    struct FakeOut {
+        sent: Vec<(Vec<u8>, i64)>,
+        refuse: usize,
+        position: i64,
+    }
+
+    impl Outlet for FakeOut {
+        fn offer(&mut self, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
+            if self.refuse > 0 {
+                self.refuse -= 1;
+                return Err(Refused::Busy);
+            }
+            self.sent.push((message.to_vec(), reserved));
+            self.position += align32(message.len() as i64 + 32);
+            Ok(self.position)
         }
+
+        fn term_length(&self) -> i64 {
+            1 << 16
+        }
+    }
+
+    const TERM: usize = 64 * 1024;
+
+    fn builder(dir: &std::path::Path) -> BridgeBuilder {
+        BridgeBuilder::new("s")
+            .dir(dir)
+            .channel("aeron:udp?endpoint=127.0.0.1:1")
+            .connect_timeout(Duration::from_secs(5))
+    }
+
+    /// A publisher of the local stream with 64 KiB terms.
+    fn publisher(dir: &std::path::Path) -> Publication {
+        Publication::builder("s").dir(dir).term_length(TERM).create().unwrap()
+    }
+
+    /// Offers `n` messages of 64 bytes, polling `reader` whenever the stream pushes back.
+    fn publish(p: &mut Publication, reader: &mut Subscription, n: usize) {
+        for _ in 0..n {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while p.offer(&[7; 64]).is_err() {
+                reader.poll(|_: &[u8], _: &Header| {}, 64);
+                assert!(Instant::now() < deadline, "the stream stayed full");
+            }
+        }
+    }
+
+    /// The files a predecessor out bridge killed with SIGKILL leaves: its status (under a pid
+    /// that is gone) and its resume file, at `position` in source session `session`.
+    fn predecessor(dir: &std::path::Path, b: &BridgeBuilder, position: i64, session: i32) {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let mut old = BridgeInfo::new("s", BridgeDirection::Out, &b.channel, b.aeron_stream_id, "d");
+        old.pid = pid;
+        old.resume_position = position;
+        bridge_status::write(dir, &old).unwrap();
+        let mut bytes = position.to_le_bytes().to_vec();
+        bytes.extend(session.to_le_bytes());
+        bytes.extend([0; 4]);
+        std::fs::write(bridge_status::resume_path(dir, "s", BridgeDirection::Out, pid), bytes).unwrap();
+    }
+
+    /// Runs the duty cycle (with the doorbell wait `run` uses) until `done`, at most 10 s.
+    fn cycle_until(
+        sub: &mut Subscription,
+        out: &mut FakeOut,
+        st: &mut OutState,
+        status: &mut Status,
+        mut done: impl FnMut(&FakeOut) -> bool,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done(out) {
+            assert!(Instant::now() < deadline, "the bridge carried {} messages", out.sent.len());
+            let Status { info, resume, .. } = status;
+            if carry(sub, out, BackPressure::Hold, st, info, resume) == 0 {
+                sub.wait_readable(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Issue 23: the local stream's publisher restarts while the out bridge lags, and runs more
+    /// than two terms ahead before the bridge's reader looks: the reader reports what it could
+    /// not read of the new session (`JoinedLate`), and the bridge puts that in its status
+    /// (`Source`, counted in `source_losses`) and marks the first message it sends after it
+    /// `LOST` as well as a fresh start, so the far side records the loss instead of a silent
+    /// jump. Before, the report stayed unread in the subscription: no loss anywhere, and the
+    /// message went out marked a fresh start only.
+    #[test]
+    fn a_loss_the_reader_reports_reaches_the_status_and_the_far_side() {
+        let dir = crate::testing::TempDir::new("bridge-out-loss");
+        let b = builder(dir.path());
+        let mut p1 = publisher(dir.path());
+        let mut status = Status::new(&b, BridgeDirection::Out, Path::new("/nowhere")).unwrap();
+        let (mut sub, mut st) = open_source(&b, &mut status).unwrap();
+        let mut out = FakeOut::default();
+        for _ in 0..3 {
+            p1.offer(&[1; 64]).unwrap();
+        }
+        cycle_until(&mut sub, &mut out, &mut st, &mut status, |o| o.sent.len() == 3);
+        let marks: Vec<i64> = out.sent.iter().map(|(_, r)| wire::decode(*r).1).collect();
+        assert_eq!(marks, [wire::FRESH_START, 0, 0], "a fresh join: no loss implied");
+        drop(p1);
+        // The new session runs four terms ahead, paced by another reader only.
+        let mut p2 = publisher(dir.path());
+        let mut other = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        publish(&mut p2, &mut other, 4 * TERM / 96);
+        cycle_until(&mut sub, &mut out, &mut st, &mut status, |o| o.sent.len() >= 5);
+        let (_, first) = out.sent[3];
+        let (at, marks) = wire::decode(first);
+        assert_eq!(marks, wire::FRESH_START | wire::LOST, "the first message after the loss");
+        assert_eq!(wire::decode(out.sent[4].1).1, 0, "and only that one");
+        assert!(at >= TERM as i64, "joined past the session's first two terms: {at}");
+        let cause = LossCause::Source { session: p2.session_id(), cause: crate::LossCause::JoinedLate };
+        let loss = Loss { from: 0, to: at, messages: None, cause };
+        assert_eq!((&status.info.losses, status.info.source_losses), (&vec![loss], 1));
+        let text = status.info.to_text();
+        assert_eq!(
+            BridgeInfo::parse("s", BridgeDirection::Out, 1, &text).map(|i| i.losses),
+            Some(vec![loss])
+        );
+    }
+
+    /// A restarted out bridge whose predecessor's resume position the log no longer holds
+    /// joins at the nearest message and reports the skipped part as a loss of that session
+    /// (`Source`, `JoinedLate`), marked `LOST` but not a fresh start: the far side measures it
+    /// from where it stands. Before, it joined at the slowest reader, recorded a `Gap` in its
+    /// own status only, and marked the first message a fresh start (no loss at the far side).
+    #[test]
+    fn a_resume_position_the_log_no_longer_holds_is_a_loss_the_far_side_sees() {
+        let dir = crate::testing::TempDir::new("bridge-out-gone");
+        let b = builder(dir.path());
+        let mut p = publisher(dir.path());
+        let mut other = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        publish(&mut p, &mut other, 4 * TERM / 96);
+        predecessor(dir.path(), &b, 960, p.session_id());
+        let mut status = Status::new(&b, BridgeDirection::Out, Path::new("/nowhere")).unwrap();
+        let (sub, st) = open_source(&b, &mut status).unwrap();
+        let at = sub.join_position().unwrap();
+        assert!(at > 960, "{at}");
+        assert_eq!((st.flags, st.session), (wire::LOST, Some(p.session_id())));
+        let cause = LossCause::Source { session: p.session_id(), cause: crate::LossCause::JoinedLate };
+        assert_eq!(status.info.losses, vec![Loss { from: 960, to: at, messages: None, cause }]);
+        assert_eq!(status.info.source_losses, 1);
+        let own = bridge_status::resume_path(dir.path(), "s", BridgeDirection::Out, std::process::id());
+        assert_eq!(
+            bridge_status::read_resume(&own),
+            Some((960, p.session_id())),
+            "kept until a message is carried: a successor finds the same loss"
+        );
+    }
+
+    /// A restarted out bridge whose predecessor read an earlier session of the source (its
+    /// publisher restarted meanwhile) owes the new session from its first message: it joins
+    /// there (`Earliest`) and marks it a fresh start; what the log no longer holds of it is a
+    /// loss. Before, it joined at the slowest reader (or the publisher's position): the
+    /// messages before that were lost without a report.
+    #[test]
+    fn a_new_session_after_a_restart_is_read_from_its_first_message() {
+        for (messages, lost) in [(10, false), (4 * TERM / 96, true)] {
+            let dir = crate::testing::TempDir::new("bridge-out-new");
+            let b = builder(dir.path());
+            let mut p = publisher(dir.path());
+            let mut other = Subscription::builder("s").dir(dir.path()).open().unwrap();
+            publish(&mut p, &mut other, messages);
+            // Another reader ahead: the slowest reader's position is past the first messages.
+            other.poll(|_: &[u8], _: &Header| {}, usize::MAX);
+            predecessor(dir.path(), &b, 4096, p.session_id().wrapping_add(1));
+            let mut status = Status::new(&b, BridgeDirection::Out, Path::new("/nowhere")).unwrap();
+            let (sub, st) = open_source(&b, &mut status).unwrap();
+            let at = sub.join_position().unwrap();
+            assert_eq!(st.session, None, "a new session: its first message is a fresh start");
+            if lost {
+                let cause =
+                    LossCause::Source { session: p.session_id(), cause: crate::LossCause::JoinedLate };
+                assert!(at > 0);
+                assert_eq!(st.flags, wire::FRESH_START | wire::LOST);
+                assert_eq!(status.info.losses, vec![Loss { from: 0, to: at, messages: None, cause }]);
+            } else {
+                assert_eq!((at, st.flags), (0, wire::FRESH_START));
+                assert!(status.info.losses.is_empty(), "{:?}", status.info.losses);
+            }
+        }
+    }
+
+    /// Messages offered again after a lost driver keep the marks they were read with, and a
+    /// dropped one passes its marks on: a loss's mark stays on the message right after the
+    /// loss. Before, every message offered again took the marks meant for the next message
+    /// read (a `LOST` could move, or vanish).
+    #[test]
+    fn marks_stay_with_their_messages_when_offered_again_or_dropped() {
+        let dir = crate::testing::TempDir::new("bridge-out-marks");
+        let mut sub = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        let (mut st, mut info, none) = (OutState::new(0), info(), ResumeFile::detached());
+        let marked = wire::FRESH_START | wire::LOST;
+        for (end, m) in [(100, msg(2, 0, 64, marked)), (200, msg(2, 64, 128, 0)), (300, msg(2, 128, 192, 0))]
+        {
+            st.offered.push_back((end, m));
+        }
+        info.messages = 3;
+        send_again_after(&mut st, &mut info, &none, Some(50));
+        assert_eq!((st.pending.len(), info.messages, info.resume_position), (3, 0, 0));
+        // The next message read would carry other marks: they are not theirs.
+        st.flags = wire::AFTER_DROP;
+        let mut out = FakeOut::default();
+        carry(&mut sub, &mut out, BackPressure::Hold, &mut st, &mut info, &none);
+        let sent: Vec<(i64, i64)> = out.sent.iter().map(|(_, r)| wire::decode(*r)).collect();
+        assert_eq!(sent, [(0, marked), (64, 0), (128, 0)]);
+        assert_eq!(st.flags, wire::AFTER_DROP, "still for the next message read");
+        // Under `Drop`, a marked message dropped passes its marks to the next one.
+        st.flags = 0;
+        st.pending.extend([msg(3, 0, 64, marked), msg(3, 64, 128, 0)]);
+        let mut out = FakeOut { refuse: 1, ..FakeOut::default() };
+        carry(&mut sub, &mut out, BackPressure::Drop, &mut st, &mut info, &none);
+        assert_eq!(out.sent.len(), 1);
+        assert_eq!(wire::decode(out.sent[0].1), (64, marked | wire::AFTER_DROP));
+        assert_eq!(info.losses, vec![Loss { from: 0, to: 64, messages: Some(1), cause: LossCause::Dropped }]);
     }
 
     /// A run of drops that continues into a new session of the source (positions from 0 again)
@@ -437,22 +749,22 @@ mod tests {
     /// no longer parsed (`shmlog stat` called it malformed, and a successor ignored it).
     #[test]
     fn a_run_of_drops_never_ends_before_it_starts() {
-        let (mut st, none) = (state(), ResumeFile::detached());
-        let mut info = BridgeInfo::new("s", BridgeDirection::Out, "aeron:udp?endpoint=x:1", 1, "d");
-        dropped(&mut st, &mut info, 4096, 4160, Refused::Busy);
-        dropped(&mut st, &mut info, 4160, 4224, Refused::Busy);
-        st.session = Some(2);
-        dropped(&mut st, &mut info, 0, 64, Refused::Busy);
-        sent(&mut st, &mut info, &none, 10, 64, 128);
+        let (mut st, none, mut info) = (OutState::new(0), ResumeFile::detached(), info());
+        dropped(&mut st, &mut info, &msg(1, 4096, 4160, 0), Refused::Busy);
+        dropped(&mut st, &mut info, &msg(1, 4160, 4224, 0), Refused::Busy);
+        dropped(&mut st, &mut info, &msg(2, 4224, 4288, 0), Refused::Busy);
+        dropped(&mut st, &mut info, &msg(2, 0, 64, 0), Refused::Busy);
+        sent(&mut st, &mut info, &none, &msg(2, 64, 128, 0));
         assert_eq!(
             info.losses,
             vec![
                 Loss { from: 4096, to: 4224, messages: Some(2), cause: LossCause::Dropped },
+                Loss { from: 4224, to: 4288, messages: Some(1), cause: LossCause::Dropped },
                 Loss { from: 0, to: 64, messages: Some(1), cause: LossCause::Dropped },
             ]
         );
         let text = info.to_text();
         assert!(BridgeInfo::parse("s", BridgeDirection::Out, 1, &text).is_some(), "{text}");
-        assert_eq!(info.dropped, 3);
+        assert_eq!(info.dropped, 4);
     }
 }

@@ -7,12 +7,19 @@ use aeron_rs::utils::types::Index;
 use std::cell::Cell;
 
 /// The out bridge does not continue its previous message here: the first message after a fresh
-/// join (no predecessor to resume from, or its position was gone) or of a new session of the
-/// source (its publisher restarted, positions start again). No gap is implied; a loss the out
-/// bridge knows of it reports itself.
+/// join (no predecessor to resume from) or of a new session of the source (its publisher
+/// restarted, positions start again). By itself no gap is implied: a loss the out bridge knows
+/// of is marked with [`LOST`] too.
 pub const FRESH_START: i64 = 1;
-/// The out bridge dropped messages right before this one (policy `Drop`).
+/// The out bridge dropped messages right before this one (policy `Drop`): the in bridge
+/// measures the gap from where it expected this message.
 pub const AFTER_DROP: i64 = 2;
+/// The out bridge knows that messages of the source were lost before this one, before it could
+/// send them: its reader of the local stream reported a loss (`shmlog::Loss`), or its
+/// predecessor's resume position was no longer in the log. Its status holds the sessions and
+/// exact positions; the in bridge records an `Upstream` loss from where it expected this message
+/// (with [`FRESH_START`]: from this session's start) to this message.
+pub const LOST: i64 = 4;
 
 const FLAGS: i64 = 31;
 
@@ -52,7 +59,7 @@ mod tests {
     #[test]
     fn positions_and_flags_share_the_value_without_touching_each_other() {
         for start in [0i64, 32, 4096, (1 << 40) + 64, i64::MAX & !31] {
-            for flags in [0, FRESH_START, AFTER_DROP, FRESH_START | AFTER_DROP] {
+            for flags in [0, FRESH_START, AFTER_DROP, LOST, FRESH_START | AFTER_DROP | LOST] {
                 assert_eq!(decode(encode(start, flags)), (start, flags));
             }
         }

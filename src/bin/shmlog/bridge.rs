@@ -43,6 +43,10 @@ pub struct BridgeArgs {
     /// In bridges: write as one of several writers of the stream (a concurrent publication).
     #[arg(long)]
     concurrent: bool,
+    /// In bridges: the term length of the local stream's sessions it creates [default: 16 MiB].
+    /// Its largest message (a term / 8) is the most the bridge carries into it.
+    #[arg(long, value_name = "BYTES")]
+    term_length: Option<usize>,
     /// Seconds to wait for the driver (and, going out, for the stream's publisher).
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     connect_timeout: f64,
@@ -69,7 +73,7 @@ fn builder(a: &BridgeArgs) -> Result<BridgeBuilder, String> {
         }
         None => Driver::Attach(a.aeron_dir.clone().unwrap_or_else(shmlog::bridge::default_aeron_dir)),
     };
-    Ok(BridgeBuilder::new(a.stream.clone())
+    let b = BridgeBuilder::new(a.stream.clone())
         .dir(a.dir.path())
         .channel(a.channel.clone())
         .aeron_stream_id(a.aeron_stream_id)
@@ -79,7 +83,11 @@ fn builder(a: &BridgeArgs) -> Result<BridgeBuilder, String> {
             Policy::Drop => BackPressure::Drop,
         })
         .concurrent(a.concurrent)
-        .connect_timeout(Duration::from_secs_f64(a.connect_timeout)))
+        .connect_timeout(Duration::from_secs_f64(a.connect_timeout));
+    Ok(match a.term_length {
+        Some(t) => b.term_length(t),
+        None => b,
+    })
 }
 
 pub fn out(a: &BridgeArgs) -> Result<(), String> {
@@ -114,9 +122,12 @@ fn summary(b: &BridgeInfo) -> String {
             b.bad_positions
         ));
     }
+    if b.source_losses > 0 {
+        s.push_str(&format!("\n  {} losses before the bridge", b.source_losses));
+    }
     for l in &b.losses {
         let n = l.messages.map_or_else(|| "unknown".into(), |n| n.to_string());
-        s.push_str(&format!("\n  lost [{}, {}): {n} messages ({:?})", l.from, l.to, l.cause));
+        s.push_str(&format!("\n  lost [{}, {}): {n} messages ({})", l.from, l.to, l.cause));
     }
     s
 }

@@ -226,13 +226,28 @@ fn bridge_text(s: &mut String, b: &BridgeInfo) {
             b.bad_positions
         );
     }
+    if b.source_losses > 0 {
+        let what = match b.direction {
+            shmlog::inspect::BridgeDirection::Out => "reported by its reader of the local stream",
+            _ => "marked by the out bridge (see its status on the source host)",
+        };
+        let _ = writeln!(s, "    LOST      {} losses before the bridge, {what}", b.source_losses);
+    }
     for l in &b.losses {
+        if let shmlog::inspect::LossCause::Source {
+            session,
+            cause: shmlog::LossCause::SessionsMissed { sessions },
+        } = l.cause
+        {
+            let _ = writeln!(
+                s,
+                "    LOST      up to {sessions} whole source session(s), ended unread before session {session}"
+            );
+            continue;
+        }
         let n = l.messages.map_or_else(|| "unknown number of".to_owned(), |n| n.to_string());
-        let _ = writeln!(
-            s,
-            "    LOST      {n} messages at source positions [{}, {}) ({:?})",
-            l.from, l.to, l.cause
-        );
+        let _ =
+            writeln!(s, "    LOST      {n} messages at source positions [{}, {}): {}", l.from, l.to, l.cause);
     }
 }
 
@@ -376,6 +391,7 @@ fn bridge_json(b: &BridgeInfo) -> Value {
         "dropped": b.dropped,
         "reconnects": b.reconnects,
         "bad_positions": b.bad_positions,
+        "source_losses": b.source_losses,
         "source_position": b.source_position,
         "resume_position": b.resume_position,
         "updated_ms": b.updated_ms,
@@ -383,7 +399,7 @@ fn bridge_json(b: &BridgeInfo) -> Value {
             "from": l.from,
             "to": l.to,
             "messages": l.messages,
-            "cause": format!("{:?}", l.cause).to_lowercase(),
+            "cause": l.cause.token(),
         })).collect::<Vec<_>>(),
     })
 }
@@ -501,6 +517,34 @@ mod tests {
         bridge_text(&mut s, &b);
         assert!(s.contains("in the future") && s.contains("LOST"), "{s}");
         assert!(bridge_json(&b)["updated_ms"].as_u64() == Some(u64::MAX));
+    }
+
+    #[test]
+    fn losses_before_the_bridge_are_shown_with_their_source_session() {
+        use shmlog::inspect::{BridgeDirection, Loss, LossCause};
+        let mut b = BridgeInfo::new("s", BridgeDirection::Out, "c", 1, "d");
+        b.source_losses = 2;
+        let source = |session, cause| LossCause::Source { session, cause };
+        b.push_loss(Loss {
+            from: 0,
+            to: 4096,
+            messages: None,
+            cause: source(7, shmlog::LossCause::JoinedLate),
+        });
+        let missed = shmlog::LossCause::SessionsMissed { sessions: 3 };
+        b.push_loss(Loss { from: 0, to: 0, messages: None, cause: source(9, missed) });
+        let mut s = String::new();
+        bridge_text(&mut s, &b);
+        for line in [
+            "2 losses before the bridge, reported by its reader of the local stream",
+            "[0, 4096): source session 7",
+            "up to 3 whole source session(s), ended unread before session 9",
+        ] {
+            assert!(s.contains(line), "{line}: {s}");
+        }
+        let json = bridge_json(&b);
+        assert_eq!(json["source_losses"].as_u64(), Some(2));
+        assert_eq!(json["losses"][1]["cause"].as_str(), Some("source:9:sessions_missed:3"));
     }
 
     #[test]
