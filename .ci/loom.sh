@@ -8,56 +8,55 @@
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
 #    unless set in the environment).
-# 2. Rebuilds the crate with each mutation hook and asserts that the models aimed at it FAIL, so
-#    CI proves they can see the bugs they are there for:
-#      shmlog_mutant_relaxed_commit       frame lengths committed with Relaxed: every model that
+# 2. Runs the same test binary once per mutation hook (SHMLOG_MUTANT=<name>: in a loom build
+#    every knob of `sync::protocol` reads it) and asserts that the models aimed at it FAIL, so CI
+#    proves they can see the bugs they are there for (one build for all, not one per mutant):
+#      relaxed_commit                     frame lengths committed with Relaxed: every model that
 #                                         reads frames (a-e, d1-d3, g) must fail;
-#      shmlog_mutant_skip_clean           the next partition is never zeroed: the models that
+#      skip_clean                         the next partition is never zeroed: the models that
 #                                         reuse partitions (c2, d1) must fail;
-#      shmlog_mutant_relaxed_position     readers publish positions with Relaxed: the
+#      relaxed_position                   readers publish positions with Relaxed: the
 #                                         flow-control models d1-d3 must fail;
-#      shmlog_mutant_no_join_fence        no SeqCst fence between a joining reader's slot and its
+#      no_join_fence                      no SeqCst fence between a joining reader's slot and its
 #                                         re-read of the writer position: d2, d3;
-#      shmlog_mutant_no_recompute_fence   no SeqCst fence before the writer reads the slots:
+#      no_recompute_fence                 no SeqCst fence before the writer reads the slots:
 #                                         d2, d3 must fail;
-#      shmlog_mutant_evict_unlocked       the sweep frees a dead reader's slot after dropping its
+#      evict_unlocked                     the sweep frees a dead reader's slot after dropping its
 #                                         lock: the eviction model f must fail;
-#      shmlog_mutant_trust_slot_words     the writer trusts slot positions past its own and does
+#      trust_slot_words                   the writer trusts slot positions past its own and does
 #                                         not recompute at rotation: the forged-word model g;
-#      shmlog_mutant_no_doorbell_barrier  no barrier between publishing and looking at the other
+#      no_doorbell_barrier                no barrier between publishing and looking at the other
 #                                         side's doorbell word: the doorbell model h deadlocks;
-#      shmlog_mutant_no_doorbell_recheck  a sleeper does not look again after arming: h;
-#      shmlog_mutant_doorbell_arm_first   a sleeper arms before it reads the bell: h;
-#      shmlog_mutant_no_doorbell_pass_on  a reader woken by the writer's single wake-up does not
+#      no_doorbell_recheck                a sleeper does not look again after arming: h;
+#      doorbell_arm_first                 a sleeper arms before it reads the bell: h;
+#      no_doorbell_pass_on                a reader woken by the writer's single wake-up does not
 #                                         wake the other sleepers: i and i2 deadlock;
-#      shmlog_mutant_uncounted_sleeper    sleepers do not count themselves among the readers' bell's
+#      uncounted_sleeper                  sleepers do not count themselves among the readers' bell's
 #                                         sleepers (what wait_any and the async receiver did): i, i2;
-#      shmlog_mutant_relaxed_catalog      a catalog record's state is published with Relaxed: the
+#      relaxed_catalog                    a catalog record's state is published with Relaxed: the
 #                                         journal model j sees a state before its fields;
-#      shmlog_mutant_no_cut_fence         recovery does not fence between counting a cut in a
+#      no_cut_fence                       recovery does not fence between counting a cut in a
 #                                         catalog record and zeroing past it: a following
 #                                         replay reads a zero and trusts it (j2);
-#      shmlog_mutant_pending_after_reserve a concurrent writer publishes its pending position after
+#      pending_after_reserve               a concurrent writer publishes its pending position after
 #                                         its tail CAS: another writer enters the next term over a
 #                                         range not yet zeroed (k1);
-#      shmlog_mutant_release_before_clean a concurrent writer clears its pending position before
+#      release_before_clean               a concurrent writer clears its pending position before
 #                                         zeroing its share of the next partition: k1, k5;
-#      shmlog_mutant_unblock_over_live    the unblocker pads a frame a live (stopped) writer owns:
+#      unblock_over_live                  the unblocker pads a frame a live (stopped) writer owns:
 #                                         k3. (relaxed_commit must also fail k1-k6.)
-#      shmlog_mutant_stale_ceiling        a concurrent writer compares reader positions with the
+#      stale_ceiling                      a concurrent writer compares reader positions with the
 #                                         tail it loaded before its fence (T2): k4 sees
 #                                         NotConnected while its reader reads;
-#      shmlog_mutant_rotate_unchecked     a rotation resets the next partition's tail whatever
+#      rotate_unchecked                   a rotation resets the next partition's tail whatever
 #                                         term it holds: k4's second rotator resets the tail the
 #                                         first one's reservation moved (k1 does not see it);
-#      shmlog_mutant_unblock_unlocked     the unblocker runs without the unblock lock: k6's two
+#      unblock_unlocked                   the unblocker runs without the unblock lock: k6's two
 #                                         unblockers pad one hole at once.
-#    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
+#    Every knob is a function of `sync::protocol` (src/sync.rs), the one place the names appear.
 #
-# Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
-# `cargo rustc`, which hands the extra --cfg to this crate only, so loom and the other
-# dependencies are built once for all the builds. LTO is off for these builds: it buys nothing
-# for model checking and costs minutes on two cores. `-C debug-assertions` keeps the crate's
+# Builds go to target/loom so the normal build cache is not invalidated. LTO is off for these
+# builds: it buys nothing for model checking and costs minutes on two cores. `-C debug-assertions` keeps the crate's
 # debug_assert!s on in the optimised build (as tokio's loom job does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,7 +72,12 @@ start=$SECONDS
 step() { echo "== loom [$((SECONDS - start))s] $*"; }
 
 step "build (release, --cfg shmlog_loom)"
-cargo test --release --lib --no-run
+bin=$(cargo test --release --lib --no-run --message-format=json-render-diagnostics |
+    grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d '"' -f 4)
+if [[ -z $bin ]]; then
+    echo "FAIL: no loom test binary was built" >&2
+    exit 1
+fi
 
 # The k models (loom_concurrent*) set their own preemption bounds (see their files).
 step "models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
@@ -85,51 +89,78 @@ step "models passed in $((SECONDS - models_start))s"
 step "region::loom tests"
 cargo test --release --lib region::loom
 
-# mutant CFG FILTER...: builds the crate with --cfg CFG and asserts that every model matching
-# one of the FILTERs fails.
+read -r -a knobs <<<"$(grep -o 'mutant("[a-z_]*")' src/sync.rs | cut -d '"' -f 2 | tr '\n' ' ')"
+
+# mutant NAME FILTER...: runs the models matching one of the FILTERs with SHMLOG_MUTANT=NAME and
+# asserts that every one of them fails. Two mutants run at a time (the models are single-threaded
+# and some take minutes to fail); each reports into target/loom/mutants/NAME.log, printed in order
+# at the end.
+mkdir -p target/loom/mutants
+rm -f target/loom/mutants/*
+mutants=()
 mutant() {
-    local cfg=$1 bin out total failed status=0
+    local name=$1
     shift
-    step "mutant $cfg: build"
-    bin=$(cargo rustc --profile bench --lib --message-format=json-render-diagnostics -- --cfg "$cfg" |
-        grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d '"' -f 4)
-    if [[ -z $bin ]]; then
-        echo "FAIL: no test binary was built for mutant $cfg" >&2
+    # A misspelt name would make every model panic, and so "fail": refuse it.
+    if [[ " ${knobs[*]} " != *" $name "* ]]; then
+        echo "FAIL: mutant $name is not a knob of src/sync.rs (${knobs[*]})" >&2
         exit 1
     fi
+    mutants+=("$name")
+    while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+    run_mutant "$name" "$@" >"target/loom/mutants/$name.log" 2>&1 &
+}
+run_mutant() {
+    local name=$1 out total failed status=0 t0=$SECONDS
+    shift
     total=$("$bin" "$@" --list | grep -c ': test$' || true)
-    step "mutant $cfg: running $total model(s) matching '$*', each must fail"
-    out=$(LOOM_LOCATION=1 "$bin" "$@" --test-threads=2 2>&1) || status=$?
+    echo "== mutant $name: $total model(s) matching '$*', each must fail"
+    out=$(SHMLOG_MUTANT=$name LOOM_LOCATION=1 "$bin" "$@" --test-threads=1 2>&1) || status=$?
     failed=$(grep -c '^test .* FAILED$' <<<"$out" || true)
     grep -E '^test |panicked at|Causality violation|reader fault|not zeroed|was freed|ran to|^ +(left|right|created|read|write):' \
         <<<"$out" | head -n 60
     if [[ $status -eq 0 || $total -eq 0 || $failed -ne $total ]]; then
-        echo "FAIL: mutant $cfg: $failed of $total models failed; the models cannot see this bug" >&2
-        exit 1
+        echo "FAIL: mutant $name: $failed of $total models failed; the models cannot see this bug"
+        return 1
     fi
-    step "mutant $cfg: $failed of $total models failed, as they must"
+    echo "== mutant $name: $failed of $total models failed, as they must ($((SECONDS - t0))s)"
+    touch "target/loom/mutants/$name.ok"
 }
 
-mutant shmlog_mutant_relaxed_commit log::loom_models log::loom_concurrent stream::loom_models::d stream::loom_models::g_ \
+step "mutants, two at a time"
+mutant relaxed_commit log::loom_models log::loom_concurrent stream::loom_models::d stream::loom_models::g_ \
     stream::loom_concurrent_models
-mutant shmlog_mutant_skip_clean log::loom_models::c2_ stream::loom_models::d1_
-mutant shmlog_mutant_relaxed_position stream::loom_models::d
-mutant shmlog_mutant_no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
-mutant shmlog_mutant_no_recompute_fence stream::loom_models::d2_ stream::loom_models::d3_
-mutant shmlog_mutant_evict_unlocked stream::loom_models::f_
-mutant shmlog_mutant_trust_slot_words stream::loom_models::g_
-mutant shmlog_mutant_no_doorbell_barrier stream::loom_models::h_
-mutant shmlog_mutant_no_doorbell_recheck stream::loom_models::h_
-mutant shmlog_mutant_doorbell_arm_first stream::loom_models::h_
-mutant shmlog_mutant_no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
-mutant shmlog_mutant_uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
-mutant shmlog_mutant_relaxed_catalog journal::loom_models::j_
-mutant shmlog_mutant_no_cut_fence journal::loom_models::j2_
-mutant shmlog_mutant_pending_after_reserve log::loom_concurrent::k1_
-mutant shmlog_mutant_release_before_clean log::loom_concurrent::k1_ stream::loom_concurrent_models::k5_
-mutant shmlog_mutant_unblock_over_live log::loom_concurrent::k3_
-mutant shmlog_mutant_stale_ceiling stream::loom_concurrent_models::k4_
-mutant shmlog_mutant_rotate_unchecked stream::loom_concurrent_models::k4_
-mutant shmlog_mutant_unblock_unlocked stream::loom_concurrent_models::k6_
+mutant skip_clean log::loom_models::c2_ stream::loom_models::d1_
+mutant relaxed_position stream::loom_models::d
+mutant no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
+mutant no_recompute_fence stream::loom_models::d2_ stream::loom_models::d3_
+mutant evict_unlocked stream::loom_models::f_
+mutant trust_slot_words stream::loom_models::g_
+mutant no_doorbell_barrier stream::loom_models::h_
+mutant no_doorbell_recheck stream::loom_models::h_
+mutant doorbell_arm_first stream::loom_models::h_
+mutant no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
+mutant uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
+mutant relaxed_catalog journal::loom_models::j_
+mutant no_cut_fence journal::loom_models::j2_
+mutant pending_after_reserve log::loom_concurrent::k1_
+mutant release_before_clean log::loom_concurrent::k1_ stream::loom_concurrent_models::k5_
+mutant unblock_over_live log::loom_concurrent::k3_
+mutant stale_ceiling stream::loom_concurrent_models::k4_
+mutant rotate_unchecked stream::loom_concurrent_models::k4_
+mutant unblock_unlocked stream::loom_concurrent_models::k6_
+
+wait
+bad=0
+for name in "${mutants[@]}"; do
+    cat "target/loom/mutants/$name.log"
+    [[ -f target/loom/mutants/$name.ok ]] || bad=1
+done
+((bad == 0)) || { echo "FAIL: some mutants were not caught (above)" >&2; exit 1; }
+
+# Every knob of src/sync.rs has its line above (one added without a line fails here).
+for known in "${knobs[@]}"; do
+    grep -q "^mutant $known " "$0" || { echo "FAIL: mutant $known has no line in $0" >&2; exit 1; }
+done
 
 step "done in $((SECONDS - start))s"

@@ -6,7 +6,7 @@
 //! addresses, and TSan (which tracks addresses) sees no sharing at all. Here both sides use the
 //! same addresses, so under `-Zsanitizer=thread` (`.ci/sanitizers.sh`) every payload copy is
 //! checked against the commit protocol (I1) and flow control (I2, I4); with
-//! `--cfg shmlog_mutant_relaxed_commit` TSan must report a race. In plain test runs they are a
+//! `--cfg shmlog_mutants` and `SHMLOG_MUTANT=relaxed_commit` TSan must report a race. In plain test runs they are a
 //! quick multi-threaded check of the same protocol.
 
 use crate::api::assembler::FragmentAssembler;

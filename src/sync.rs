@@ -74,89 +74,224 @@ pub(crate) fn heavy_barrier() -> bool {
 
 /// The orderings and steps the protocol's correctness rests on, each named once.
 ///
-/// Every `shmlog_mutant_*` cfg appears here and nowhere else: `.ci/loom.sh` builds the crate with
-/// one of them at a time and asserts that the loom models aimed at it fail, proving the models can
-/// see the bug each knob stands for. Production builds set none, and the code reads the constants.
+/// Each is a knob with a sound setting and a broken one (a *mutant*). Production builds have only
+/// the sound setting: `mutant` is a `const fn` returning `false`, so every knob folds to a
+/// constant. Model-checking builds (`--cfg shmlog_loom`, or `--cfg shmlog_mutants` for the TSan
+/// check) read the environment variable `SHMLOG_MUTANT` once: `.ci/loom.sh` runs the one loom
+/// test binary once per mutant name and asserts that the models aimed at it fail, proving the
+/// models can see the bug each knob stands for (one build for all mutants, not one each).
 pub(crate) mod protocol {
     use super::Ordering;
 
+    /// Whether the mutant `name` is selected (never in production builds).
+    #[cfg(not(any(shmlog_loom, shmlog_mutants)))]
+    #[inline(always)]
+    const fn mutant(_name: &str) -> bool {
+        false
+    }
+
+    /// Whether the mutant `name` is selected by `SHMLOG_MUTANT` (model-checking builds only).
+    #[cfg(any(shmlog_loom, shmlog_mutants))]
+    fn mutant(name: &str) -> bool {
+        static SELECTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let selected = SELECTED.get_or_init(|| std::env::var("SHMLOG_MUTANT").unwrap_or_default());
+        if !selected.is_empty() && !NAMES.contains(&selected.as_str()) {
+            panic!("SHMLOG_MUTANT={selected}: no such mutant (known: {NAMES:?})");
+        }
+        selected == name
+    }
+
     /// The store of a frame length that commits a frame (I1).
-    pub(crate) const COMMIT: Ordering =
-        if cfg!(shmlog_mutant_relaxed_commit) { Ordering::Relaxed } else { Ordering::Release };
+    /// Mutant: `relaxed_commit`.
+    #[inline(always)]
+    pub(crate) fn commit() -> Ordering {
+        if mutant("relaxed_commit") {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        }
+    }
 
     /// The store that publishes a reader's position (I2, I3: the writer may reuse what is behind it).
-    pub(crate) const POSITION: Ordering =
-        if cfg!(shmlog_mutant_relaxed_position) { Ordering::Relaxed } else { Ordering::Release };
+    /// Mutant: `relaxed_position`.
+    #[inline(always)]
+    pub(crate) fn position() -> Ordering {
+        if mutant("relaxed_position") {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        }
+    }
 
     /// The writer zeroes the next partition as it goes (I3).
-    pub(crate) const CLEAN: bool = !cfg!(shmlog_mutant_skip_clean);
+    /// Mutant: `skip_clean`.
+    #[inline(always)]
+    pub(crate) fn clean() -> bool {
+        !mutant("skip_clean")
+    }
 
     /// A joining reader's SeqCst fence between publishing its slot and re-reading the writer's
     /// position (I5).
-    pub(crate) const JOIN_FENCE: bool = !cfg!(shmlog_mutant_no_join_fence);
+    /// Mutant: `no_join_fence`.
+    #[inline(always)]
+    pub(crate) fn join_fence() -> bool {
+        !mutant("no_join_fence")
+    }
 
     /// The writer's SeqCst fence before it reads the reader slots (I5).
-    pub(crate) const RECOMPUTE_FENCE: bool = !cfg!(shmlog_mutant_no_recompute_fence);
+    /// Mutant: `no_recompute_fence`.
+    #[inline(always)]
+    pub(crate) fn recompute_fence() -> bool {
+        !mutant("no_recompute_fence")
+    }
 
     /// The sweep frees a dead reader's slot while it holds the slot's lock (I6).
-    pub(crate) const EVICT_UNDER_LOCK: bool = !cfg!(shmlog_mutant_evict_unlocked);
+    /// Mutant: `evict_unlocked`.
+    #[inline(always)]
+    pub(crate) fn evict_under_lock() -> bool {
+        !mutant("evict_unlocked")
+    }
 
     /// The writer distrusts slot words: it ignores positions past its own, sets its limit no
     /// further than a window past its own position whatever the slots say, and recomputes its
     /// limit at every rotation whatever the cached one says (any one of them keeps a forged word
     /// from hiding a joiner for good; the mutant drops all three).
-    pub(crate) const DISTRUST_SLOTS: bool = !cfg!(shmlog_mutant_trust_slot_words);
+    /// Mutant: `trust_slot_words`.
+    #[inline(always)]
+    pub(crate) fn distrust_slots() -> bool {
+        !mutant("trust_slot_words")
+    }
 
     /// Both sides of a doorbell issue their barrier between publishing and looking at the other
     /// side's word (no lost wake-up).
-    pub(crate) const DOORBELL_BARRIER: bool = !cfg!(shmlog_mutant_no_doorbell_barrier);
+    /// Mutant: `no_doorbell_barrier`.
+    #[inline(always)]
+    pub(crate) fn doorbell_barrier() -> bool {
+        !mutant("no_doorbell_barrier")
+    }
 
     /// A sleeper reads the bell before it arms: a waker that clears its arm then bumps the bell
     /// past the value it sleeps on. (Arming first loses a wake-up when a waker's late clear,
     /// meant for an earlier arm, swallows the new one: loom found it.)
-    pub(crate) const DOORBELL_BELL_FIRST: bool = !cfg!(shmlog_mutant_doorbell_arm_first);
+    /// Mutant: `doorbell_arm_first`.
+    #[inline(always)]
+    pub(crate) fn doorbell_bell_first() -> bool {
+        !mutant("doorbell_arm_first")
+    }
 
     /// The writer wakes one sleeping reader; a woken reader that sees other readers asleep wakes
     /// them all (without it, the other sleepers miss the commit).
-    pub(crate) const DOORBELL_WAKE_OTHERS: bool = !cfg!(shmlog_mutant_no_doorbell_pass_on);
+    /// Mutant: `no_doorbell_pass_on`.
+    #[inline(always)]
+    pub(crate) fn doorbell_wake_others() -> bool {
+        !mutant("no_doorbell_pass_on")
+    }
 
     /// Every reader sleeping on the readers' bell counts itself among its sleepers, whichever
     /// way it sleeps (one bell, several, or through the async waiter thread): the reader the
     /// writer's single wake-up reaches learns from the count whom to pass it on to.
-    pub(crate) const DOORBELL_COUNT_SLEEPERS: bool = !cfg!(shmlog_mutant_uncounted_sleeper);
+    /// Mutant: `uncounted_sleeper`.
+    #[inline(always)]
+    pub(crate) fn doorbell_count_sleepers() -> bool {
+        !mutant("uncounted_sleeper")
+    }
 
     /// A sleeper looks once more after arming the bell, before it sleeps (no lost wake-up).
-    pub(crate) const DOORBELL_RECHECK: bool = !cfg!(shmlog_mutant_no_doorbell_recheck);
+    /// Mutant: `no_doorbell_recheck`.
+    #[inline(always)]
+    pub(crate) fn doorbell_recheck() -> bool {
+        !mutant("no_doorbell_recheck")
+    }
 
     /// The store of a catalog record's state that publishes the fields written before it.
-    pub(crate) const CATALOG_PUBLISH: Ordering =
-        if cfg!(shmlog_mutant_relaxed_catalog) { Ordering::Relaxed } else { Ordering::Release };
+    /// Mutant: `relaxed_catalog`.
+    #[inline(always)]
+    pub(crate) fn catalog_publish() -> Ordering {
+        if mutant("relaxed_catalog") {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        }
+    }
 
     /// Recovery fences between counting a cut in a catalog record and zeroing the recording's
     /// bytes past it, so a replay that read a zero sees the count (seqlock).
-    pub(crate) const CUT_FENCE: bool = !cfg!(shmlog_mutant_no_cut_fence);
+    /// Mutant: `no_cut_fence`.
+    #[inline(always)]
+    pub(crate) fn cut_fence() -> bool {
+        !mutant("no_cut_fence")
+    }
 
     /// A concurrent writer publishes its pending position before its tail CAS (not after).
-    pub(crate) const PENDING_BEFORE_RESERVE: bool = !cfg!(shmlog_mutant_pending_after_reserve);
+    /// Mutant: `pending_after_reserve`.
+    #[inline(always)]
+    pub(crate) fn pending_before_reserve() -> bool {
+        !mutant("pending_after_reserve")
+    }
 
     /// A concurrent writer zeroes its share of the next partition before it clears its pending
     /// position (not after).
-    pub(crate) const CLEAN_BEFORE_RELEASE: bool = !cfg!(shmlog_mutant_release_before_clean);
+    /// Mutant: `release_before_clean`.
+    #[inline(always)]
+    pub(crate) fn clean_before_release() -> bool {
+        !mutant("release_before_clean")
+    }
 
     /// A concurrent writer's recompute compares reader positions with the shared tail re-read
     /// after them, not only with the tail it loaded before its fence (T2 of the 2026-11-27
     /// review: the mutant drops honest readers that a fast read took past the stale tail, and
     /// reports `NotConnected` while they read).
-    pub(crate) const FRESH_CEILING: bool = !cfg!(shmlog_mutant_stale_ceiling);
+    /// Mutant: `stale_ceiling`.
+    #[inline(always)]
+    pub(crate) fn fresh_ceiling() -> bool {
+        !mutant("stale_ceiling")
+    }
 
     /// A concurrent writer rotating to term `n + 1` resets the next partition's tail only from
     /// the term three back (`n - 2`), the term that partition held; a writer that found term `n`
     /// full after another writer rotated and reserved in `n + 1` leaves that tail alone.
-    pub(crate) const ROTATE_FROM_THREE_BACK: bool = !cfg!(shmlog_mutant_rotate_unchecked);
+    /// Mutant: `rotate_unchecked`.
+    #[inline(always)]
+    pub(crate) fn rotate_from_three_back() -> bool {
+        !mutant("rotate_unchecked")
+    }
 
     /// One unblocker at a time: the unblocker runs under the log's unblock lock.
-    pub(crate) const UNBLOCK_UNDER_LOCK: bool = !cfg!(shmlog_mutant_unblock_unlocked);
+    /// Mutant: `unblock_unlocked`.
+    #[inline(always)]
+    pub(crate) fn unblock_under_lock() -> bool {
+        !mutant("unblock_unlocked")
+    }
 
     /// An unblocker waits while a live writer's pending position lies at or before the hole.
-    pub(crate) const UNBLOCK_SPARES_LIVE: bool = !cfg!(shmlog_mutant_unblock_over_live);
+    /// Mutant: `unblock_over_live`.
+    #[inline(always)]
+    pub(crate) fn unblock_spares_live() -> bool {
+        !mutant("unblock_over_live")
+    }
+
+    /// Every mutant name, for `.ci/loom.sh` and for refusing a misspelt one.
+    #[cfg(any(shmlog_loom, shmlog_mutants))]
+    pub(crate) const NAMES: &[&str] = &[
+        "relaxed_commit",
+        "relaxed_position",
+        "skip_clean",
+        "no_join_fence",
+        "no_recompute_fence",
+        "evict_unlocked",
+        "trust_slot_words",
+        "no_doorbell_barrier",
+        "doorbell_arm_first",
+        "no_doorbell_pass_on",
+        "uncounted_sleeper",
+        "no_doorbell_recheck",
+        "relaxed_catalog",
+        "no_cut_fence",
+        "pending_after_reserve",
+        "release_before_clean",
+        "stale_ceiling",
+        "rotate_unchecked",
+        "unblock_unlocked",
+        "unblock_over_live",
+    ];
 }

@@ -4,7 +4,7 @@
 //!   durable positions and stops it, while another process takes a snapshot and decodes it. The
 //!   snapshot must always decode: free, or the very fields published, with
 //!   `start <= durable <= recorded`, and a stopped recording's final stop position. The mutant
-//!   that publishes the state with a relaxed store (`shmlog_mutant_relaxed_catalog`) lets the
+//!   that publishes the state with a relaxed store (`SHMLOG_MUTANT=relaxed_catalog`) lets the
 //!   reader see a state before the fields it publishes, and must fail.
 //! - `j2_cut_vs_following_replay`: a replay follows a recording whose recorder died: it read the
 //!   record's progress (cut count, recorded position) before, and now reads two words of recorded
@@ -14,7 +14,7 @@
 //!   (`record::uncut` holds), it read the recorded bytes, never a zero; when it does not, the
 //!   progress it reads again (`record::progress`) lets it read only bytes written back. The
 //!   mutant without recovery's fence between counting the cut and zeroing
-//!   (`shmlog_mutant_no_cut_fence`) lets it read a zero and still see the old count, and must
+//!   (`SHMLOG_MUTANT=no_cut_fence`) lets it read a zero and still see the old count, and must
 //!   fail.
 
 use super::record::{self, Checksum, Fields, RecordingState, StopReason, RECORD_LEN, WORDS};

@@ -17,7 +17,7 @@
 use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
 use crate::layout::log_meta::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
 use crate::region::{Region, RegionMut};
-use crate::sync::protocol::{CATALOG_PUBLISH, CUT_FENCE};
+use crate::sync::protocol;
 use crate::sync::{fence, Ordering};
 
 /// Bytes of one record.
@@ -275,9 +275,9 @@ pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
         b[..chunk.len()].copy_from_slice(chunk);
         put(word::NAME + i, i64::from_le_bytes(b));
     }
-    // The fields above become visible with the state (CATALOG_PUBLISH is Release; a mutant
+    // The fields above become visible with the state (protocol::catalog_publish() is Release; a mutant
     // makes it Relaxed, and loom model j fails).
-    region.store_i64(at(base, word::STATE), RECORDING, CATALOG_PUBLISH);
+    region.store_i64(at(base, word::STATE), RECORDING, protocol::catalog_publish());
 }
 
 /// Moves the recorded position (after the bytes before it were written).
@@ -322,7 +322,7 @@ pub fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
     region.store_i64(at(base, word::CUTS), cuts.wrapping_add(1), Ordering::Release);
     // The zeroes written next must not be seen before the count (a mutant drops the fence and
     // loom model j2 fails).
-    if CUT_FENCE {
+    if protocol::cut_fence() {
         fence(Ordering::SeqCst);
     }
 }

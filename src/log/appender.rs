@@ -17,7 +17,7 @@ use crate::layout::frame::{
 use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{DirectRegion, RegionMut, Span, Window};
-use crate::sync::protocol::{CLEAN, COMMIT};
+use crate::sync::protocol;
 use crate::sync::Ordering;
 
 /// The message does not fit in the rest of the term: the term was padded to its end and the
@@ -233,7 +233,7 @@ impl<R: RegionMut> Appender<R> {
             term.copy_in_cell(start, REST_OFFSET + rest::TERM_OFFSET, &(start as i32).to_le_bytes());
             term.copy_in_body(start, message);
         }
-        term.store_i32(start, (message.len() + HEADER_LEN) as i32, COMMIT);
+        term.store_i32(start, (message.len() + HEADER_LEN) as i32, protocol::commit());
         self.term_offset = end;
         // After the commit: the message is out before the chunk of zeroing it may trigger, so
         // a reader waiting for it does not wait for that too. The next partition is as clean
@@ -318,7 +318,7 @@ impl<R: RegionMut> Appender<R> {
     /// Publishes a claimed frame to readers.
     pub fn commit(&self, frame: ClaimedFrame) {
         let r = self.log.region();
-        r.store_i32(frame.base, frame.frame_length as i32, COMMIT);
+        r.store_i32(frame.base, frame.frame_length as i32, protocol::commit());
     }
 
     /// Turns a claimed frame into padding that readers skip.
@@ -326,7 +326,7 @@ impl<R: RegionMut> Appender<R> {
         let r = self.log.region();
         // SAFETY: the header of an uncommitted frame (as in `with_claim_payload`).
         unsafe { r.copy_in(frame.base + REST_OFFSET + rest::TYPE, &TYPE_PAD.to_le_bytes()) };
-        r.store_i32(frame.base, frame.frame_length as i32, COMMIT);
+        r.store_i32(frame.base, frame.frame_length as i32, protocol::commit());
     }
 
     /// Moves to the next partition after a trip. Fails at the stream's maximum position.
@@ -364,7 +364,7 @@ impl<R: RegionMut> Appender<R> {
             let r = self.log.region();
             // SAFETY: the header of the padding frame just reserved (as in `append_unfragmented`).
             unsafe { r.copy_in(base + REST_OFFSET, &rest) };
-            r.store_i32(base, (end - start) as i32, COMMIT);
+            r.store_i32(base, (end - start) as i32, protocol::commit());
             self.term_offset = end;
         }
     }
@@ -389,7 +389,7 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(always)]
     fn clean_ahead(&mut self, end: usize) {
-        if CLEAN && self.clean_next && end > self.cleaned_to {
+        if protocol::clean() && self.clean_next && end > self.cleaned_to {
             self.clean_up_to(end);
         }
     }
@@ -427,7 +427,7 @@ impl<R: RegionMut> Appender<R> {
             r.copy_in(base + REST_OFFSET, &self.rest_for(offset, flags, frame_type));
             src.copy_next(r, base + HEADER_LEN, len);
         }
-        r.store_i32(base, (len + HEADER_LEN) as i32, COMMIT);
+        r.store_i32(base, (len + HEADER_LEN) as i32, protocol::commit());
     }
 }
 

@@ -32,7 +32,7 @@ use crate::layout::frame::{
 };
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{RegionMut, Span, Window};
-use crate::sync::protocol::{CLEAN_BEFORE_RELEASE, COMMIT, PENDING_BEFORE_RESERVE, ROTATE_FROM_THREE_BACK};
+use crate::sync::protocol;
 use crate::sync::Ordering;
 
 /// Why a reservation was not made.
@@ -178,11 +178,11 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         if tail_term_id(raw) != known.term_id || end > known.partition.len() || position >= limit {
             return None;
         }
-        if PENDING_BEFORE_RESERVE {
+        if protocol::pending_before_reserve() {
             self.set_pending(position);
         }
         region.compare_exchange_i64(known.tail_field, raw, pack_tail(known.term_id, end)).ok()?;
-        if !PENDING_BEFORE_RESERVE {
+        if !protocol::pending_before_reserve() {
             self.set_pending(position);
         }
         let reservation = Reservation {
@@ -223,7 +223,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
                 self.rotate(count)?;
                 continue;
             }
-            if PENDING_BEFORE_RESERVE {
+            if protocol::pending_before_reserve() {
                 self.set_pending(position);
             }
             let end = start + framed;
@@ -232,7 +232,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
             if self.log.region().compare_exchange_i64(tail_field, raw, new_tail).is_err() {
                 continue; // another writer reserved first: try again at the new tail
             }
-            if !PENDING_BEFORE_RESERVE {
+            if !protocol::pending_before_reserve() {
                 self.set_pending(position);
             }
             let partition = self.log.partition(index);
@@ -272,7 +272,9 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         let field = log.meta_field(meta::TAIL_COUNTERS + 8 * (next as usize % PARTITION_COUNT));
         let raw = log.region().load_i64(field, Ordering::Acquire);
         // Only from the term three back: a count read a lap ago must not reset a live tail.
-        if !ROTATE_FROM_THREE_BACK || tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32) {
+        if !protocol::rotate_from_three_back()
+            || tail_term_id(raw) == next_id.wrapping_sub(PARTITION_COUNT as i32)
+        {
             let _ = log.region().compare_exchange_i64(field, raw, pack_tail(next_id, 0));
         }
         let _ = log.region().compare_exchange_i32(self.active_count_field, count, next);
@@ -307,12 +309,12 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     #[inline(always)]
     fn finish(&self, r: Reservation, first_frame_length: usize) {
         let region = self.log.region();
-        if CLEAN_BEFORE_RELEASE {
+        if protocol::clean_before_release() {
             clean_next(region, &r.next_partition, r.start, r.end, self.chunk);
         }
-        region.store_i32(r.partition.base() + r.start, first_frame_length as i32, COMMIT);
+        region.store_i32(r.partition.base() + r.start, first_frame_length as i32, protocol::commit());
         self.set_pending(meta::NO_PENDING);
-        if !CLEAN_BEFORE_RELEASE {
+        if !protocol::clean_before_release() {
             clean_next(region, &r.next_partition, r.start, r.end, self.chunk);
         }
     }
@@ -371,7 +373,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
                 term.copy_in_cell(offset, REST_OFFSET, &rest);
                 gather.copy_next(region, r.partition.base() + offset + HEADER_LEN, chunk);
             }
-            term.store_i32(offset, (chunk + HEADER_LEN) as i32, COMMIT);
+            term.store_i32(offset, (chunk + HEADER_LEN) as i32, protocol::commit());
             offset += align(chunk + HEADER_LEN, FRAME_ALIGNMENT);
         }
         let flags = if len <= self.max_payload { UNFRAGMENTED } else { BEGIN_FLAG };

@@ -26,7 +26,7 @@ use super::Log;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN, REST_OFFSET, TYPE_PAD, UNFRAGMENTED};
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{Region, RegionMut, Window};
-use crate::sync::protocol::{COMMIT, UNBLOCK_SPARES_LIVE};
+use crate::sync::protocol;
 use crate::sync::Ordering;
 
 /// What an unblocker did.
@@ -94,7 +94,7 @@ pub fn resolve_dead<R: RegionMut>(log: &Log<R>, alive: impl Fn(usize) -> bool) -
             done.cleared += clear(log, slot, at) as usize; // older than the log holds
             continue;
         };
-        if UNBLOCK_SPARES_LIVE && live.iter().any(|&p| p <= at) {
+        if protocol::unblock_spares_live() && live.iter().any(|&p| p <= at) {
             continue; // a live writer may own it: it commits when it resumes
         }
         let extent = match len {
@@ -156,7 +156,7 @@ fn pad<R: RegionMut>(log: &Log<R>, at: i64, extent: usize) -> bool {
     unsafe { term.copy_in_cell(offset, REST_OFFSET, &rest) };
     let chunk = clean_chunk(log.term_length());
     clean_next(log.region(), &log.partition((index + 1) % PARTITION_COUNT), offset, offset + extent, chunk);
-    term.store_i32(offset, extent as i32, COMMIT);
+    term.store_i32(offset, extent as i32, protocol::commit());
     true
 }
 

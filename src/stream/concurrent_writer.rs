@@ -15,7 +15,7 @@ use crate::log::concurrent::{ConcurrentAppender, Refused, Reservation};
 use crate::log::unblock::{self, Unblocked};
 use crate::log::{Counter, Log};
 use crate::region::{DirectRegion, RegionMut};
-use crate::sync::protocol::UNBLOCK_UNDER_LOCK;
+use crate::sync::protocol;
 
 /// Who of the writers is alive, and the one-at-a-time lock of the unblocker.
 pub trait WriterLiveness {
@@ -30,7 +30,7 @@ pub trait WriterLiveness {
 /// Pads the holes of dead writers of `log`, if no other unblocker is at it.
 pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Unblocked {
     let resolve = || unblock::resolve_dead(log, |slot| liveness.writer_alive(slot));
-    if !UNBLOCK_UNDER_LOCK {
+    if !protocol::unblock_under_lock() {
         return resolve(); // the loom models' mutant: two unblockers pad one hole at once
     }
     liveness.with_unblock_lock(resolve).unwrap_or_default()

@@ -49,9 +49,7 @@ use crate::layout::slots::{
     DOORBELL_LEN, READERS_ARMED, READERS_BELL, READERS_PASSED, READERS_SLEEPING, WRITER_ARMED, WRITER_BELL,
 };
 use crate::region::RegionMut;
-use crate::sync::protocol::{
-    DOORBELL_BARRIER, DOORBELL_BELL_FIRST, DOORBELL_COUNT_SLEEPERS, DOORBELL_RECHECK, DOORBELL_WAKE_OTHERS,
-};
+use crate::sync::protocol;
 use crate::sync::{LightBarrier, Ordering};
 use std::time::{Duration, Instant};
 
@@ -129,7 +127,7 @@ impl<R: RegionMut> Doorbell<R> {
 
     #[inline(always)]
     fn ring(&self, barrier: LightBarrier, armed: usize, bell: usize) {
-        if DOORBELL_BARRIER {
+        if protocol::doorbell_barrier() {
             barrier.issue();
         }
         // SAFETY: the doorbell lies in the region, 4-aligned (`new`'s check or `new_unchecked`'s
@@ -174,7 +172,7 @@ impl<R: RegionMut> Doorbell<R> {
 
     fn wait(&self, armed: Armed, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
         let timeout = if barrier() { timeout } else { timeout.min(NAP) };
-        if DOORBELL_RECHECK && ready() {
+        if protocol::doorbell_recheck() && ready() {
             return Rung::Ready;
         }
         sleep(&[(self, armed)], None, timeout)
@@ -197,7 +195,7 @@ impl<R: RegionMut> Doorbell<R> {
         let r = &self.region;
         // The bell first: a waker that clears our `armed` below has read our store, so its bump
         // comes after this load, and the futex wait below sees the word changed.
-        let seen = if DOORBELL_BELL_FIRST {
+        let seen = if protocol::doorbell_bell_first() {
             let seen = r.load_i32(self.base + bell, Ordering::Acquire);
             r.store_i32(self.base + armed, 1, Ordering::SeqCst);
             seen
@@ -245,7 +243,7 @@ impl<R: RegionMut> Doorbell<R> {
 /// what it waits for. `false` if the kernel refused the part that makes a hot side's light
 /// barrier enough: then the caller sleeps at most [`NAP`] and looks again.
 pub fn barrier() -> bool {
-    !DOORBELL_BARRIER || crate::sync::heavy_barrier()
+    !protocol::doorbell_barrier() || crate::sync::heavy_barrier()
 }
 
 /// The last step of a sleep: sleeps on every armed bell of `bells` (and on `own`, a word of the
@@ -258,7 +256,7 @@ pub fn sleep<R: RegionMut>(
     own: Option<(&R, usize, i32)>,
     timeout: Duration,
 ) -> Rung {
-    let counted = |a: &Armed| DOORBELL_COUNT_SLEEPERS && a.bell == READERS_BELL;
+    let counted = |a: &Armed| protocol::doorbell_count_sleepers() && a.bell == READERS_BELL;
     for (bell, armed) in bells {
         if counted(armed) {
             bell.count_in();
@@ -283,7 +281,7 @@ pub fn sleep<R: RegionMut>(
         if counted(armed) {
             let others = bell.count_out();
             // Rung since we armed: the writer's single wake-up may have been ours.
-            if DOORBELL_WAKE_OTHERS && others > 0 && bell.rang(*armed) {
+            if protocol::doorbell_wake_others() && others > 0 && bell.rang(*armed) {
                 bell.pass_on();
             }
         }

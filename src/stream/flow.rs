@@ -19,7 +19,7 @@
 use super::slots::{SessionReaders, Slots};
 use crate::log::Log;
 use crate::region::Region;
-use crate::sync::protocol::{DISTRUST_SLOTS, FRESH_CEILING, RECOMPUTE_FENCE};
+use crate::sync::protocol;
 use crate::sync::{fence, Ordering};
 
 /// Flow-control state private to the publication.
@@ -81,7 +81,8 @@ impl FlowControl {
         log: &Log<L>,
         producer: i64,
     ) -> i64 {
-        let tail_now = || if FRESH_CEILING { log.producer_position().unwrap_or(producer) } else { producer };
+        let tail_now =
+            || if protocol::fresh_ceiling() { log.producer_position().unwrap_or(producer) } else { producer };
         self.recompute_with(slots, log.session_id(), producer, tail_now, || log.min_writer_pending(producer))
     }
 
@@ -94,7 +95,7 @@ impl FlowControl {
         oldest_pending: impl FnOnce() -> Option<i64>,
     ) -> i64 {
         // Pairs with the fence of a joining reader (`stream::join`).
-        if RECOMPUTE_FENCE {
+        if protocol::recompute_fence() {
             fence(Ordering::SeqCst);
         }
         self.readers = slots.scan_rising(session, None, producer, ceiling);
@@ -105,8 +106,11 @@ impl FlowControl {
                 // but move the limit no further than a window past `producer`: what a joiner
                 // that this scan missed relies on (`stream::join`). With one writer no reader is
                 // past its own position, and these `min`s change nothing.
-                let (min, max) =
-                    if DISTRUST_SLOTS { (min.min(producer), max.min(producer)) } else { (min, max) };
+                let (min, max) = if protocol::distrust_slots() {
+                    (min.min(producer), max.min(producer))
+                } else {
+                    (min, max)
+                };
                 self.consumer_max = self.consumer_max.max(max);
                 self.limit = min.min(hold).saturating_add(self.window);
             }

@@ -17,7 +17,7 @@ use crate::error::Invalid;
 use crate::layout::frame::FRAME_ALIGNMENT;
 use crate::log::{reader, Log};
 use crate::region::{Region, RegionMut};
-use crate::sync::protocol::JOIN_FENCE;
+use crate::sync::protocol;
 use crate::sync::{fence, Ordering};
 
 /// Joins that find no readable position in this many attempts give up (a writer that keeps
@@ -89,7 +89,7 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
         };
         slot.activate(session, position);
         // Pairs with the fence of `FlowControl::recompute` (see the module docs).
-        if JOIN_FENCE {
+        if protocol::join_fence() {
             fence(Ordering::SeqCst);
         }
         let newest = match log.producer_position() {

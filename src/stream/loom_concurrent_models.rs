@@ -35,21 +35,21 @@
 //!   the reader read them); A and B then offer a message each. Both find term 2 full and may
 //!   rotate at once: the tail of partition 0 is reset from term 0's id (the term three back) to
 //!   term 3's, then the count moves; the second rotator must leave the tail the first one's
-//!   reservation already moved (`shmlog_mutant_rotate_unchecked` resets it: two reservations
+//!   reservation already moved (`SHMLOG_MUTANT=rotate_unchecked` resets it: two reservations
 //!   overlap). The reader must get both, in the order reserved. And no offer may say
 //!   `NotConnected` while the reader reads: T2 of the 2026-11-27 review (a writer that compared
 //!   the reader's position with a tail it loaded before B and the reader moved on dropped the
-//!   reader; `shmlog_mutant_stale_ceiling` puts that back).
+//!   reader; `SHMLOG_MUTANT=stale_ceiling` puts that back).
 //! - `k5_slow_writer_cleans_before_its_share_is_reused_vs_reader`: A's claim ends term 2 and is
 //!   committed in the race (so A zeroes its share of partition 0 then); B offers two messages,
 //!   the second into that share, in term 3. The reader holds B back until it has read A's
 //!   frame, which A commits only after zeroing: B never writes where A zeroes
-//!   (`shmlog_mutant_release_before_clean` commits and releases first).
+//!   (`SHMLOG_MUTANT=release_before_clean` commits and releases first).
 //! - `k6_dead_writer_swept_by_a_held_back_writer_vs_reader`: D died with its claim of the first
 //!   frame open; L offers a message, held back a window past D's hole until its own sweep
 //!   (`admit_slow` → `sweep` → `unblock`) pads the hole, or the reader does: as a subscription,
 //!   it runs the unblocker when its idle check finds it held at a frame with reservations after
-//!   it. Two unblockers, one at a time under the unblock lock (`shmlog_mutant_unblock_unlocked`
+//!   it. Two unblockers, one at a time under the unblock lock (`SHMLOG_MUTANT=unblock_unlocked`
 //!   lets both pad at once). The reader gets L's message, never D's.
 //!
 //! After every poll the reader checks that no writer is further ahead of it than a window and a

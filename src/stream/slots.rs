@@ -19,7 +19,7 @@ use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
 use crate::layout::slots::{self as s, pack_state, slot_offset, unpack_state};
 use crate::region::{Region, RegionMut};
-use crate::sync::protocol::{DISTRUST_SLOTS, EVICT_UNDER_LOCK, POSITION};
+use crate::sync::protocol;
 use crate::sync::Ordering;
 
 /// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
@@ -101,14 +101,14 @@ impl<R: RegionMut> Slots<R> {
             }
             // An error reads as "held": never free a slot whose owner may be alive.
             if let Ok(true) = locks.try_lock(i) {
-                if !EVICT_UNDER_LOCK {
+                if !protocol::evict_under_lock() {
                     locks.unlock(i); // the loom models' mutant: a check-then-act race
                 }
                 if self.state(i).1 != s::STATE_FREE {
                     self.free(i);
                     evicted += 1;
                 }
-                if EVICT_UNDER_LOCK {
+                if protocol::evict_under_lock() {
                     locks.unlock(i);
                 }
             }
@@ -248,7 +248,7 @@ impl<R: Region> Slots<R> {
                 continue;
             }
             let p = self.position(i);
-            if DISTRUST_SLOTS && p > ceiling {
+            if protocol::distrust_slots() && p > ceiling {
                 ceiling = ceiling.max(raise());
                 if p > ceiling {
                     found.ignored += 1;
@@ -381,7 +381,7 @@ impl<S: RegionMut> SlotMut<S> {
         const { assert!(s::POSITION % 8 == 0 && s::POSITION + 8 <= s::SLOT_LEN) };
         // SAFETY: the slot lies in the region at an 8-aligned offset (checked in `new`, and a
         // region's length never changes), and so does its position word.
-        unsafe { self.region.store_i64_unchecked(self.base + s::POSITION, position, POSITION) };
+        unsafe { self.region.store_i64_unchecked(self.base + s::POSITION, position, protocol::position()) };
     }
 }
 

@@ -14,7 +14,7 @@ use crate::layout::frame::{framed_length, max_message_len};
 use crate::log::appender::{Appender, ClaimedFrame, Tripped};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::{DirectRegion, RegionMut};
-use crate::sync::protocol::DISTRUST_SLOTS;
+use crate::sync::protocol;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
 pub trait Liveness: SlotLocks {
@@ -210,7 +210,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// once a term whatever the cached limit, so a limit computed from a bad slot word heals.
     fn rotate(&mut self) -> Result<(), OfferError> {
         self.appender.rotate().map_err(|_| OfferError::MaxPositionExceeded)?;
-        if DISTRUST_SLOTS {
+        if protocol::distrust_slots() {
             self.recompute_limit();
         }
         Ok(())
