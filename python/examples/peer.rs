@@ -62,11 +62,11 @@ impl Rng {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    /// Mostly up to 2 KiB, one in a hundred up to 64 KiB (fragmented).
+    /// Mostly up to 2 KiB, one in a hundred up to 200 KiB (fragmented past the 64 KiB MTU).
     fn len(&mut self) -> usize {
         let r = self.next();
         if r % 100 == 0 {
-            (r >> 8) as usize % (64 << 10)
+            (r >> 8) as usize % (200 << 10)
         } else {
             (r >> 8) as usize % 2048
         }
