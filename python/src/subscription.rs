@@ -6,7 +6,10 @@ use crate::util;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
-use shmlog::{AsyncReceiver, Codec, JoinAt, Loss, LossCause, Receiver, RecvError, Subscription, MAX_LOSSES};
+use shmlog::{
+    Action, AsyncReceiver, Codec, Header, JoinAt, Loss, LossCause, Receiver, RecvError, Subscription,
+    MAX_LOSSES,
+};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,14 +17,19 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 /// Messages as Python `bytes`, made straight from the log's payload (the one copy on receive).
 /// Decoding runs where the receiver polls, which is always with the GIL held (polls never run
-/// inside the waits that release it), so `attach` only counts the GIL.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PyBytesCodec;
+/// inside the waits that release it), so `attach` only counts the GIL. Counts what it decoded,
+/// so that the subscription knows when the receiver's queue is empty.
+#[derive(Clone, Debug, Default)]
+pub struct PyBytesCodec {
+    decoded: Arc<AtomicU64>,
+}
 
 impl Codec<Py<PyBytes>> for PyBytesCodec {
     type Error = Infallible;
@@ -32,6 +40,7 @@ impl Codec<Py<PyBytes>> for PyBytesCodec {
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Py<PyBytes>, Infallible> {
+        self.decoded.fetch_add(1, Ordering::Relaxed);
         Ok(Python::attach(|py| PyBytes::new(py, bytes).unbind()))
     }
 }
@@ -62,6 +71,10 @@ impl Wake for SocketWaker {
 
 struct Inner {
     mode: Option<Mode>,
+    /// Messages the receiver decoded into its queue, and messages taken from it: equal when the
+    /// queue is empty, and the next receive polls the log.
+    decoded: Arc<AtomicU64>,
+    returned: u64,
     losses: VecDeque<Loss>,
     losses_dropped: u64,
     /// The loop's end of the wake-up socket, and the waker that writes to the other end.
@@ -69,6 +82,11 @@ struct Inner {
 }
 
 impl Inner {
+    /// `true` when the receiver's queue is empty (its next receive polls the log).
+    fn queue_empty(&self) -> bool {
+        self.decoded.load(Ordering::Relaxed) == self.returned
+    }
+
     fn report(&mut self, loss: Loss) {
         if self.losses.len() >= MAX_LOSSES {
             self.losses.pop_front();
@@ -159,22 +177,28 @@ impl PySubscription {
     }
 
     /// The next message, waiting until `deadline` (`None`: forever) in GIL-free slices.
-    fn next_message(
+    fn next_message(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<Option<Py<PyBytes>>> {
+        let mut g = self.lock()?;
+        self.next_in(py, &mut g, deadline)
+    }
+
+    fn next_in(
         &self,
         py: Python<'_>,
-        deadline: Option<std::time::Instant>,
+        inner: &mut Inner,
+        deadline: Option<Instant>,
     ) -> PyResult<Option<Py<PyBytes>>> {
-        let mut g = self.lock()?;
-        let inner = &mut *g;
         loop {
+            let empty = inner.queue_empty();
             let Some(rx) = inner.blocking() else { return Err(self.closed_err()) };
-            // At a fault the core's receiver would find the subscription readable forever (its
-            // doorbell wait returns at once until the publisher is gone): say so instead.
-            if let Some(why) = rx.subscription().fault() {
-                return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)));
+            if empty {
+                self.check_fault(rx.subscription())?;
             }
             match rx.try_recv() {
-                Ok(m) => return Ok(Some(m)),
+                Ok(m) => {
+                    inner.returned += 1;
+                    return Ok(Some(m));
+                }
                 Err(RecvError::Lost(loss)) => {
                     inner.report(loss);
                     continue;
@@ -187,6 +211,21 @@ impl PySubscription {
             let sub = rx.subscription();
             py.detach(|| sub.wait_readable(slice));
             py.check_signals()?;
+        }
+    }
+
+    /// Raises `Fault` if the next frame of the session is one the subscription cannot read.
+    ///
+    /// Looked at before every receive that polls the log (the receiver's queue is empty), with a
+    /// poll that validates the next frame and leaves it (`Action::Abort`): at a fault the core's
+    /// `Receiver::try_recv` would find the subscription readable (a fault is news to a wait) but
+    /// nothing to deliver, and loop until the publisher is gone, ignoring its timeout and holding
+    /// the GIL. The messages before the fault are delivered first.
+    fn check_fault(&self, sub: &mut Subscription) -> PyResult<()> {
+        sub.controlled_poll(|_: &[u8], _: &Header| Action::Abort, 1);
+        match sub.fault() {
+            Some(why) => Err(Fault::new_err(format!("stream {:?}: {why}", self.name))),
+            None => Ok(()),
         }
     }
 }
@@ -222,8 +261,11 @@ impl PySubscription {
             b = b.max_readers(util::positive("max_readers", n)?);
         }
         let sub = b.open().map_err(|e| errors::error(py, e))?;
+        let codec = PyBytesCodec::default();
         let inner = Inner {
-            mode: Some(Mode::Blocking(Receiver::new(sub, PyBytesCodec))),
+            decoded: Arc::clone(&codec.decoded),
+            returned: 0,
+            mode: Some(Mode::Blocking(Receiver::new(sub, codec))),
             losses: VecDeque::new(),
             losses_dropped: 0,
             wake: None,
@@ -246,11 +288,12 @@ impl PySubscription {
 
     /// The next message if one is there now, else `None` (raises `Closed` like `recv`).
     fn try_recv(&self, py: Python<'_>) -> PyResult<Option<Py<PyBytes>>> {
-        self.next_message(py, Some(std::time::Instant::now()))
+        self.next_message(py, Some(Instant::now()))
     }
 
     /// Calls `handler(message)` for each message there now, at most `limit`; returns how many.
-    /// Never waits and never raises `Closed` (see `is_closed`). An exception from the handler
+    /// Never waits and never raises `Closed` (see `is_closed`); raises `Fault` when the next
+    /// frame cannot be read and nothing was delivered. An exception from the handler
     /// propagates; the messages after it stay for the next call.
     #[pyo3(signature = (handler, limit=64))]
     fn poll(&self, py: Python<'_>, handler: &Bound<'_, PyAny>, limit: i64) -> PyResult<usize> {
@@ -265,12 +308,22 @@ impl PySubscription {
             let next = {
                 let mut g = self.lock()?;
                 let inner = &mut *g;
+                let empty = inner.queue_empty();
                 let Some(rx) = inner.blocking() else { return Err(self.closed_err()) };
-                if rx.subscription().fault().is_some() {
-                    break;
+                // A fault raises (as in `recv`) once the messages before it were delivered.
+                if empty {
+                    if let Err(fault) = self.check_fault(rx.subscription()) {
+                        if delivered == 0 {
+                            return Err(fault);
+                        }
+                        break;
+                    }
                 }
                 match rx.try_recv() {
-                    Ok(m) => m,
+                    Ok(m) => {
+                        inner.returned += 1;
+                        m
+                    }
                     Err(RecvError::Lost(loss)) => {
                         inner.report(loss);
                         continue;
@@ -460,6 +513,10 @@ impl PySubscription {
 
     /// asyncio plumbing: the next message, or `None` if there is none yet (the waker then
     /// writes to the socket when the stream's doorbell rings or the liveness interval passes).
+    ///
+    /// What is there now is taken as by `try_recv` (so a fault raises `Fault`, as in `recv`);
+    /// only when nothing is does the receiver go to the core's `AsyncReceiver`, whose poll hands
+    /// the armed doorbell to the process's waiter thread. The next call takes it back.
     fn _poll_async(&self, py: Python<'_>) -> PyResult<Option<Py<PyBytes>>> {
         let mut g = self.lock()?;
         let inner = &mut *g;
@@ -468,22 +525,20 @@ impl PySubscription {
         };
         let waker = waker.clone();
         loop {
-            if let Some(Mode::Blocking(rx)) = inner.mode.as_mut() {
-                // As in `next_message`: at a fault, say so rather than poll.
-                if let Some(why) = rx.subscription().fault() {
-                    return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)));
-                }
-                if let Some(Mode::Blocking(rx)) = inner.mode.take() {
-                    // On an error the receiver is gone with it: the subscription is closed.
-                    inner.mode = Some(Mode::Async(AsyncReceiver::new(rx).map_err(|e| errors::error(py, e))?));
-                }
+            if let Some(m) = self.next_in(py, inner, Some(Instant::now()))? {
+                return Ok(Some(m));
             }
-            let Some(Mode::Async(a)) = inner.mode.as_mut() else { return Err(self.closed_err()) };
-            let mut cx = Context::from_waker(&waker);
-            let polled = std::pin::pin!(a.recv()).poll(&mut cx);
+            let Some(Mode::Blocking(rx)) = inner.mode.take() else { return Err(self.closed_err()) };
+            // On an error the receiver is gone with it: the subscription is closed.
+            let mut a = AsyncReceiver::new(rx).map_err(|e| errors::error(py, e))?;
+            let polled = std::pin::pin!(a.recv()).poll(&mut Context::from_waker(&waker));
+            inner.mode = Some(Mode::Async(a));
             match polled {
                 Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(None),
-                Poll::Ready(Ok(m)) => return Ok(Some(m)),
+                Poll::Ready(Ok(m)) => {
+                    inner.returned += 1;
+                    return Ok(Some(m));
+                }
                 Poll::Ready(Err(RecvError::Lost(loss))) => inner.report(loss),
                 Poll::Ready(Err(RecvError::Closed)) => return Err(self.stream_closed()),
                 Poll::Ready(Err(RecvError::Decode(never))) => match never {},
