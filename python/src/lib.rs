@@ -9,7 +9,8 @@ mod util;
 
 use pyo3::prelude::*;
 
-/// The directory streams live in unless a `dir` is given: `$SHMLOG_DIR`, else `/dev/shm`.
+/// The directory streams live in unless a `dir` is given: `$SHMLOG_DIR`, else
+/// `/dev/shm/shmlog-<uid>` (a directory of the user's own, mode 0700).
 #[pyfunction]
 fn default_dir() -> std::path::PathBuf {
     shmlog::default_dir()

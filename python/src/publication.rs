@@ -8,8 +8,8 @@ use shmlog::{OfferError, Publication};
 use std::path::PathBuf;
 use std::sync::{Mutex, TryLockError};
 
-/// The single writer of stream `name`: creates its log under `dir` (default `/dev/shm`, or
-/// `$SHMLOG_DIR`) and appends messages to it.
+/// The single writer of stream `name`: creates its log under `dir` (default
+/// `shmlog.default_dir()`: `$SHMLOG_DIR`, else `/dev/shm/shmlog-<uid>`) and appends messages to it.
 ///
 /// One thread uses it at a time: a call from a second thread while a first one waits raises
 /// `RuntimeError`. Closing it (or leaving its `with` block) ends the stream: readers read what

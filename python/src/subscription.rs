@@ -232,7 +232,7 @@ impl PySubscription {
 
 #[pymethods]
 impl PySubscription {
-    /// Subscribes to stream `name` in `dir` (default `/dev/shm`, or `$SHMLOG_DIR`). `join`:
+    /// Subscribes to stream `name` in `dir` (default `shmlog.default_dir()`). `join`:
     /// where to start in a session already running: `'slowest'` (the slowest live reader's
     /// position, default), `'latest'`, `'earliest'`, or a stream position. `copy_payloads=True`
     /// for a publisher you do not trust (see the trust model in the README).

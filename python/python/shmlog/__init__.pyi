@@ -13,7 +13,7 @@ DEFAULT_LIVENESS_INTERVAL: float
 DEFAULT_TERM_LENGTH: int
 
 def default_dir() -> str:
-    """`$SHMLOG_DIR`, else `/dev/shm`: where streams live unless a `dir` is given."""
+    """`$SHMLOG_DIR`, else `/dev/shm/shmlog-<uid>`: where streams live unless a `dir` is given."""
 
 class ShmlogError(Exception):
     """Base class of every error shmlog raises."""
