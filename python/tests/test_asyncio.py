@@ -1,0 +1,90 @@
+"""asyncio: messages are awaited while a timer task keeps ticking (the event loop never blocks),
+woken by the stream's doorbell through the core's waiter thread."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import shmlog
+
+TICK = 0.005
+
+
+async def ticker(ticks: list[float], stop: asyncio.Event):
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        ticks.append(loop.time())
+        await asyncio.sleep(TICK)
+
+
+def max_gap(ticks: list[float]) -> float:
+    return max(b - a for a, b in zip(ticks, ticks[1:]))
+
+
+def test_async_for_with_a_ticking_timer(peer, child, stream_dir, name):
+    count = 200
+    sub = shmlog.Subscription(name, stream_dir)
+    # 200 messages 5 ms apart from a Rust process: about a second of waiting between messages.
+    publisher = child([peer, "pace", name, stream_dir, str(count), "5000"])
+
+    async def main():
+        ticks: list[float] = []
+        stop = asyncio.Event()
+        t = asyncio.create_task(ticker(ticks, stop))
+        seqs = []
+        async for m in sub.aiter():
+            seqs.append(struct.unpack_from("<Q", m)[0])
+        stop.set()
+        await t
+        return seqs, ticks
+
+    seqs, ticks = asyncio.run(main())
+    assert seqs == list(range(count))
+    # The loop ran the timer all along: over a second of ticks, none held up by a wait.
+    assert len(ticks) > 100, len(ticks)
+    assert max_gap(ticks) < 0.25, f"the event loop stalled {max_gap(ticks):.3f} s"
+    rc, _, err = publisher.finish()
+    assert rc == 0, err
+
+
+def test_recv_async_timeout_and_wake(stream_dir, name):
+    sub = shmlog.Subscription(name, stream_dir)
+    pub = shmlog.Publication(name, stream_dir)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks: list[float] = []
+        stop = asyncio.Event()
+        t = asyncio.create_task(ticker(ticks, stop))
+        # Nothing yet: None at the timeout, the timer ticking meanwhile.
+        before = len(ticks)
+        assert await sub.recv_async(timeout=0.1) is None
+        assert len(ticks) - before >= 5
+        # A message offered from a timer callback wakes the waiting receiver.
+        loop.call_later(0.05, pub.offer, b"late")
+        assert await asyncio.wait_for(sub.recv_async(), 5) == b"late"
+        # Cancelling a wait leaves the subscription usable.
+        waiting = asyncio.create_task(sub.recv_async())
+        await asyncio.sleep(0.02)
+        waiting.cancel()
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            pass
+        pub.offer(b"after cancel")
+        assert await sub.recv_async(timeout=5) == b"after cancel"
+        # Blocking and async calls mix on one subscription.
+        pub.offer(b"blocking")
+        assert sub.recv(timeout=5) == b"blocking"
+        pub.close()
+        got = [m async for m in sub]
+        stop.set()
+        await t
+        return got
+
+    # The publisher needs a connected reader before it offers: the first recv_async joins.
+    assert sub.try_recv() is None
+    pub.wait_connected(timeout=5)
+    assert asyncio.run(main()) == []
+    sub.close()
