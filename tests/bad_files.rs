@@ -405,3 +405,43 @@ fn truncating_a_mapped_log_kills_its_reader_with_sigbus() {
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{}", reader.describe());
     println!("[truncated mapping] the reader died by SIGBUS, as documented");
 }
+
+/// A damaged frame under a `Receiver` and an `AsyncReceiver`: each receive says `Fault` at once,
+/// with the publisher alive (it used to spin without sleeping until the publisher was gone, the
+/// timeout ignored, since a fault wakes the doorbell wait but a poll delivers nothing past it).
+#[test]
+fn receivers_report_a_damaged_frame_at_once() {
+    use shmlog::{AsyncReceiver, Bytes, Receiver, RecvError};
+    let dir = ShmDir::new("badrecv");
+    let log = raw::log_path(dir.path(), "r");
+    let mut p = create(dir.path(), "r").unwrap();
+    let mut rx = Receiver::new(open(dir.path(), "r").unwrap(), Bytes);
+    p.offer(b"one").unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), b"one".to_vec());
+    let position = rx.subscription().position();
+    p.offer(b"two").unwrap();
+    raw::write_at(&log, position as u64 + 20, &12345i32.to_le_bytes()); // a term id of elsewhere
+                                                                        // On a thread, so that a receive that never returns fails the test instead of hanging it.
+    let (done, finished) = std::sync::mpsc::channel();
+    let receiving = std::thread::spawn(move || {
+        for _ in 0..3 {
+            match rx.recv_timeout(Duration::from_secs(3600)) {
+                Err(RecvError::Fault(why)) => assert!(!why.is_empty()),
+                other => panic!("wanted a fault, got {other:?}"),
+            }
+        }
+        done.send(()).unwrap();
+        rx
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the receives returned at once, not at their timeout");
+    let rx = receiving.join().unwrap();
+    let mut arx = AsyncReceiver::new(rx).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    runtime.block_on(async {
+        let got = tokio::time::timeout(Duration::from_secs(30), arx.recv()).await;
+        assert!(matches!(got, Ok(Err(RecvError::Fault(_)))), "{got:?}");
+    });
+    drop(p);
+}

@@ -204,6 +204,9 @@ impl PySubscription {
                     continue;
                 }
                 Err(RecvError::Closed) => return Err(self.stream_closed()),
+                Err(RecvError::Fault(why)) => {
+                    return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)))
+                }
                 Err(RecvError::Decode(never)) => match never {},
                 Err(RecvError::Timeout) => {}
             }
@@ -329,6 +332,9 @@ impl PySubscription {
                         continue;
                     }
                     Err(RecvError::Decode(never)) => match never {},
+                    Err(RecvError::Fault(why)) => {
+                        return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)))
+                    }
                     Err(RecvError::Closed | RecvError::Timeout) => break,
                 }
             };
@@ -541,6 +547,9 @@ impl PySubscription {
                 }
                 Poll::Ready(Err(RecvError::Lost(loss))) => inner.report(loss),
                 Poll::Ready(Err(RecvError::Closed)) => return Err(self.stream_closed()),
+                Poll::Ready(Err(RecvError::Fault(why))) => {
+                    return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)))
+                }
                 Poll::Ready(Err(RecvError::Decode(never))) => match never {},
             }
         }

@@ -46,6 +46,10 @@ pub enum RecvError<E> {
     Decode(E),
     /// Messages were missed before the next one (see [`crate::Loss`]); reported once, in order.
     Lost(Loss),
+    /// The session's next frame failed validation (corrupt or foreign data, see
+    /// [`Subscription::fault`]): nothing more of this session will come. Every receive says so
+    /// at once (never a wait to the timeout, never a spin) until a new session is joined.
+    Fault(&'static str),
 }
 
 impl<E: fmt::Display> fmt::Display for RecvError<E> {
@@ -55,6 +59,7 @@ impl<E: fmt::Display> fmt::Display for RecvError<E> {
             RecvError::Closed => f.write_str("the session is closed"),
             RecvError::Decode(e) => write!(f, "decode: {e}"),
             RecvError::Lost(loss) => write!(f, "lost: {loss}"),
+            RecvError::Fault(why) => write!(f, "the stream is damaged: {why}"),
         }
     }
 }
@@ -190,6 +195,11 @@ impl<T, C: Codec<T>> Receiver<T, C> {
             }
             if self.fill() > 0 {
                 continue;
+            }
+            // A fault is news to the doorbell (the wait would return at once) but a poll
+            // delivers nothing past it: say so instead of spinning to the timeout.
+            if let Some(why) = self.subscription.fault() {
+                return Err(RecvError::Fault(why));
             }
             if self.subscription.is_closed() {
                 return Err(RecvError::Closed);
