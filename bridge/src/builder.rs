@@ -3,8 +3,6 @@
 
 use crate::client::Client;
 use crate::driver::{DriverConfig, MediaDriver};
-use crate::inbound::BridgeIn;
-use crate::outbound::BridgeOut;
 use crate::status::{self as bridge_status, BridgeDirection, BridgeInfo};
 use crate::sys::{self, ResumeMap};
 use shmlog::{Error, IdleStrategy};
@@ -158,16 +156,7 @@ impl BridgeBuilder {
         self
     }
 
-    /// Starts a bridge from the local stream to the channel. The local stream must have a
-    /// publisher (it is waited for up to the connect timeout).
-    pub fn open_out(self) -> Result<BridgeOut, BridgeError> {
-        BridgeOut::open(self)
-    }
-
-    /// Starts a bridge from the channel into the local stream, creating its publication.
-    pub fn open_in(self) -> Result<BridgeIn, BridgeError> {
-        BridgeIn::open(self)
-    }
+    // `open_out` and `open_in` are in outbound.rs and inbound.rs, which stand on this file.
 
     pub(crate) fn validate(&self) -> Result<(), BridgeError> {
         shmlog::validate_name(&self.stream)?;
@@ -519,7 +508,7 @@ pub(crate) fn map_resume(path: &Path) -> std::io::Result<ResumeMap> {
     initial[..8].copy_from_slice(&(-1i64).to_le_bytes());
     std::fs::write(path, initial)?;
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-    ResumeMap::map(&file)
+    ResumeMap::map(&file, bridge_status::RESUME_LEN)
 }
 
 /// A failed file operation of the bridge's, as the local stream's error type says one.

@@ -74,6 +74,13 @@ impl Target {
     }
 }
 
+impl BridgeBuilder {
+    /// Starts a bridge from the channel into the local stream, creating its publication.
+    pub fn open_in(self) -> Result<BridgeIn, BridgeError> {
+        BridgeIn::open(self)
+    }
+}
+
 impl BridgeIn {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeIn, BridgeError> {
         b.validate()?;

@@ -87,6 +87,14 @@ struct Msg {
 /// Buffers kept for reuse at most.
 const POOL: usize = 1024;
 
+impl BridgeBuilder {
+    /// Starts a bridge from the local stream to the channel. The local stream must have a
+    /// publisher (it is waited for up to the connect timeout).
+    pub fn open_out(self) -> Result<BridgeOut, BridgeError> {
+        BridgeOut::open(self)
+    }
+}
+
 impl BridgeOut {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
         b.validate()?;

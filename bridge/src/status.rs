@@ -677,4 +677,20 @@ mod tests {
         assert_eq!(left.len(), 2, "the live bridge's status and the log: {left:?}");
         assert!(clean(dir.path(), false).unwrap().iter().all(|c| !c.removed), "idempotent");
     }
+
+    #[cfg(feature = "aeron")]
+    #[test]
+    fn the_resume_map_stores_what_a_read_of_the_file_sees() {
+        let dir = crate::testing::TempDir::new("resume-map");
+        let path = dir.path().join("s.out.1.resume");
+        std::fs::write(&path, [0u8; RESUME_LEN]).unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let map = crate::sys::ResumeMap::map(&file, RESUME_LEN).unwrap();
+        map.store(-7i32 as u32 as i64, 4160);
+        assert_eq!(read_resume(&path), Some((4160, -7)));
+        std::fs::write(dir.path().join("short"), [0u8; 8]).unwrap();
+        let short = std::fs::File::open(dir.path().join("short")).unwrap();
+        assert!(crate::sys::ResumeMap::map(&short, RESUME_LEN).is_err());
+        assert!(crate::sys::ResumeMap::map(&file, 8).is_err(), "two words or more");
+    }
 }

@@ -55,19 +55,23 @@ pub struct ResumeMap(memmap2::MmapRaw);
 
 #[cfg(feature = "aeron")]
 impl ResumeMap {
-    /// Maps the first [`crate::status::RESUME_LEN`] bytes of `file` (which must be that long).
-    pub fn map(file: &std::fs::File) -> std::io::Result<ResumeMap> {
-        let len = file.metadata()?.len();
-        if len < crate::status::RESUME_LEN as u64 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "resume file too short"));
+    /// Maps the first `len` bytes of `file` (the status format's `RESUME_LEN`: at least the two
+    /// words, and the file at least that long).
+    pub fn map(file: &std::fs::File, len: usize) -> std::io::Result<ResumeMap> {
+        let short = |what| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+        if len < 16 {
+            return Err(short("a resume map holds two 8-byte words"));
         }
-        let map = memmap2::MmapOptions::new().len(crate::status::RESUME_LEN).map_raw(file)?;
+        if file.metadata()?.len() < len as u64 {
+            return Err(short("resume file too short"));
+        }
+        let map = memmap2::MmapOptions::new().len(len).map_raw(file)?;
         Ok(ResumeMap(map))
     }
 
     fn word(&self, index: usize) -> &std::sync::atomic::AtomicI64 {
         debug_assert!(index < 2);
-        // SAFETY: the map is RESUME_LEN (16) bytes, page-aligned, and lives as long as `self`,
+        // SAFETY: the map is at least 16 bytes (checked in `map`), page-aligned, and lives as long as `self`,
         // so `index * 8` (0 or 8) is an 8-aligned offset of 8 valid bytes for the borrow's
         // lifetime. This process accesses them only through these atomics; other processes only
         // read the file (after this one is gone), which no Rust reference of ours can observe.
@@ -102,20 +106,5 @@ mod tests {
         assert!(!pid_alive(pid));
         assert!(!pid_alive(0));
         assert!(!pid_alive(u32::MAX));
-    }
-
-    #[cfg(feature = "aeron")]
-    #[test]
-    fn the_resume_map_stores_what_a_read_of_the_file_sees() {
-        let dir = crate::testing::TempDir::new("resume-map");
-        let path = dir.path().join("s.out.1.resume");
-        std::fs::write(&path, [0u8; crate::status::RESUME_LEN]).unwrap();
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
-        let map = ResumeMap::map(&file).unwrap();
-        map.store(-7i32 as u32 as i64, 4160);
-        assert_eq!(crate::status::read_resume(&path), Some((4160, -7)));
-        std::fs::write(dir.path().join("short"), [0u8; 8]).unwrap();
-        let short = std::fs::File::open(dir.path().join("short")).unwrap();
-        assert!(ResumeMap::map(&short).is_err());
     }
 }
