@@ -8,4 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p shmlog-tools --bin shmlog
 cargo clippy -p shmlog-bridge --no-default-features --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p shmlog-bridge --no-default-features
 target/release/shmlog --help >/dev/null

@@ -142,7 +142,7 @@ impl BridgeBuilder {
         self
     }
 
-    /// Out bridges only: how long [`BridgeOut::run`] polls the local stream before it sleeps on
+    /// Out bridges only: how long [`BridgeOut::run`](crate::BridgeOut::run) polls the local stream before it sleeps on
     /// its doorbell (default zero: sleep at once, woken by the publisher in microseconds).
     /// Spinning saves that wake-up per message at the cost of a core while it spins.
     pub fn spin_before_sleep(mut self, spin: Duration) -> Self {

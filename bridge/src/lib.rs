@@ -42,6 +42,8 @@
 // Only flags between threads of this process (stop, driver lost) and the resume file's words:
 // no protocol memory, nothing for a loom build to swap.
 #![allow(clippy::disallowed_types)]
+// Without `aeron` the crate docs still name the bridge's types, which are not built then.
+#![cfg_attr(not(feature = "aeron"), allow(rustdoc::broken_intra_doc_links))]
 // The fuzz build re-exports internals (`__fuzz`), which are documented for this crate, not users.
 #![cfg_attr(shmlog_fuzz, allow(missing_docs))]
 
