@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bench smoke check for CI: every bench compiles and runs once in criterion's test mode, the
-# library's and the comparison's (compare/: aeron-rs, its own workspace); the latency example
+# core's (-p shmlog; the bridge's bench runs in .ci/bridge.sh, where its Java driver is) and the
+# comparison's (compare/: aeron-rs, its own workspace); the latency example
 # runs briefly. Timings are not judged. Needs neither Java nor Maven: without the driver jar the aeron-rs parts print
 # SKIPPED. LTO is switched off here to keep the build within a few minutes on 2 cores.
 set -euo pipefail
@@ -14,16 +15,16 @@ export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
 
 BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent compare:vs_aeron)
 COMPARE=(--manifest-path compare/Cargo.toml)
-cargo bench --no-run
+cargo bench -p shmlog --no-run
 cargo bench "${COMPARE[@]}" --no-run
-cargo build --profile bench --example lowrate
+cargo build --profile bench -p shmlog --example lowrate
 cargo build --profile bench "${COMPARE[@]}" --example latency
 
 passed=0
 failed=0
 for b in "${BENCHES[@]}"; do
     t0=$(date +%s)
-    where=()
+    where=(-p shmlog)
     if [[ $b == compare:* ]]; then
         b=${b#compare:}
         where=("${COMPARE[@]}")

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The bridge over Aeron UDP (feature `bridge`, docs/bridge.md): fetch the Java media driver from
-# Maven Central (scripts/fetch-aeron-driver.sh), lint with the feature on, run the multi-host tests
-# (tests/bridge.rs: two and three drivers on loopback, SIGKILLed bridges and drivers) with the
-# driver required, so a missing Java or jar fails here instead of skipping, and the bench once in
-# criterion's test mode. Timings are not judged.
+# The bridge over Aeron UDP (crate shmlog-bridge, bridge/; docs/bridge.md): fetch the Java media
+# driver from Maven Central (scripts/fetch-aeron-driver.sh), build the tool with its `bridge`
+# command (the multi-host tests start it as real processes), run those tests
+# (bridge/tests/bridge.rs: two and three drivers on loopback, SIGKILLed bridges and drivers) with
+# the driver required, so a missing Java or jar fails here instead of skipping, and the bench once
+# in criterion's test mode. Timings are not judged. The bridge's unit tests, lints and docs run in
+# .ci/run with the rest of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 bash scripts/fetch-aeron-driver.sh
 java -version 2>&1 | head -1
-cargo clippy --all-targets --features cli,bridge -- -D warnings
-cargo test --release --features bridge --lib bridge
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features bridge
-SHMLOG_REQUIRE_AERON=1 cargo test --release --features cli,bridge --test bridge
+cargo build --release -p shmlog-tools --features bridge --bin shmlog
+SHMLOG_REQUIRE_AERON=1 SHMLOG_BIN="$PWD/target/release/shmlog" \
+    cargo test --release -p shmlog-bridge --features driver-tests --test bridge
 CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
-    cargo bench --features bridge --bench bridge -- --test
+    cargo bench -p shmlog-bridge --bench bridge -- --test
 echo "bridge took $(( $(date +%s) - start )) s"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The `shmlog` tool (feature `cli`): build it, run its integration tests (tests/cli.rs, which start
-# the binary as real processes) and its unit tests, and lint everything with the feature on.
-# The library half (`shmlog::inspect`) is tested by the plain `cargo test` of .ci/run.
+# The `shmlog` tool (crate shmlog-tools, tools/) as a user builds it, without the bridge command:
+# that build uses the bridge crate without Aeron (feature `aeron` off: only its status format), a
+# configuration the workspace-wide runs of .ci/run never see (they unify features). Its tests
+# (tools/tests/cli.rs, the binary as real processes, and its unit tests) run in .ci/run's
+# `cargo test --release`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --features cli --bin shmlog
-cargo test --release --features cli --test cli --bin shmlog
-cargo clippy --features cli --all-targets -- -D warnings
+cargo build --release -p shmlog-tools --bin shmlog
+cargo clippy -p shmlog-bridge --no-default-features --all-targets -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p shmlog-bridge --no-default-features
+target/release/shmlog --help >/dev/null

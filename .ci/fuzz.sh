@@ -7,7 +7,8 @@
 # fuzz/artifacts/<target>/. New corpus entries go to fuzz/target/ci-corpus/, never into git.
 #
 # The scenarios are the fuzz crate's library (fuzz/src/); they reach the crate's internals
-# through `shmlog::__fuzz`, which exists only with `--cfg shmlog_fuzz` (set here through
+# through `shmlog::__fuzz` (and the bridge's through `shmlog_bridge::__fuzz`), which exist only
+# with `--cfg shmlog_fuzz` (set here through
 # RUSTFLAGS, which cargo-fuzz extends with its own flags; a crate-prefixed cfg, so a downstream
 # user's fuzzer, which sets the global `fuzzing`, never compiles it).
 #

@@ -72,7 +72,7 @@ start=$SECONDS
 step() { echo "== loom [$((SECONDS - start))s] $*"; }
 
 step "build (release, --cfg shmlog_loom)"
-bin=$(cargo test --release --lib --no-run --message-format=json-render-diagnostics |
+bin=$(cargo test -p shmlog --release --lib --no-run --message-format=json-render-diagnostics |
     grep -o '"executable":"[^"]*"' | tail -n 1 | cut -d '"' -f 4)
 if [[ -z $bin ]]; then
     echo "FAIL: no loom test binary was built" >&2
@@ -82,12 +82,12 @@ fi
 # The k models (loom_concurrent*) set their own preemption bounds (see their files).
 step "models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
 models_start=$SECONDS
-cargo test --release --lib -- loom_models loom_concurrent --nocapture
+cargo test -p shmlog --release --lib -- loom_models loom_concurrent --nocapture
 step "models passed in $((SECONDS - models_start))s"
 
 # The backend's own tests (some expect a panic, whose message would only be noise here).
 step "region::loom tests"
-cargo test --release --lib region::loom
+cargo test -p shmlog --release --lib region::loom
 
 read -r -a knobs <<<"$(grep -o 'mutant("[a-z_]*")' src/sync.rs | cut -d '"' -f 2 | tr '\n' ' ')"
 

@@ -65,7 +65,8 @@ run() {
     local log=target/san/$name.log t0
     t0=$(date +%s)
     mkdir -p target/san
-    if RUSTFLAGS="$flags" CARGO_TARGET_DIR="$dir" cargo "${tc[@]}" test --target "$host" "$@" >"$log" 2>&1; then
+    # -p shmlog: the core only (the root's default members include the bridge and the tool).
+    if RUSTFLAGS="$flags" CARGO_TARGET_DIR="$dir" cargo "${tc[@]}" test -p shmlog --target "$host" "$@" >"$log" 2>&1; then
         stamp "$name: ok in $(($(date +%s) - t0))s: $(grep -E '^test result' "$log" | awk '{p+=$4; f+=$6} END {print p" passed, "f" failed"}')"
     else
         stamp "$name: FAILED in $(($(date +%s) - t0))s (log: $log)"
@@ -123,7 +124,7 @@ if want miri; then
         stamp "miri: cargo miri test --lib -- ${filters[*]} (MIRIFLAGS=-Zmiri-strict-provenance)"
         mkdir -p target/san
         if MIRIFLAGS="-Zmiri-strict-provenance" CARGO_TARGET_DIR=target/miri \
-            cargo "${tc[@]}" miri test --lib -- "${filters[@]}" >target/san/miri.log 2>&1 &&
+            cargo "${tc[@]}" miri test -p shmlog --lib -- "${filters[@]}" >target/san/miri.log 2>&1 &&
             (cd fuzz && MIRIFLAGS="-Zmiri-strict-provenance" RUSTFLAGS="--cfg shmlog_fuzz" \
                 CARGO_TARGET_DIR=../target/miri-fuzz cargo "${tc[@]}" miri test -- miri_in_memory_seeds) \
                 >>target/san/miri.log 2>&1; then

@@ -24,7 +24,7 @@ fi
 declare -A BIN
 while IFS=$'\t' read -r name exe; do
     BIN[$name]=$exe
-done < <( (cargo bench --no-run --message-format=json; cargo bench "${COMPARE[@]}" --no-run --message-format=json) \
+done < <( (cargo bench -p shmlog --no-run --message-format=json; cargo bench "${COMPARE[@]}" --no-run --message-format=json) \
     | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

@@ -100,10 +100,13 @@
 //! # Features
 //! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver` (`recv().await`,
 //! and a `futures_core::Stream` of messages), `AsyncSender` (`send(..).await`, awaiting room), and
-//! `journal::AsyncReplay`, a stream of a recording's messages. `cli`: the
-//! `shmlog` tool. `bridge`: `shmlog::bridge`, carrying a stream to other hosts over Aeron UDP (with
-//! `cli`: `shmlog bridge`; `docs/bridge.md`). `aeron-compare`: the benches against aeron-rs. None
-//! is on by default.
+//! `journal::AsyncReplay`, a stream of a recording's messages. None is on by default.
+//!
+//! # The workspace around the core
+//! This crate is the core: messaging on one host and its journal, on `libc` and `memmap2`. Beside
+//! it, crates of their own that use only its public API: `shmlog-bridge` (`bridge/`: a stream
+//! carried to other hosts over Aeron UDP, `docs/bridge.md`) and `shmlog-tools` (`tools/`: the
+//! `shmlog` command, `docs/cli.md`). `docs/architecture.md` maps the floors.
 //!
 //! # Thread safety
 //! [`Publication`] and [`Subscription`] are `Send` but not `Sync`: move one to the thread that
@@ -140,8 +143,6 @@ pub(crate) mod sync;
 // Under loom only the memory protocol is compiled (log, reader slots, flow control, assembler),
 // so the model checker runs the same code as the real build; files and system calls are left out.
 pub(crate) mod api;
-#[cfg(all(feature = "bridge", not(shmlog_loom)))]
-pub mod bridge;
 pub mod journal;
 pub(crate) mod stream;
 #[cfg(not(shmlog_loom))]
@@ -191,6 +192,8 @@ pub use api::{
 #[cfg(not(shmlog_loom))]
 pub use region::pod::Pod;
 #[cfg(not(shmlog_loom))]
-pub use stream::dir::default_dir;
+pub use stream::dir::{default_dir, ensure_dir};
 pub use stream::join::JoinAt;
 pub use stream::loss::{Loss, LossCause};
+#[cfg(not(shmlog_loom))]
+pub use stream::name::{validate as validate_name, MAX_NAME_LEN};

@@ -273,9 +273,12 @@ impl Pcts {
 }
 
 fn results_dir() -> PathBuf {
-    std::env::var_os("SHMLOG_BENCH_RESULTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results"))
+    std::env::var_os("SHMLOG_BENCH_RESULTS").map(PathBuf::from).unwrap_or_else(|| {
+        // The workspace's target/ (the bridge's bench includes this file from bridge/).
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = here.ancestors().find(|p| p.join("Cargo.lock").is_file()).unwrap_or(here);
+        root.join("target/bench-results")
+    })
 }
 
 /// Appends one JSON line to `target/bench-results/<bench>.jsonl` (not in test mode).

@@ -20,7 +20,7 @@
 //!   and no more bad positions, nor losses marked upstream, than messages settled.
 
 use crate::input::{message_bytes, Input};
-use shmlog::__fuzz::bridge_in::{
+use shmlog_bridge::__fuzz::bridge_in::{
     encode, BackPressure, BridgeDirection, BridgeInfo, Core, Fragment, Next, AFTER_DROP, BEGIN, END,
     FRESH_START, LOST, MAX_IMAGES, MAX_LOSSES,
 };

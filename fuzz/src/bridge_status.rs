@@ -4,7 +4,7 @@
 //! most `MAX_LOSSES`, each `0 <= from <= to`); and what parses writes back as text that parses
 //! to the same state (the writer and the parser agree on every accepted file).
 
-use shmlog::inspect::{BridgeDirection, BridgeInfo, MAX_LOSSES};
+use shmlog_bridge::status::{BridgeDirection, BridgeInfo, MAX_LOSSES};
 
 pub fn bridge_status(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -508,7 +508,7 @@ fn bridge_in_seeds_deliver_drop_hold_and_evict() {
         if name == "hostile" {
             assert!(stats.bad_positions >= 1 && stats.back_pressure >= 1, "{name}: {stats:?}");
             assert!(
-                stats.images == shmlog::__fuzz::bridge_in::MAX_IMAGES && stats.dropped >= 6,
+                stats.images == shmlog_bridge::__fuzz::bridge_in::MAX_IMAGES && stats.dropped >= 6,
                 "{name}: {stats:?}"
             );
         }
@@ -519,7 +519,7 @@ fn bridge_in_seeds_deliver_drop_hold_and_evict() {
 fn bridge_status_seeds_parse() {
     for (name, bytes) in bridge_status_seeds() {
         let text = std::str::from_utf8(&bytes).unwrap();
-        let b = shmlog::inspect::BridgeInfo::parse("s", shmlog::inspect::BridgeDirection::In, 7, text);
+        let b = shmlog_bridge::status::BridgeInfo::parse("s", shmlog_bridge::status::BridgeDirection::In, 7, text);
         assert!(b.is_some(), "seed {name} must parse, or the target only tests the refusal");
     }
 }

@@ -1,8 +1,10 @@
 //! Looking into a stream directory from the outside: what streams it holds and who uses them
 //! ([`streams`]), and removing what dead processes left behind ([`clean`]).
 //!
-//! These are the library half of the `shmlog stat` and `shmlog clean` commands (feature `cli`);
-//! nothing here prints.
+//! These are the library half of the `shmlog stat` and `shmlog clean` commands (the tool is the
+//! crate `shmlog-tools`); nothing here prints. A bridge's status and resume files
+//! (`<stream>.<out|in>.<pid>.bridge|resume`, crate `shmlog-bridge`) are not the core's: they are
+//! listed as [`CleanReason::NotOurs`] here, and `shmlog_bridge::status` reads and cleans them.
 //!
 //! [`streams`] is strictly read-only: it opens every file read-only, maps it read-only, and learns
 //! who is alive only by asking the kernel which locks are held (`F_OFD_GETLK`). It never takes a
@@ -30,7 +32,6 @@
 //! # Ok::<(), shmlog::Error>(())
 //! ```
 
-pub use super::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause, MAX_LOSSES};
 use crate::error::Error;
 use crate::layout::slots as s;
 use crate::log::{Counter, Gauge, Log};
@@ -70,11 +71,6 @@ pub struct StreamInfo {
     /// Files of this stream that could not be read or validated (foreign, corrupt, another
     /// layout version, permission denied). The rest of the report is still filled in.
     pub problems: Vec<Error>,
-    /// Bridges (feature `bridge`) that carry this stream to or from other hosts, by pid: the
-    /// running ones and the status files dead ones left (until [`clean`]).
-    pub bridges: Vec<BridgeInfo>,
-    /// Bridge status files of this stream that could not be read, and why.
-    pub bridge_problems: Vec<String>,
 }
 
 /// The log of a stream's current session, as its metadata says.
@@ -208,26 +204,18 @@ pub struct ReaderInfo {
 pub fn streams(dir: impl AsRef<Path>) -> Result<Vec<StreamInfo>, Error> {
     let dir = dir.as_ref();
     let listing = list(dir)?;
-    Ok(listing.stream_names().into_iter().map(|name| inspect_stream(dir, &listing, name)).collect())
+    Ok(listing.stream_names().into_iter().map(|name| inspect_stream(dir, name)).collect())
 }
 
-fn inspect_stream(dir: &Path, listing: &Listing, name: String) -> StreamInfo {
+fn inspect_stream(dir: &Path, name: String) -> StreamInfo {
     let mut info = StreamInfo {
         log: None,
         readers_path: None,
         slot_count: 0,
         readers: Vec::new(),
         problems: Vec::new(),
-        bridges: Vec::new(),
-        bridge_problems: Vec::new(),
         name,
     };
-    for path in listing.bridge_files(&info.name) {
-        match super::bridge_status::read(path) {
-            Ok(b) => info.bridges.push(b),
-            Err(e) => info.bridge_problems.push(e),
-        }
-    }
     let log_path = name::log_path(dir, &info.name);
     let mut current = None;
     match inspect_log(&log_path, false) {
@@ -352,32 +340,12 @@ impl Listing {
     fn stream_names(&self) -> BTreeSet<String> {
         self.entries
             .iter()
-            .filter_map(|(path, e)| match e {
+            .filter_map(|(_, e)| match e {
                 Entry::Log(n) | Entry::Readers(n) => Some(n.clone()),
-                _ => bridge_file(path).map(|(n, _, _)| n),
+                _ => None,
             })
             .collect()
     }
-
-    /// The bridge status files of stream `name`.
-    fn bridge_files<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Path> + 'a {
-        self.entries
-            .iter()
-            .filter(move |(path, e)| {
-                *e == Entry::Other && bridge_file(path).is_some_and(|(n, _, _)| n == name)
-            })
-            .map(|(path, _)| path.as_path())
-    }
-}
-
-fn bridge_file(path: &Path) -> Option<(String, BridgeDirection, u32)> {
-    super::bridge_status::parse_file_name(path.file_name()?.to_str()?)
-}
-
-/// A bridge's status or resume file.
-fn any_bridge_file(path: &Path) -> Option<(String, BridgeDirection, u32)> {
-    let name = path.file_name()?.to_str()?;
-    super::bridge_status::parse_file_name(name).or_else(|| super::bridge_status::parse_resume_name(name))
 }
 
 fn list(dir: &Path) -> Result<Listing, Error> {
@@ -417,16 +385,6 @@ pub enum CleanReason {
         /// Its process id.
         pid: i32,
     },
-    /// Removed: the status file of a bridge whose process is gone.
-    BridgeGone {
-        /// The bridge's process id.
-        pid: u32,
-    },
-    /// Kept: the status file of a running bridge.
-    BridgeAlive {
-        /// Its process id.
-        pid: u32,
-    },
     /// Kept: the publisher is gone but a live reader still maps the log (it may be draining it).
     MappedByReader,
     /// Kept: a live reader holds a slot.
@@ -443,7 +401,8 @@ pub enum CleanReason {
         /// How long ago it was last changed.
         age: Duration,
     },
-    /// Kept: not a file name shmlog uses.
+    /// Kept: not a file name of a stream (a log, a reader-slot file, their temporaries); a
+    /// bridge's files too (`shmlog_bridge::status::clean` handles those).
     NotOurs,
     /// Kept: the file could not be opened or validated (foreign, corrupt, another layout
     /// version, permission denied); the message says why.
@@ -463,8 +422,6 @@ impl fmt::Display for CleanReason {
                 write!(f, "temporary file nobody holds, unchanged for {} s", age.as_secs())
             }
             Self::PublisherAlive { pid } => write!(f, "publisher (pid {pid}) is alive"),
-            Self::BridgeGone { pid } => write!(f, "bridge status of a process (pid {pid}) that is gone"),
-            Self::BridgeAlive { pid } => write!(f, "bridge (pid {pid}) is running"),
             Self::MappedByReader => f.write_str("publisher is gone but a live reader still maps the log"),
             Self::SlotHeld => f.write_str("a live reader holds a slot"),
             Self::InUse => f.write_str("a live publisher or reader has it open"),
@@ -539,15 +496,7 @@ pub fn clean(dir: impl AsRef<Path>, dry_run: bool) -> Result<CleanReport, Error>
         match entry {
             Entry::Log(_) | Entry::Readers(_) => {}
             Entry::Temp => clean_temp(path, dry_run, &mut report),
-            Entry::Other => match any_bridge_file(path) {
-                Some((_, _, pid)) if !crate::sys::process::pid_alive(pid) => {
-                    if dry_run || fs::remove_file(path).is_ok() {
-                        report.removed(path, CleanReason::BridgeGone { pid });
-                    }
-                }
-                Some((_, _, pid)) => report.kept(path, CleanReason::BridgeAlive { pid }),
-                None => report.kept(path, CleanReason::NotOurs),
-            },
+            Entry::Other => report.kept(path, CleanReason::NotOurs),
         }
     }
     Ok(report)

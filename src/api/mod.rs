@@ -5,8 +5,6 @@ pub(crate) mod assembler;
 #[cfg(all(feature = "async", not(shmlog_loom)))]
 pub(crate) mod async_rx;
 #[cfg(not(shmlog_loom))]
-pub(crate) mod bridge_status;
-#[cfg(not(shmlog_loom))]
 pub(crate) mod channel;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod claim;

@@ -7,11 +7,12 @@
 //! a running recording from an interrupted one. Allocating a record takes a lock on the header.
 
 use super::record::{self, Fields, Recording, RECORD_LEN};
+use super::segment::space_error;
 use crate::error::Error;
 use crate::region::{MmapRegion, ReadOnlyRegion, Region, RegionMut};
 use crate::stream::files::check_owner;
 use crate::sys::clock::random_u64;
-use crate::sys::fs::{create_new, open_existing, reserve, Cause};
+use crate::sys::fs::{create_new, open_existing, reserve};
 use crate::sys::lock::{self, Kind};
 use std::fs::{self, DirBuilder, File};
 use std::io;
@@ -291,17 +292,6 @@ impl<R: Region> Catalog<R> {
             })
             .map(|id| self.get(id))
             .collect()
-    }
-}
-
-/// An allocation failure that means "the disk is full" as a typed error.
-pub fn space_error(path: &Path, needed: u64, e: io::Error) -> Error {
-    if matches!(crate::sys::fs::cause(&e), Cause::NoSpace | Cause::TooLarge) {
-        let dir = path.parent().unwrap_or(path);
-        let available = crate::sys::fs::available_space(dir).unwrap_or(0);
-        Error::InsufficientSpace { path: path.into(), needed, available }
-    } else {
-        Error::io("reserve space", path, e)
     }
 }
 

@@ -8,9 +8,8 @@
 //! segment where the fsync policy promises durability, the linking of a catalog, and recovery's
 //! removal of segments.
 
-use super::catalog::space_error;
 use crate::error::Error;
-use crate::sys::fs::{create_new, open_existing, reserve};
+use crate::sys::fs::{create_new, open_existing, reserve, Cause};
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -52,6 +51,17 @@ pub fn sync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("sync journal directory", dir, e))?;
     trace::note(|| "sync dir".into());
     Ok(())
+}
+
+/// An allocation failure that means "the disk is full" as a typed error.
+pub fn space_error(path: &Path, needed: u64, e: io::Error) -> Error {
+    if matches!(crate::sys::fs::cause(&e), Cause::NoSpace | Cause::TooLarge) {
+        let dir = path.parent().unwrap_or(path);
+        let available = crate::sys::fs::available_space(dir).unwrap_or(0);
+        Error::InsufficientSpace { path: path.into(), needed, available }
+    } else {
+        Error::io("reserve space", path, e)
+    }
 }
 
 /// What the journal did to its directory, in order, for the unit tests that check the order of

@@ -24,6 +24,19 @@ pub fn default_dir() -> PathBuf {
     }
 }
 
+/// Makes sure `dir` exists as a stream directory, as every builder does before it creates a
+/// stream's files there: creates it (mode 0700, and its parents) if it is missing, and refuses a
+/// symlink or a file. The per-user [`default_dir`] must also belong to this user and be
+/// writable by nobody else ([`Error::PermissionDenied`] otherwise); a directory named by the
+/// caller is the caller's choice (e.g. a group's shared directory).
+///
+/// For programs that keep files of their own beside a user's streams (the bridge's status
+/// files), or that want a bad directory reported at start rather than at the first open.
+pub fn ensure_dir(dir: impl AsRef<Path>) -> Result<(), Error> {
+    let dir = dir.as_ref();
+    ensure(dir, dir == default_dir())
+}
+
 /// Makes sure `dir` exists as a real directory (never a symlink), creating it 0700.
 ///
 /// The per-user default directory must also belong to us and let nobody else write it: someone

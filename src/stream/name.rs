@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 /// Longest stream name, in bytes: leaves room for suffixes within NAME_MAX (255).
 pub const MAX_NAME_LEN: usize = 200;
 
-/// Checks that `name` is usable as one file-name component on every Unix.
+/// Checks that `name` can name a stream (exported as `shmlog::validate_name`): 1 to
+/// [`MAX_NAME_LEN`] bytes, usable as one file-name component on every Unix (no `/`, NUL or
+/// control character), not starting with `.` (reserved for temporary files). Every builder checks
+/// it; [`Error::InvalidName`] says which rule a name breaks. For programs that derive file names
+/// of their own from a stream's name (the bridge's status files) or check names given to them.
 pub fn validate(name: &str) -> Result<(), Error> {
     let bad = |reason| Err(Error::InvalidName { name: name.to_owned(), reason });
     if name.is_empty() {

@@ -7,7 +7,7 @@
 //! files.
 
 use super::doorbell::Rung;
-use super::slots::{SessionReaders, SlotLocks, Slots};
+use super::slots::{SessionReaders, Slots};
 use super::writer_core::WriterCore;
 use crate::error::{Invalid, OfferError};
 use crate::layout::frame::{framed_length, max_message_len};
@@ -16,12 +16,9 @@ use crate::log::{Counter, Gauge, Log};
 use crate::region::{DirectRegion, RegionMut};
 use crate::sync::protocol;
 
-/// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
-pub trait Liveness: SlotLocks {
-    /// Whether a held-back writer may sweep dead readers now: a sweep costs system calls, so
-    /// it runs at most once per liveness interval.
-    fn sweep_due(&mut self) -> bool;
-}
+// The trait lives with the writer core that asks it (writer_core.rs), so the two files do not
+// import each other; this is its old path.
+pub use super::writer_core::Liveness;
 
 /// The writer of a log's session, with its flow control over the stream's reader slots.
 #[derive(Debug)]

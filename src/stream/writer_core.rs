@@ -4,11 +4,17 @@
 //! Written once, so the two writers differ only in how they take space in the log.
 
 use super::flow::FlowControl;
-use super::slots::{SessionReaders, Slots};
-use super::writer::Liveness;
+use super::slots::{SessionReaders, SlotLocks, Slots};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::RegionMut;
 use crate::sync::LightBarrier;
+
+/// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
+pub trait Liveness: SlotLocks {
+    /// Whether a held-back writer may sweep dead readers now: a sweep costs system calls, so
+    /// it runs at most once per liveness interval.
+    fn sweep_due(&mut self) -> bool;
+}
 
 /// The reader-facing half of a writer.
 #[derive(Debug)]

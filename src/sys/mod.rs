@@ -14,4 +14,3 @@ pub(crate) mod crc32c;
 pub(crate) mod fs;
 pub(crate) mod futex;
 pub(crate) mod lock;
-pub(crate) mod process;

@@ -1,14 +1,14 @@
 //! The out bridge: a reader of the local stream that offers every message to an Aeron UDP
 //! publication.
 
-use super::client::Client;
-use super::wire::{self, Reserved};
-use super::{BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
-use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
-use crate::IdleStrategy;
-use crate::{Action, Header, JoinAt, Subscription};
+use crate::builder::{BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
+use crate::client::Client;
+use crate::status::{BridgeDirection, BridgeInfo, Loss, LossCause};
+use crate::wire::{self, Reserved};
 use aeron_rs::publication::Publication;
 use aeron_rs::utils::errors::AeronError;
+use shmlog::IdleStrategy;
+use shmlog::{Action, Header, JoinAt, Subscription};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -87,6 +87,14 @@ struct Msg {
 /// Buffers kept for reuse at most.
 const POOL: usize = 1024;
 
+impl BridgeBuilder {
+    /// Starts a bridge from the local stream to the channel. The local stream must have a
+    /// publisher (it is waited for up to the connect timeout).
+    pub fn open_out(self) -> Result<BridgeOut, BridgeError> {
+        BridgeOut::open(self)
+    }
+}
+
 impl BridgeOut {
     pub(super) fn open(b: BridgeBuilder) -> Result<BridgeOut, BridgeError> {
         b.validate()?;
@@ -136,7 +144,7 @@ impl BridgeOut {
     /// stream's doorbell (woken the moment the publisher writes, or after 1 ms to tend the Aeron
     /// client); while the publication pushes back it backs off.
     pub fn run(&mut self, stop: &AtomicBool) {
-        let mut backoff = crate::Backoff::default();
+        let mut backoff = shmlog::Backoff::default();
         while !stop.load(Ordering::Relaxed) {
             let work = self.do_work();
             if work > 0 {
@@ -196,8 +204,8 @@ fn open_source(b: &BridgeBuilder, status: &mut Status) -> Result<(Subscription, 
     let mut sub = match open(JoinAt::Position(r)) {
         // Not held any more (or not in this session): the nearest message the log holds, or,
         // if the log moved on meanwhile, its oldest.
-        Err(crate::Error::PositionNotAvailable { nearest, .. }) => match open(JoinAt::Position(nearest)) {
-            Err(crate::Error::PositionNotAvailable { .. }) => open(JoinAt::Earliest)?,
+        Err(shmlog::Error::PositionNotAvailable { nearest, .. }) => match open(JoinAt::Position(nearest)) {
+            Err(shmlog::Error::PositionNotAvailable { .. }) => open(JoinAt::Earliest)?,
             other => other?,
         },
         other => other?,
@@ -229,7 +237,7 @@ fn open_source(b: &BridgeBuilder, status: &mut Status) -> Result<(Subscription, 
 /// skipped part is a loss (status, counter, and the mark on the next message).
 fn joined_late(st: &mut OutState, info: &mut BridgeInfo, session: i32, from: i64, at: i64) {
     if at > from {
-        let loss = crate::Loss { session_id: session, from, to: at, cause: crate::LossCause::JoinedLate };
+        let loss = shmlog::Loss { session_id: session, from, to: at, cause: shmlog::LossCause::JoinedLate };
         eprintln!("shmlog bridge out: could not resume: {loss}");
         record_source_loss(st, info, loss);
     }
@@ -257,7 +265,7 @@ fn take_source_losses(sub: &mut Subscription, st: &mut OutState, info: &mut Brid
 
 /// A loss before the bridge: in the status (closing a run of drops first, so the list stays in
 /// order), counted, and marked on the next message read.
-fn record_source_loss(st: &mut OutState, info: &mut BridgeInfo, loss: crate::Loss) {
+fn record_source_loss(st: &mut OutState, info: &mut BridgeInfo, loss: shmlog::Loss) {
     if let Some((_, run)) = st.drop_run.take() {
         info.push_loss(run);
     }
@@ -510,8 +518,8 @@ fn align32(n: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::bridge_status;
-    use crate::Publication;
+    use crate::status as bridge_status;
+    use shmlog::Publication;
     use std::path::Path;
 
     fn info() -> BridgeInfo {
@@ -638,7 +646,7 @@ mod tests {
         assert_eq!(marks, wire::FRESH_START | wire::LOST, "the first message after the loss");
         assert_eq!(wire::decode(out.sent[4].1).1, 0, "and only that one");
         assert!(at >= TERM as i64, "joined past the session's first two terms: {at}");
-        let cause = LossCause::Source { session: p2.session_id(), cause: crate::LossCause::JoinedLate };
+        let cause = LossCause::Source { session: p2.session_id(), cause: shmlog::LossCause::JoinedLate };
         let loss = Loss { from: 0, to: at, messages: None, cause };
         assert_eq!((&status.info.losses, status.info.source_losses), (&vec![loss], 1));
         let text = status.info.to_text();
@@ -666,7 +674,7 @@ mod tests {
         let at = sub.join_position().unwrap();
         assert!(at > 960, "{at}");
         assert_eq!((st.flags, st.session), (wire::LOST, Some(p.session_id())));
-        let cause = LossCause::Source { session: p.session_id(), cause: crate::LossCause::JoinedLate };
+        let cause = LossCause::Source { session: p.session_id(), cause: shmlog::LossCause::JoinedLate };
         assert_eq!(status.info.losses, vec![Loss { from: 960, to: at, messages: None, cause }]);
         assert_eq!(status.info.source_losses, 1);
         let own = bridge_status::resume_path(dir.path(), "s", BridgeDirection::Out, std::process::id());
@@ -699,7 +707,7 @@ mod tests {
             assert_eq!(st.session, None, "a new session: its first message is a fresh start");
             if lost {
                 let cause =
-                    LossCause::Source { session: p.session_id(), cause: crate::LossCause::JoinedLate };
+                    LossCause::Source { session: p.session_id(), cause: shmlog::LossCause::JoinedLate };
                 assert!(at > 0);
                 assert_eq!(st.flags, wire::FRESH_START | wire::LOST);
                 assert_eq!(status.info.losses, vec![Loss { from: 0, to: at, messages: None, cause }]);

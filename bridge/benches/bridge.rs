@@ -19,9 +19,10 @@
 //!   does), and a reader polling it. Plain Aeron plus those two hops is the bridge pair's floor
 //!   on this machine.
 //!
-//! Needs `--features bridge`, Java 17+ and the driver jar (scripts/fetch-aeron-driver.sh);
+//! Needs Java 17+ and the driver jar (scripts/fetch-aeron-driver.sh);
 //! without them it prints SKIPPED.
 
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use aeron_rs::aeron::Aeron;
@@ -30,8 +31,8 @@ use aeron_rs::concurrent::logbuffer::header::Header as AeronHeader;
 use aeron_rs::context::Context;
 use aeron_rs::utils::types::Index;
 use criterion::{BenchmarkId, Throughput};
-use shmlog::bridge::{BridgeBuilder, Driver, DriverConfig, MediaDriver};
 use shmlog::{Header, OfferError, Publication, Subscription};
+use shmlog_bridge::{BridgeBuilder, Driver, DriverConfig, MediaDriver};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};

@@ -1,6 +1,8 @@
 //! `shmlog`: look into stream directories, clean up after crashes, and measure latency.
 //!
-//! Built with the `cli` feature: `cargo run --release --features cli --bin shmlog -- --help`.
+//! The crate `shmlog-tools` (`tools/` of the workspace): `cargo run --release -p shmlog-tools --
+//! --help`; with feature `bridge` also `shmlog bridge` (compiles the Aeron client):
+//! `cargo run --release -p shmlog-tools --features bridge -- bridge --help`.
 
 #[cfg(feature = "bridge")]
 mod bridge;

@@ -4,11 +4,29 @@
 //! threads of this test. Needs Java 17+ and the driver jar (`scripts/fetch-aeron-driver.sh`):
 //! without them every test prints SKIPPED, and fails instead under `SHMLOG_REQUIRE_AERON=1`
 //! (as `.ci/run` sets it).
+//!
+//! Compiled only with feature `driver-tests`, and run by `.ci/bridge.sh`, which first builds the
+//! tool these tests start: `cargo build --release -p shmlog-tools --features bridge` (another
+//! package's binary, so cargo does not build it for this test; `SHMLOG_BIN` names another one).
 
-mod support;
+// The std-only parts of the core's test support (`tests/support/`), shared by file (`basics`
+// names `super::wire`, so all three sit at the root).
+#[allow(dead_code)]
+#[path = "../../tests/support/basics.rs"]
+mod basics;
+#[allow(dead_code)]
+#[path = "../../tests/support/dir.rs"]
+mod dir;
+#[allow(dead_code)]
+#[path = "../../tests/support/wire.rs"]
+mod wire;
+mod support {
+    pub use super::basics::*;
+    pub use super::dir::ShmDir;
+}
 
-use shmlog::inspect::{self, BridgeDirection, BridgeInfo, LossCause};
 use shmlog::{FragmentAssembler, FragmentHandler, Header, OfferError, Publication, Subscription};
+use shmlog_bridge::status::{self, BridgeDirection, BridgeInfo, Loss, LossCause};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,8 +39,9 @@ const STREAM: &str = "orders";
 
 fn jar() -> PathBuf {
     std::env::var_os("AERON_JAR").map(PathBuf::from).unwrap_or_else(|| {
+        // This crate is `bridge/` of the workspace, whose target/ the fetch script fills.
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("target/aeron/aeron-all-{}.jar", shmlog::bridge::AERON_VERSION))
+            .join(format!("../target/aeron/aeron-all-{}.jar", shmlog_bridge::AERON_VERSION))
     })
 }
 
@@ -41,6 +60,25 @@ fn aeron_available() -> bool {
     }
     eprintln!("SKIPPED: the bridge tests need the Java Aeron driver: {why}");
     false
+}
+
+/// The `shmlog` tool with its `bridge` command: `$SHMLOG_BIN`, else `shmlog` of the target
+/// directory this test was built in (`.ci/bridge.sh` builds it first).
+fn shmlog_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("SHMLOG_BIN") {
+        return PathBuf::from(bin);
+    }
+    // The test runs as target/<profile>/deps/bridge-<hash>.
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(|deps| deps.parent()).map(|p| p.join("shmlog"));
+    match bin {
+        Some(bin) if bin.is_file() => bin,
+        _ => panic!(
+            "no shmlog binary beside {}: build it first (cargo build --release -p shmlog-tools --features bridge) \
+             or set SHMLOG_BIN",
+            exe.display()
+        ),
+    }
 }
 
 /// A UDP port nobody uses right now.
@@ -75,8 +113,8 @@ impl Host {
 
     /// The status of this host's bridge with `pid`, as `shmlog stat` would show it.
     fn bridge(&self, pid: u32) -> Option<BridgeInfo> {
-        let streams = inspect::streams(self.path()).ok()?;
-        streams.into_iter().flat_map(|s| s.bridges).find(|b| b.pid == pid)
+        let streams = status::scan(self.path()).ok()?;
+        streams.into_values().flat_map(|s| s.bridges).find(|b| b.pid == pid)
     }
 }
 
@@ -99,10 +137,10 @@ impl BridgeProc {
         let mut cmd = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_shmlog")]);
+                c.args(["netns", "exec", ns]).arg(shmlog_bin());
                 c
             }
-            None => Command::new(env!("CARGO_BIN_EXE_shmlog")),
+            None => Command::new(shmlog_bin()),
         };
         let child = cmd
             .args(["bridge", way, "--stream", STREAM, "--channel", channel, "--connect-timeout", "60"])
@@ -316,7 +354,7 @@ fn bridge_files(dir: &Path) -> Vec<String> {
 /// message that did not arrive lies in a loss the bridges reported, which holds nothing that
 /// did arrive, but for one case: a bridge killed in the instant between publishing a message and
 /// recording it (a few instructions) leaves that message as the first of its gap.
-fn check_losses(starts: &[(u64, i64)], seen: &[u64], losses: &[inspect::Loss]) -> usize {
+fn check_losses(starts: &[(u64, i64)], seen: &[u64], losses: &[Loss]) -> usize {
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "out of order or duplicated");
     let seen_set: std::collections::HashSet<u64> = seen.iter().copied().collect();
     let inside = |p: i64| losses.iter().any(|l| l.from <= p && p < l.to);
@@ -440,7 +478,7 @@ fn far_reader(
 fn check_far_readers(
     starts: &[(u64, i64)],
     readers: &[FarSeen],
-    bridge_losses: &[inspect::Loss],
+    bridge_losses: &[Loss],
 ) -> Vec<(usize, usize)> {
     let mut far: HashMap<u64, (i32, i64)> = HashMap::new();
     for r in readers {
@@ -560,7 +598,7 @@ fn one_bridge_out_to_a_multicast_group_feeds_two_far_hosts() {
     wait_for("both far hosts connected", Duration::from_secs(60), || {
         [&b, &c]
             .iter()
-            .all(|h| inspect::streams(h.path()).unwrap().iter().flat_map(|s| &s.bridges).any(|x| x.connected))
+            .all(|h| status::scan(h.path()).unwrap().values().flat_map(|s| &s.bridges).any(|x| x.connected))
             .then_some(())
     });
     publish(&mut p, 0..n, &mut Rng::new("bridge-mc"), None);
@@ -742,7 +780,7 @@ fn a_loss_the_out_bridges_reader_reports_is_reported_at_both_ends() {
     let [source] = out_status.losses[..] else { panic!("one loss at the out bridge: {out_status:?}") };
     assert_eq!((source.from, source.messages, source.cause, out_status.source_losses), (0, None, cause, 1));
     assert!(source.to > 0);
-    let upstream = inspect::Loss { from: 0, to: source.to, messages: None, cause: LossCause::Upstream };
+    let upstream = Loss { from: 0, to: source.to, messages: None, cause: LossCause::Upstream };
     assert_eq!((in_status.losses.clone(), in_status.source_losses), (vec![upstream], 1), "{in_status:?}");
     // The first session whole; of the second, exactly the messages at and after the loss's end.
     let expected: Vec<u64> =
@@ -1026,7 +1064,7 @@ fn a_path_cut_between_two_network_namespaces_heals_without_loss() {
 fn bad_settings_are_refused_with_a_clear_error() {
     let dir = ShmDir::new("bridge-bad");
     let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+        let out = Command::new(shmlog_bin())
             .args(["bridge"])
             .args(args)
             .arg("--dir")
@@ -1055,7 +1093,7 @@ fn bad_settings_are_refused_with_a_clear_error() {
     ]);
     assert!(err.contains("no Aeron driver jar at"), "{err}");
     // $AERON_JAR names a file that is not there: said, with the variable's name.
-    let out = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+    let out = Command::new(shmlog_bin())
         .args(["bridge", "in", "--stream", "x", "--channel", udp, "--embedded-driver"])
         .arg(&drivers)
         .arg("--dir")
@@ -1086,7 +1124,7 @@ fn the_embedded_driver_is_found_from_any_current_directory() {
     let b = Host::new("jar-b");
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
     let log = b.dir.path().join("bridge.stderr");
-    let child = Command::new(env!("CARGO_BIN_EXE_shmlog"))
+    let child = Command::new(shmlog_bin())
         .args(["bridge", "in", "--stream", STREAM, "--channel", &channel, "--connect-timeout", "60"])
         .arg("--dir")
         .arg(b.path())
@@ -1110,42 +1148,4 @@ fn the_embedded_driver_is_found_from_any_current_directory() {
         std::thread::sleep(Duration::from_millis(20));
     }
     inb.stop();
-}
-
-/// `shmlog stat` (through `inspect::streams`) lists each bridge's status file under its stream,
-/// alive or not, and reports a damaged one; `clean` removes the files of bridges that are gone
-/// and keeps a running bridge's (no Java needed: the files are written here as a bridge would).
-#[test]
-fn stat_lists_bridges_and_clean_removes_only_dead_ones() {
-    let dir = ShmDir::new("bridge-files");
-    let mut dead = Command::new("true").spawn().unwrap();
-    let dead_pid = dead.id();
-    dead.wait().unwrap();
-    let me = std::process::id();
-    let mut info =
-        BridgeInfo::new(STREAM, BridgeDirection::Out, "aeron:udp?endpoint=127.0.0.1:1", 7, "/dev/shm/a");
-    info.messages = 42;
-    std::fs::write(dir.path().join(format!("{STREAM}.out.{me}.bridge")), info.to_text()).unwrap();
-    std::fs::write(dir.path().join(format!("{STREAM}.in.{dead_pid}.bridge")), info.to_text()).unwrap();
-    std::fs::write(dir.path().join(format!("{STREAM}.in.{dead_pid}.resume")), [0u8; 16]).unwrap();
-    std::fs::write(dir.path().join(format!("other.out.{me}.bridge")), "messages many\n").unwrap();
-    let streams = inspect::streams(dir.path()).unwrap();
-    let orders =
-        streams.iter().find(|s| s.name == STREAM).expect("a stream with only bridge files is listed");
-    let mut seen: Vec<(u32, bool, u64)> =
-        orders.bridges.iter().map(|b| (b.pid, b.alive, b.messages)).collect();
-    seen.sort();
-    let mut want = vec![(me, true, 42), (dead_pid, false, 42)];
-    want.sort();
-    assert_eq!(seen, want);
-    let other = streams.iter().find(|s| s.name == "other").unwrap();
-    assert!(other.bridges.is_empty() && other.bridge_problems.len() == 1, "{other:?}");
-    let report = inspect::clean(dir.path(), false).unwrap();
-    let removed: Vec<_> =
-        report.removed.iter().map(|e| e.path.file_name().unwrap().to_string_lossy().into_owned()).collect();
-    assert_eq!(removed.len(), 2, "{removed:?}");
-    assert!(removed.iter().all(|n| n.contains(&format!(".in.{dead_pid}."))), "{removed:?}");
-    let mut left = dir.entries();
-    left.sort();
-    assert_eq!(left, [format!("{STREAM}.out.{me}.bridge"), format!("other.out.{me}.bridge")]);
 }

@@ -1,12 +1,45 @@
-//! `shmlog stat` and `shmlog clean`: the inspection API, printed for people or as JSON.
+//! `shmlog stat` and `shmlog clean`: the inspection API (`shmlog::inspect` for the streams'
+//! files, `shmlog_bridge::status` for the bridges' status files), printed for people or as JSON.
 
 use crate::sys::stop_requested;
 use serde_json::{json, Value};
-use shmlog::inspect::{self, BridgeInfo, CleanEntry, CleanReport, LogInfo, ReaderInfo, StreamInfo};
-use std::collections::HashMap;
+use shmlog::inspect::{self, LogInfo, ReaderInfo, StreamInfo};
+use shmlog_bridge::status::{self, BridgeDirection, BridgeInfo, StreamBridges};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// One stream of a directory as `stat` shows it: the core's view of its log and reader slots
+/// (`None` for a stream that has only bridge files) and its bridges' status files.
+#[derive(Debug)]
+pub struct Stream {
+    pub name: String,
+    pub files: Option<StreamInfo>,
+    pub bridges: StreamBridges,
+}
+
+/// Every stream of `dir`, sorted by name: those with a log or reader-slot file, and those with
+/// only bridge status files.
+pub fn streams(dir: &Path) -> Result<Vec<Stream>, shmlog::Error> {
+    let mut by_name: BTreeMap<String, Stream> = BTreeMap::new();
+    for info in inspect::streams(dir)? {
+        let name = info.name.clone();
+        by_name.insert(name.clone(), Stream { name, files: Some(info), bridges: StreamBridges::default() });
+    }
+    let bridges = status::scan(dir).map_err(|source| shmlog::Error::Io {
+        op: "read directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for (name, b) in bridges {
+        by_name
+            .entry(name.clone())
+            .or_insert_with(|| Stream { name, files: None, bridges: Default::default() })
+            .bridges = b;
+    }
+    Ok(by_name.into_values().collect())
+}
 
 /// Rates computed between two snapshots.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -34,12 +67,12 @@ pub struct Rates {
 
 impl Previous {
     /// Rates since the previous call (none the first time), and remembers `now` for the next.
-    pub fn update(&mut self, list: &[StreamInfo], now: Instant) -> Option<Rates> {
+    pub fn update(&mut self, list: &[Stream], now: Instant) -> Option<Rates> {
         let elapsed = self.at.map(|t| now.duration_since(t).as_secs_f64()).filter(|&s| s > 0.0);
         let mut rates = Rates::default();
         let mut streams = HashMap::new();
         let mut readers = HashMap::new();
-        for st in list {
+        for st in list.iter().filter_map(|s| s.files.as_ref()) {
             if let Some(log) = &st.log {
                 let key = (st.name.clone(), log.session_id);
                 if let (Some(secs), Some(&(pos, bp))) = (elapsed, self.streams.get(&key)) {
@@ -73,7 +106,7 @@ pub fn run(dir: &Path, watch: Option<f64>, as_json: bool) -> Result<(), shmlog::
     let mut previous = Previous::default();
     let started = Instant::now();
     loop {
-        let list = inspect::streams(dir)?;
+        let list = streams(dir)?;
         let rates = previous.update(&list, Instant::now());
         if as_json {
             println!("{}", stat_json(dir, &list, rates.as_ref()));
@@ -145,14 +178,33 @@ fn yes_no(b: bool) -> &'static str {
 }
 
 /// The text report.
-pub fn stat_text(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> String {
+pub fn stat_text(dir: &Path, list: &[Stream], rates: Option<&Rates>) -> String {
     let mut s = String::new();
     let n = list.len();
     let _ = writeln!(s, "{}: {n} stream{}", dir.display(), if n == 1 { "" } else { "s" });
-    for st in list {
-        let _ = writeln!(s, "\nstream {}", st.name);
+    for stream in list {
+        let _ = writeln!(s, "\nstream {}", stream.name);
+        match &stream.files {
+            Some(st) => files_text(&mut s, st, rates),
+            None => {
+                let _ = writeln!(s, "  log         none (no publisher has this stream open)");
+            }
+        }
+        for b in &stream.bridges.bridges {
+            bridge_text(&mut s, b);
+        }
+        for p in &stream.bridges.problems {
+            let _ = writeln!(s, "  PROBLEM     {p}");
+        }
+    }
+    s
+}
+
+/// A stream's log and reader slots.
+fn files_text(s: &mut String, st: &StreamInfo, rates: Option<&Rates>) {
+    {
         match &st.log {
-            Some(log) => log_text(&mut s, log, rates.and_then(|r| r.streams.get(&st.name))),
+            Some(log) => log_text(s, log, rates.and_then(|r| r.streams.get(&st.name))),
             None => {
                 let _ = writeln!(s, "  log         none (no publisher has this stream open)");
             }
@@ -178,17 +230,10 @@ pub fn stat_text(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> Stri
             );
             for r in &st.readers {
                 let rate = rates.and_then(|x| x.readers.get(&(st.name.clone(), r.slot)));
-                reader_text(&mut s, r, rate.copied());
+                reader_text(s, r, rate.copied());
             }
         }
-        for b in &st.bridges {
-            bridge_text(&mut s, b);
-        }
-        for p in &st.bridge_problems {
-            let _ = writeln!(s, "  PROBLEM     {p}");
-        }
     }
-    s
 }
 
 fn bridge_text(s: &mut String, b: &BridgeInfo) {
@@ -228,16 +273,14 @@ fn bridge_text(s: &mut String, b: &BridgeInfo) {
     }
     if b.source_losses > 0 {
         let what = match b.direction {
-            shmlog::inspect::BridgeDirection::Out => "reported by its reader of the local stream",
+            BridgeDirection::Out => "reported by its reader of the local stream",
             _ => "marked by the out bridge (see its status on the source host)",
         };
         let _ = writeln!(s, "    LOST      {} losses before the bridge, {what}", b.source_losses);
     }
     for l in &b.losses {
-        if let shmlog::inspect::LossCause::Source {
-            session,
-            cause: shmlog::LossCause::SessionsMissed { sessions },
-        } = l.cause
+        if let status::LossCause::Source { session, cause: shmlog::LossCause::SessionsMissed { sessions } } =
+            l.cause
         {
             let _ = writeln!(
                 s,
@@ -349,10 +392,23 @@ fn reader_text(s: &mut String, r: &ReaderInfo, rate: Option<f64>) {
 }
 
 /// The JSON report: one object (serde_json writes non-finite rates as `null`).
-pub fn stat_json(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> String {
+pub fn stat_json(dir: &Path, list: &[Stream], rates: Option<&Rates>) -> String {
     let streams: Vec<Value> = list
         .iter()
-        .map(|st| {
+        .map(|stream| {
+            let bridges = stream.bridges.bridges.iter().map(bridge_json).collect::<Vec<_>>();
+            let Some(st) = &stream.files else {
+                return json!({
+                    "name": stream.name,
+                    "log": Value::Null,
+                    "readers_path": Value::Null,
+                    "slot_count": 0,
+                    "readers": [],
+                    "problems": [],
+                    "bridges": bridges,
+                    "bridge_problems": stream.bridges.problems,
+                });
+            };
             let log = st.log.as_ref().map(|l| log_json(l, rates.and_then(|r| r.streams.get(&st.name))));
             let readers: Vec<Value> = st
                 .readers
@@ -368,8 +424,8 @@ pub fn stat_json(dir: &Path, list: &[StreamInfo], rates: Option<&Rates>) -> Stri
                 "slot_count": st.slot_count,
                 "readers": readers,
                 "problems": st.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-                "bridges": st.bridges.iter().map(bridge_json).collect::<Vec<_>>(),
-                "bridge_problems": st.bridge_problems,
+                "bridges": bridges,
+                "bridge_problems": stream.bridges.problems,
             })
         })
         .collect();
@@ -457,9 +513,49 @@ fn reader_json(r: &ReaderInfo, rate: Option<f64>) -> Value {
     })
 }
 
+/// What `shmlog clean` did: the core's report on the streams' files and the bridges' files,
+/// one row (path, why) each.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    pub dry_run: bool,
+    pub removed: Vec<(PathBuf, String)>,
+    pub kept: Vec<(PathBuf, String)>,
+}
+
+/// `inspect::clean` for the streams' files, then `status::clean` for the bridges' (which the
+/// core lists as not its own: those rows give way to the bridge's).
+pub fn clean_dir(dir: &Path, dry_run: bool) -> Result<Cleaned, shmlog::Error> {
+    let report = inspect::clean(dir, dry_run)?;
+    let bridges = status::clean(dir, dry_run).map_err(|source| shmlog::Error::Io {
+        op: "read directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let bridge_file = |path: &Path| {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        status::parse_file_name(name).or_else(|| status::parse_resume_name(name)).is_some()
+    };
+    let row = |e: &inspect::CleanEntry| (e.path.clone(), e.reason.to_string());
+    let mut out = Cleaned {
+        dry_run,
+        removed: report.removed.iter().map(row).collect(),
+        kept: report
+            .kept
+            .iter()
+            .filter(|e| !(e.reason == inspect::CleanReason::NotOurs && bridge_file(&e.path)))
+            .map(row)
+            .collect(),
+    };
+    for b in bridges {
+        let list = if b.removed { &mut out.removed } else { &mut out.kept };
+        list.push((b.path.clone(), b.to_string()));
+    }
+    Ok(out)
+}
+
 /// `shmlog clean`.
 pub fn clean(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Error> {
-    let report = inspect::clean(dir, dry_run)?;
+    let report = clean_dir(dir, dry_run)?;
     if as_json {
         println!("{}", clean_json(&report));
     } else {
@@ -468,14 +564,14 @@ pub fn clean(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Err
     Ok(())
 }
 
-pub fn clean_text(report: &CleanReport) -> String {
+pub fn clean_text(report: &Cleaned) -> String {
     let mut s = String::new();
     let verb = if report.dry_run { "would remove" } else { "removed" };
-    for e in &report.removed {
-        let _ = writeln!(s, "{verb:<12} {}: {}", e.path.display(), e.reason);
+    for (path, why) in &report.removed {
+        let _ = writeln!(s, "{verb:<12} {}: {why}", path.display());
     }
-    for e in &report.kept {
-        let _ = writeln!(s, "{:<12} {}: {}", "kept", e.path.display(), e.reason);
+    for (path, why) in &report.kept {
+        let _ = writeln!(s, "{:<12} {}: {why}", "kept", path.display());
     }
     let n = report.removed.len();
     let _ = writeln!(
@@ -488,11 +584,9 @@ pub fn clean_text(report: &CleanReport) -> String {
     s
 }
 
-fn clean_json(report: &CleanReport) -> String {
-    let entries = |list: &[CleanEntry]| -> Vec<Value> {
-        list.iter()
-            .map(|e| json!({ "path": e.path.display().to_string(), "reason": e.reason.to_string() }))
-            .collect()
+fn clean_json(report: &Cleaned) -> String {
+    let entries = |list: &[(PathBuf, String)]| -> Vec<Value> {
+        list.iter().map(|(path, why)| json!({ "path": path.display().to_string(), "reason": why })).collect()
     };
     json!({ "dry_run": report.dry_run, "removed": entries(&report.removed), "kept": entries(&report.kept) })
         .to_string()
@@ -504,14 +598,14 @@ mod tests {
 
     #[test]
     fn a_bridge_status_with_hostile_numbers_still_prints() {
-        let mut b = BridgeInfo::new("s", shmlog::inspect::BridgeDirection::In, "c", 1, "d");
+        let mut b = BridgeInfo::new("s", BridgeDirection::In, "c", 1, "d");
         b.updated_ms = u64::MAX;
         b.bytes = u64::MAX;
-        b.losses.push(shmlog::inspect::Loss {
+        b.losses.push(status::Loss {
             from: 0,
             to: i64::MAX,
             messages: Some(u64::MAX),
-            cause: shmlog::inspect::LossCause::Gap,
+            cause: status::LossCause::Gap,
         });
         let mut s = String::new();
         bridge_text(&mut s, &b);
@@ -521,7 +615,7 @@ mod tests {
 
     #[test]
     fn losses_before_the_bridge_are_shown_with_their_source_session() {
-        use shmlog::inspect::{BridgeDirection, Loss, LossCause};
+        use shmlog_bridge::status::{Loss, LossCause};
         let mut b = BridgeInfo::new("s", BridgeDirection::Out, "c", 1, "d");
         b.source_losses = 2;
         let source = |session, cause| LossCause::Source { session, cause };

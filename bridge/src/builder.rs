@@ -1,52 +1,11 @@
-//! Carry a stream to other hosts over Aeron's UDP transport (feature `bridge`).
-//!
-//! A [`BridgeOut`] is a reader of a local stream that offers every message to an Aeron UDP
-//! publication (a unicast endpoint or a multicast group); a [`BridgeIn`] subscribes to that
-//! channel on the far host and publishes every message into a local stream there, so readers on
-//! both hosts use the plain shmlog API. The network part is Aeron's own: a real media driver
-//! (the Java one, started by the bridge or already running) does Setup, Status Messages, NAKs and
-//! retransmission; the bridge never invents a protocol.
-//!
-//! - **Boundaries and order** are kept: one shmlog message is one Aeron message, fragmented and
-//!   reassembled by each side as needed.
-//! - **Back pressure** passes through under [`BackPressure::Hold`] (the default): a slow or absent
-//!   far side stops the out bridge, whose reader position then holds the local publisher within
-//!   its window. Under [`BackPressure::Drop`] the bridge drops instead and records what it lost,
-//!   by source position. Never silently.
-//! - **Positions**: every Aeron frame carries, in its reserved value, the source-stream position
-//!   where its message starts. The in bridge uses it to report gaps after a reconnection (the
-//!   far bridge killed with messages in flight); a restarted out bridge resumes reading where
-//!   its predecessor's resume file says it stopped.
-//! - **Losses before the bridge**: what the out bridge's reader of the local stream reports it
-//!   could not read ([`crate::Loss`]) goes into the out bridge's status and marks the next
-//!   message on the wire, so the in bridge records it too: a loss is never a silent jump.
-//! - **State** is published for `shmlog stat` in a status file beside the stream's log.
-//! - **Failures**: the driver lost is reconnected (and an embedded one restarted); the far side
-//!   gone is Aeron's "not connected", handled as back pressure; the local publisher restarting
-//!   is followed to its new session.
-//!
-//! See `docs/bridge.md` for deployment across two hosts.
+//! The settings of a bridge and what both directions share: the Aeron link (driver, client,
+//! reconnection), the status file and the resume file.
 
-// Only flags between threads of this process (stop, driver lost): no protocol memory, nothing
-// for the loom build to swap.
-#![allow(clippy::disallowed_types)]
-
-mod client;
-mod driver;
-pub(crate) mod inbound;
-mod outbound;
-pub(crate) mod wire;
-
-pub use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
-pub use driver::{DriverConfig, MediaDriver, AERON_VERSION};
-pub use inbound::BridgeIn;
-pub use outbound::BridgeOut;
-
-use crate::api::bridge_status;
-use crate::error::Error;
-use crate::region::{MmapRegion, RegionMut};
-use crate::IdleStrategy;
-use client::Client;
+use crate::client::Client;
+use crate::driver::{DriverConfig, MediaDriver};
+use crate::status::{self as bridge_status, BridgeDirection, BridgeInfo};
+use crate::sys::{self, ResumeMap};
+use shmlog::{Error, IdleStrategy};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,16 +65,16 @@ impl From<Error> for BridgeError {
 /// Settings of a bridge; [`BridgeBuilder::open_out`] and [`BridgeBuilder::open_in`] start one.
 #[derive(Clone, Debug)]
 pub struct BridgeBuilder {
-    stream: String,
-    dir: PathBuf,
-    channel: String,
-    aeron_stream_id: i32,
-    driver: Driver,
-    back_pressure: BackPressure,
-    concurrent: bool,
-    term_length: Option<usize>,
-    connect_timeout: Duration,
-    spin_before_sleep: Duration,
+    pub(crate) stream: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) channel: String,
+    pub(crate) aeron_stream_id: i32,
+    pub(crate) driver: Driver,
+    pub(crate) back_pressure: BackPressure,
+    pub(crate) concurrent: bool,
+    pub(crate) term_length: Option<usize>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) spin_before_sleep: Duration,
 }
 
 impl BridgeBuilder {
@@ -124,7 +83,7 @@ impl BridgeBuilder {
     pub fn new(stream: impl Into<String>) -> Self {
         BridgeBuilder {
             stream: stream.into(),
-            dir: crate::default_dir(),
+            dir: shmlog::default_dir(),
             channel: "aeron:udp?endpoint=localhost:40123".into(),
             aeron_stream_id: 1001,
             driver: Driver::Attach(default_aeron_dir()),
@@ -136,7 +95,7 @@ impl BridgeBuilder {
         }
     }
 
-    /// The directory of the local stream (default [`crate::default_dir`]).
+    /// The directory of the local stream (default [`shmlog::default_dir`]).
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = dir.into();
         self
@@ -168,14 +127,14 @@ impl BridgeBuilder {
     }
 
     /// In bridges only: write into the local stream as one of several writers
-    /// ([`crate::ConcurrentPublication`]), so several in bridges (or local writers) can feed it.
+    /// ([`shmlog::ConcurrentPublication`]), so several in bridges (or local writers) can feed it.
     pub fn concurrent(mut self, yes: bool) -> Self {
         self.concurrent = yes;
         self
     }
 
     /// In bridges only: the term length of the local stream's sessions the bridge creates
-    /// (default [`crate::DEFAULT_TERM_LENGTH`]; see `PublicationBuilder::term_length`). Its
+    /// (default [`shmlog::DEFAULT_TERM_LENGTH`]; see `PublicationBuilder::term_length`). Its
     /// largest message is the most the bridge carries into it: a longer one is dropped and
     /// reported. With [`BridgeBuilder::concurrent`], a log that exists keeps its creator's.
     pub fn term_length(mut self, bytes: usize) -> Self {
@@ -183,7 +142,7 @@ impl BridgeBuilder {
         self
     }
 
-    /// Out bridges only: how long [`BridgeOut::run`] polls the local stream before it sleeps on
+    /// Out bridges only: how long [`BridgeOut::run`](crate::BridgeOut::run) polls the local stream before it sleeps on
     /// its doorbell (default zero: sleep at once, woken by the publisher in microseconds).
     /// Spinning saves that wake-up per message at the cost of a core while it spins.
     pub fn spin_before_sleep(mut self, spin: Duration) -> Self {
@@ -197,19 +156,10 @@ impl BridgeBuilder {
         self
     }
 
-    /// Starts a bridge from the local stream to the channel. The local stream must have a
-    /// publisher (it is waited for up to the connect timeout).
-    pub fn open_out(self) -> Result<BridgeOut, BridgeError> {
-        BridgeOut::open(self)
-    }
+    // `open_out` and `open_in` are in outbound.rs and inbound.rs, which stand on this file.
 
-    /// Starts a bridge from the channel into the local stream, creating its publication.
-    pub fn open_in(self) -> Result<BridgeIn, BridgeError> {
-        BridgeIn::open(self)
-    }
-
-    fn validate(&self) -> Result<(), BridgeError> {
-        crate::stream::name::validate(&self.stream)?;
+    pub(crate) fn validate(&self) -> Result<(), BridgeError> {
+        shmlog::validate_name(&self.stream)?;
         if !self.channel.starts_with("aeron:udp") {
             return Err(BridgeError::Config("the channel must be an aeron:udp channel"));
         }
@@ -232,7 +182,7 @@ fn own_driver_dir(cfg: &DriverConfig) -> Result<DriverConfig, BridgeError> {
                 let digits = rest.split('.').next()?;
                 digits.parse::<u32>().ok()
             });
-            if pid.is_some_and(|p| !crate::sys::process::pid_alive(p)) {
+            if pid.is_some_and(|p| !sys::pid_alive(p)) {
                 let path = entry.path();
                 let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
             }
@@ -251,21 +201,21 @@ pub fn default_aeron_dir() -> PathBuf {
 }
 
 /// The Aeron side both directions share: the driver (if embedded), the client, reconnection.
-struct Link {
-    driver: Option<MediaDriver>,
-    aeron_dir: PathBuf,
-    client: Option<Client>,
+pub(crate) struct Link {
+    pub(crate) driver: Option<MediaDriver>,
+    pub(crate) aeron_dir: PathBuf,
+    pub(crate) client: Option<Client>,
     /// The channel and stream id of the bridge's publication or subscription.
-    channel: String,
-    aeron_stream_id: i32,
-    timeout: Duration,
-    next_attempt: Instant,
+    pub(crate) channel: String,
+    pub(crate) aeron_stream_id: i32,
+    pub(crate) timeout: Duration,
+    pub(crate) next_attempt: Instant,
     /// When the caller's publication or subscription may be added (again).
-    next_add: Instant,
+    pub(crate) next_add: Instant,
 }
 
 impl Link {
-    fn open(b: &BridgeBuilder) -> Result<Link, BridgeError> {
+    pub(crate) fn open(b: &BridgeBuilder) -> Result<Link, BridgeError> {
         let timeout = b.connect_timeout;
         let (driver, aeron_dir) = match &b.driver {
             Driver::Attach(dir) => (None, dir.clone()),
@@ -323,7 +273,7 @@ impl Link {
     /// says so, and `on_lost` may still read the lost client's counters before it is dropped
     /// (the caller drops its publication or subscription there: it belonged to that client); a
     /// reconnection is counted.
-    fn tend_for(&mut self, now: Instant, status: &mut Status, on_lost: impl FnOnce(&Client)) {
+    pub(crate) fn tend_for(&mut self, now: Instant, status: &mut Status, on_lost: impl FnOnce(&Client)) {
         match self.tend(now) {
             LinkEvent::Lost => {
                 status.info.connected = false;
@@ -347,7 +297,7 @@ impl Link {
     /// Fills `slot` with the bridge's publication or subscription (`add`: `Client::add_publication`
     /// or `Client::add_subscription`) if it is empty and a client may add it now: at once after a
     /// (re)connection, then at most once a second after a refusal.
-    fn ensure<T>(
+    pub(crate) fn ensure<T>(
         &mut self,
         slot: &mut Option<T>,
         now: Instant,
@@ -374,22 +324,22 @@ enum LinkEvent {
 
 /// The status file and when to write it next, and the resume file. Dropped (a clean stop, or
 /// an open that failed), it removes both: a clean stop leaves nothing to resume.
-struct Status {
-    info: BridgeInfo,
-    dir: PathBuf,
-    next_write: Instant,
-    resume: ResumeFile,
+pub(crate) struct Status {
+    pub(crate) info: BridgeInfo,
+    pub(crate) dir: PathBuf,
+    pub(crate) next_write: Instant,
+    pub(crate) resume: ResumeFile,
     /// The last write of the status file failed (said once on stderr, until one succeeds).
-    write_failing: bool,
+    pub(crate) write_failing: bool,
     /// The files of dead predecessors whose resume position this bridge took over: removed
     /// once it has started (until then a successor can still take them over).
-    adopted: Vec<PathBuf>,
+    pub(crate) adopted: Vec<PathBuf>,
 }
 
-/// The mapped resume file (`bridge_status::resume_path`): where the bridge stands, stored right
+/// The mapped resume file (`status::resume_path`): where the bridge stands, stored right
 /// after each message it carries (a store, no system call), so a bridge killed at any point
 /// leaves at most the message in hand unrecorded.
-pub(crate) struct ResumeFile(Option<MmapRegion>);
+pub(crate) struct ResumeFile(pub(crate) Option<ResumeMap>);
 
 impl ResumeFile {
     /// No file: positions are not kept (tests and fuzzing of the duty cycle).
@@ -402,8 +352,7 @@ impl ResumeFile {
     /// is in the page cache the moment the store is, so a successor reads it after a SIGKILL.
     pub(crate) fn save(&self, position: i64, session: i32) {
         if let Some(r) = &self.0 {
-            r.store_i64(8, session as u32 as i64, Ordering::Relaxed);
-            r.store_i64(0, position, Ordering::Release);
+            r.store(session as u32 as i64, position);
         }
     }
 }
@@ -414,8 +363,12 @@ impl Status {
     /// Makes the stream's directory if this bridge is its first user, then creates and maps the
     /// resume file: without it a successor could not report what this bridge's death lost, so
     /// a failure is an error, not a bridge that runs without one.
-    fn new(b: &BridgeBuilder, direction: BridgeDirection, aeron_dir: &Path) -> Result<Self, BridgeError> {
-        crate::stream::dir::ensure(&b.dir, b.dir == crate::default_dir())?;
+    pub(crate) fn new(
+        b: &BridgeBuilder,
+        direction: BridgeDirection,
+        aeron_dir: &Path,
+    ) -> Result<Self, BridgeError> {
+        shmlog::ensure_dir(&b.dir)?;
         let info = BridgeInfo::new(
             &b.stream,
             direction,
@@ -424,7 +377,7 @@ impl Status {
             &aeron_dir.to_string_lossy(),
         );
         let path = bridge_status::resume_path(&b.dir, &b.stream, direction, info.pid);
-        let resume = map_resume(&path).map_err(|e| Error::io("create the bridge's resume file", &path, e))?;
+        let resume = map_resume(&path).map_err(|e| io_error("create the bridge's resume file", &path, e))?;
         Ok(Status {
             info,
             dir: b.dir.clone(),
@@ -439,9 +392,9 @@ impl Status {
     /// returns the furthest resume position they recorded and its source session, if any. Their
     /// files are kept until [`Status::retire_predecessors`]: a bridge that fails to start (or is
     /// killed) before then leaves them to the next one.
-    fn find_predecessors(&mut self) -> Result<Option<(i64, i32)>, BridgeError> {
+    pub(crate) fn find_predecessors(&mut self) -> Result<Option<(i64, i32)>, BridgeError> {
         let mut resume: Option<(i64, i32)> = None;
-        let listing = |e| Error::io("list the stream directory", &self.dir, e);
+        let listing = |e| io_error("list the stream directory", &self.dir, e);
         // The directory was just made or checked: a listing that fails could hide a
         // predecessor's resume position, so it stops the bridge.
         for entry in std::fs::read_dir(&self.dir).map_err(listing)? {
@@ -496,22 +449,22 @@ impl Status {
 
     /// Removes the files of the predecessors taken over, once this bridge has started and its
     /// own resume file holds what they said.
-    fn retire_predecessors(&mut self) {
+    pub(crate) fn retire_predecessors(&mut self) {
         for path in std::mem::take(&mut self.adopted) {
             remove_file_said(&path, self.info.direction);
         }
     }
 
     /// The end of a duty cycle: the status file, if it is due.
-    fn end_cycle(&mut self, now: Instant) {
+    pub(crate) fn end_cycle(&mut self, now: Instant) {
         if now >= self.next_write {
             self.write(now);
         }
     }
 
-    fn write(&mut self, now: Instant) {
+    pub(crate) fn write(&mut self, now: Instant) {
         self.next_write = now + Self::EVERY;
-        self.info.updated_ms = (crate::sys::clock::now_ns() / 1_000_000) as u64;
+        self.info.updated_ms = sys::now_ms();
         // A status that cannot be written (full /dev/shm) must not stop the traffic: the
         // losses stay in `status()` and the resume file, and stderr says so once.
         match bridge_status::write(&self.dir, &self.info) {
@@ -550,16 +503,21 @@ fn remove_file_said(path: &Path, direction: BridgeDirection) {
 }
 
 /// Creates the resume file (position -1: nothing carried yet) and maps it.
-fn map_resume(path: &Path) -> std::io::Result<MmapRegion> {
+pub(crate) fn map_resume(path: &Path) -> std::io::Result<ResumeMap> {
     let mut initial = [0u8; bridge_status::RESUME_LEN];
     initial[..8].copy_from_slice(&(-1i64).to_le_bytes());
     std::fs::write(path, initial)?;
     let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-    MmapRegion::map(&file, 0, bridge_status::RESUME_LEN)
+    ResumeMap::map(&file, bridge_status::RESUME_LEN)
+}
+
+/// A failed file operation of the bridge's, as the local stream's error type says one.
+fn io_error(op: &'static str, path: &Path, source: std::io::Error) -> Error {
+    Error::Io { op, path: path.to_path_buf(), source }
 }
 
 /// Runs a bridge's duty cycle until `stop` is set, idling with `idle` when it found no work.
-fn run_until(stop: &AtomicBool, idle: &mut impl IdleStrategy, mut duty: impl FnMut() -> usize) {
+pub(crate) fn run_until(stop: &AtomicBool, idle: &mut impl IdleStrategy, mut duty: impl FnMut() -> usize) {
     while !stop.load(Ordering::Relaxed) {
         idle.idle(duty());
     }

@@ -40,7 +40,7 @@ impl DriverConfig {
     /// - beside the running executable, then in `aeron/` one and two directories above it:
     ///   where `scripts/fetch-aeron-driver.sh` puts the jar (`target/aeron/`) for the binaries,
     ///   tests and benches built in this repository's `target/`;
-    /// - `target/aeron/` of this crate's source directory, as it was built;
+    /// - `target/aeron/` of the workspace this crate was built in (its source's parent);
     /// - `/opt/aeron/`, then `/usr/share/java/`.
     pub fn jar_search_list() -> Vec<PathBuf> {
         search_list(std::env::var_os("AERON_JAR"), std::env::current_exe().ok())
@@ -72,7 +72,9 @@ fn search_list(env: Option<OsString>, exe: Option<PathBuf>) -> Vec<PathBuf> {
             list.push(up.join("aeron").join(&name));
         }
     }
-    list.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("target/aeron").join(&name));
+    // This crate is `bridge/` of its workspace, whose `target/` the fetch script fills.
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    list.push(here.parent().unwrap_or(here).join("target/aeron").join(&name));
     list.push(Path::new("/opt/aeron").join(&name));
     list.push(Path::new("/usr/share/java").join(&name));
     let mut seen = std::collections::HashSet::new();
@@ -143,7 +145,7 @@ impl MediaDriver {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        crate::sys::process::die_with_parent(&mut cmd);
+        crate::sys::die_with_parent(&mut cmd);
         let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", java().display()))?;
         let mut driver = MediaDriver { child, config: config.clone(), log };
         driver.wait_started()?;
@@ -201,7 +203,7 @@ impl MediaDriver {
 
 impl Drop for MediaDriver {
     fn drop(&mut self) {
-        crate::sys::process::signal(self.child.id(), libc::SIGTERM);
+        crate::sys::terminate(self.child.id());
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline && self.is_running() {
             std::thread::sleep(Duration::from_millis(10));

@@ -1,10 +1,15 @@
-//! What a running bridge (feature `bridge`) shows `shmlog stat`: one small text file per bridge
-//! process, `<stream>.<out|in>.<pid>.bridge` beside the stream's log, rewritten whole (write to
-//! a temporary file, then rename) a few times a second. Text rather than shared memory: it is
-//! read by tools, never on a hot path, and a reader can never see it half written.
+//! What a running bridge shows `shmlog stat`: one small text file per bridge process,
+//! `<stream>.<out|in>.<pid>.bridge` beside the stream's log, rewritten whole (write to a
+//! temporary file, then rename) a few times a second. Text rather than shared memory: it is read
+//! by tools, never on a hot path, and a reader can never see it half written. Beside it, the
+//! bridge's resume file `<stream>.<out|in>.<pid>.resume` ([`resume_path`]).
 //!
 //! Every value is validated when read; a file that does not parse is reported, never trusted.
+//! [`scan`] and [`clean`] are what `shmlog stat` and `shmlog clean` do with these files (the
+//! core's `shmlog::inspect` knows only the stream's own files, and leaves these as not its own).
+//! This module needs no Aeron: it is all of the crate without feature `aeron`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -44,15 +49,15 @@ pub enum LossCause {
     /// the first message after it starts further on than the next one it expected.
     Gap,
     /// Out bridges: the bridge's reader of the local stream did not get them, and said so (a
-    /// [`crate::Loss`] of its subscription, with its cause), or a restarted out bridge found its
+    /// [`shmlog::Loss`] of its subscription, with its cause), or a restarted out bridge found its
     /// predecessor's resume position no longer in the log (`JoinedLate`). The positions are
     /// those of source session `session`; for `SessionsMissed` they are 0 and `session` is the
-    /// session joined after the missed ones (see [`crate::LossCause`]).
+    /// session joined after the missed ones (see [`shmlog::LossCause`]).
     Source {
         /// The source session the positions belong to.
         session: i32,
         /// What the reader reported.
-        cause: crate::LossCause,
+        cause: shmlog::LossCause,
     },
     /// In bridges: the out bridge marked the message at `to` as following messages it knows it
     /// lost before it could send them (its `Source` losses; its own status holds their sessions
@@ -68,7 +73,7 @@ impl LossCause {
     /// `source:<session>:joined_late`, `source:<session>:fault` or
     /// `source:<session>:sessions_missed:<count>`.
     pub fn token(self) -> String {
-        use crate::LossCause as Reader;
+        use shmlog::LossCause as Reader;
         match self {
             LossCause::Dropped => "dropped".into(),
             LossCause::Gap => "gap".into(),
@@ -80,13 +85,17 @@ impl LossCause {
             LossCause::Source { session, cause: Reader::SessionsMissed { sessions } } => {
                 format!("source:{session}:sessions_missed:{sessions}")
             }
+            // A cause of a core newer than this crate (`shmlog::LossCause` is non-exhaustive):
+            // written so that `parse` refuses it (the file shows as malformed, never as a
+            // different cause). The crates are released together, so this stays unused.
+            LossCause::Source { session, cause: _ } => format!("source:{session}:other"),
         }
     }
 
     /// Reads what [`LossCause::token`] writes; `None` for anything else (numbers in their
     /// canonical form only, so that what parses writes back the same).
     fn parse(s: &str) -> Option<Self> {
-        use crate::LossCause as Reader;
+        use shmlog::LossCause as Reader;
         match s {
             "dropped" => return Some(LossCause::Dropped),
             "gap" => return Some(LossCause::Gap),
@@ -113,7 +122,7 @@ fn canonical<T: std::str::FromStr + std::fmt::Display>(s: &str) -> Option<T> {
 
 impl std::fmt::Display for LossCause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::LossCause as Reader;
+        use shmlog::LossCause as Reader;
         match self {
             LossCause::Dropped => f.write_str("dropped by the out bridge"),
             LossCause::Gap => f.write_str("gap: not received by the in bridge"),
@@ -128,6 +137,9 @@ impl std::fmt::Display for LossCause {
                 f,
                 "up to {sessions} whole source session(s) began and ended unread before session {session}"
             ),
+            LossCause::Source { session, cause } => {
+                write!(f, "source session {session}: the out bridge's reader reported {cause:?}")
+            }
         }
     }
 }
@@ -336,7 +348,6 @@ pub fn status_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u3
     dir.join(format!("{stream}.{}.{pid}.bridge", direction.as_str()))
 }
 
-#[cfg_attr(not(feature = "bridge"), allow(dead_code))]
 /// `<stream>.<out|in>.<pid>.resume` in `dir`: [`RESUME_LEN`] bytes, the bridge's resume position
 /// (8 bytes) and the source session it belongs to (4 bytes, then 4 zero bytes), mapped and
 /// stored to right after each message the bridge carries, so that a successor of a bridge
@@ -346,7 +357,6 @@ pub fn resume_path(dir: &Path, stream: &str, direction: BridgeDirection, pid: u3
     dir.join(format!("{stream}.{}.{pid}.resume", direction.as_str()))
 }
 
-#[cfg_attr(not(feature = "bridge"), allow(dead_code))]
 /// Reads a resume file: (position, source session); `None` unless it is [`RESUME_LEN`] bytes with
 /// a position ≥ -1.
 pub fn read_resume(path: &Path) -> Option<(i64, i32)> {
@@ -388,7 +398,6 @@ fn parse_body(body: &str) -> Option<(String, BridgeDirection, u32)> {
     Some((stream.to_owned(), direction, pid.parse().ok()?))
 }
 
-#[cfg_attr(not(feature = "bridge"), allow(dead_code))]
 /// Writes `info` as its status file in `dir`, whole: a temporary file renamed over the old one.
 pub fn write(dir: &Path, info: &BridgeInfo) -> std::io::Result<()> {
     let path = info.path(dir);
@@ -411,8 +420,88 @@ pub fn read(path: &Path) -> Result<BridgeInfo, String> {
     }
     let mut info = BridgeInfo::parse(&stream, direction, pid, &text)
         .ok_or_else(|| format!("{}: malformed bridge status", path.display()))?;
-    info.alive = crate::sys::process::pid_alive(pid);
+    info.alive = crate::sys::pid_alive(pid);
     Ok(info)
+}
+
+/// The bridges of one stream, as its status files in a directory say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamBridges {
+    /// The running bridges and the status files dead ones left (until [`clean`]), by file name.
+    pub bridges: Vec<BridgeInfo>,
+    /// Status files of this stream that could not be read, and why.
+    pub problems: Vec<String>,
+}
+
+/// Reads every bridge status file in `dir`, by stream name (sorted; each stream's files in file
+/// name order). Read-only. Fails only when the directory itself cannot be read; a file that does
+/// not parse is reported in [`StreamBridges::problems`].
+pub fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, StreamBridges>> {
+    let mut out: BTreeMap<String, StreamBridges> = BTreeMap::new();
+    for (path, stream, _, _) in bridge_files(dir, false)? {
+        let entry = out.entry(stream).or_default();
+        match read(&path) {
+            Ok(b) => entry.bridges.push(b),
+            Err(e) => entry.problems.push(e),
+        }
+    }
+    Ok(out)
+}
+
+/// A bridge file [`clean`] removed or kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CleanedFile {
+    /// The status or resume file.
+    pub path: PathBuf,
+    /// The process of the bridge that wrote it, as its name says.
+    pub pid: u32,
+    /// Removed (or, in a dry run, would be): its process is gone. Else kept: it runs.
+    pub removed: bool,
+}
+
+impl std::fmt::Display for CleanedFile {
+    /// Why it was removed or kept.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.removed {
+            true => write!(f, "bridge status of a process (pid {}) that is gone", self.pid),
+            false => write!(f, "bridge (pid {}) is running", self.pid),
+        }
+    }
+}
+
+/// Removes the status and resume files in `dir` of bridges whose process is gone; with
+/// `dry_run`, only says which. Files of running bridges are kept and listed too (`removed` false);
+/// a file that could not be removed (gone meanwhile, permission) is left out. Fails only when the
+/// directory cannot be read.
+pub fn clean(dir: &Path, dry_run: bool) -> std::io::Result<Vec<CleanedFile>> {
+    let mut out = Vec::new();
+    for (path, _, _, pid) in bridge_files(dir, true)? {
+        let removed = !crate::sys::pid_alive(pid);
+        if removed && !dry_run && std::fs::remove_file(&path).is_err() {
+            continue;
+        }
+        out.push(CleanedFile { path, pid, removed });
+    }
+    Ok(out)
+}
+
+/// The bridge status files in `dir` (and with `resume`, the resume files), sorted by path, with
+/// what their names say.
+fn bridge_files(dir: &Path, resume: bool) -> std::io::Result<Vec<(PathBuf, String, BridgeDirection, u32)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let parsed = parse_file_name(name).or_else(|| resume.then(|| parse_resume_name(name)).flatten());
+        if let Some((stream, direction, pid)) = parsed {
+            out.push((entry.path(), stream, direction, pid));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -441,9 +530,9 @@ mod tests {
         b.push_loss(Loss { from: 64, to: 256, messages: Some(3), cause: LossCause::Dropped });
         b.push_loss(Loss { from: 512, to: 1024, messages: None, cause: LossCause::Gap });
         for (session, cause) in [
-            (-7, crate::LossCause::JoinedLate),
-            (9, crate::LossCause::Fault),
-            (i32::MIN, crate::LossCause::SessionsMissed { sessions: u32::MAX }),
+            (-7, shmlog::LossCause::JoinedLate),
+            (9, shmlog::LossCause::Fault),
+            (i32::MIN, shmlog::LossCause::SessionsMissed { sessions: u32::MAX }),
         ] {
             b.push_loss(Loss {
                 from: 0,
@@ -548,5 +637,60 @@ mod tests {
             std::fs::write(&resume, bad).unwrap();
             assert_eq!(read_resume(&resume), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn scan_groups_status_files_by_stream_and_clean_removes_only_the_dead() {
+        let dir = crate::testing::TempDir::new("bridge-scan");
+        let mut live = sample();
+        live.stream = "a".into();
+        write(dir.path(), &live).unwrap();
+        let mut dead_child = std::process::Command::new("true").spawn().unwrap();
+        let dead = dead_child.id();
+        dead_child.wait().unwrap();
+        let mut gone = BridgeInfo::new("b", BridgeDirection::In, "c", 1, "d");
+        gone.pid = dead;
+        write(dir.path(), &gone).unwrap();
+        std::fs::write(resume_path(dir.path(), "b", BridgeDirection::In, dead), [0u8; RESUME_LEN]).unwrap();
+        std::fs::write(status_path(dir.path(), "b", BridgeDirection::Out, dead), "junk").unwrap();
+        std::fs::write(dir.path().join("b.log"), "not ours").unwrap();
+
+        let found = scan(dir.path()).unwrap();
+        assert_eq!(found.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(found["a"].bridges.len(), 1);
+        assert!(found["a"].bridges[0].alive && found["a"].problems.is_empty());
+        assert_eq!(found["b"].bridges.len(), 1);
+        assert!(!found["b"].bridges[0].alive);
+        assert_eq!(found["b"].problems.len(), 1, "{:?}", found["b"].problems);
+
+        let dry = clean(dir.path(), true).unwrap();
+        assert_eq!(dry.iter().filter(|c| c.removed).count(), 3, "{dry:?}");
+        assert!(dry.iter().any(|c| !c.removed && c.pid == live.pid));
+        assert!(
+            resume_path(dir.path(), "b", BridgeDirection::In, dead).exists(),
+            "a dry run removes nothing"
+        );
+        let done = clean(dir.path(), false).unwrap();
+        assert_eq!(done, dry);
+        assert!(done[0].to_string().contains("is running") || done[0].to_string().contains("is gone"));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "the live bridge's status and the log: {left:?}");
+        assert!(clean(dir.path(), false).unwrap().iter().all(|c| !c.removed), "idempotent");
+    }
+
+    #[cfg(feature = "aeron")]
+    #[test]
+    fn the_resume_map_stores_what_a_read_of_the_file_sees() {
+        let dir = crate::testing::TempDir::new("resume-map");
+        let path = dir.path().join("s.out.1.resume");
+        std::fs::write(&path, [0u8; RESUME_LEN]).unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let map = crate::sys::ResumeMap::map(&file, RESUME_LEN).unwrap();
+        map.store(-7i32 as u32 as i64, 4160);
+        assert_eq!(read_resume(&path), Some((4160, -7)));
+        std::fs::write(dir.path().join("short"), [0u8; 8]).unwrap();
+        let short = std::fs::File::open(dir.path().join("short")).unwrap();
+        assert!(crate::sys::ResumeMap::map(&short, RESUME_LEN).is_err());
+        assert!(crate::sys::ResumeMap::map(&file, 8).is_err(), "two words or more");
     }
 }

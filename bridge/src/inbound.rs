@@ -11,17 +11,17 @@
 //! longest message: a longer one is dropped and counted). Each image (Aeron session) assembles
 //! its own message, so images that interleave fragments lose nothing.
 
-use super::client::Client;
-use super::wire;
-use super::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
-use crate::api::bridge_status::{BridgeDirection, BridgeInfo, Loss, LossCause};
-use crate::{ConcurrentPublication, OfferError, Publication};
+use crate::builder::{run_until, BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
+use crate::client::Client;
+use crate::status::{BridgeDirection, BridgeInfo, Loss, LossCause};
+use crate::wire;
 use aeron_rs::concurrent::atomic_buffer::AtomicBuffer;
 use aeron_rs::concurrent::logbuffer::header::Header;
 use aeron_rs::image::ControlledPollAction;
 use aeron_rs::subscription::Subscription;
 use aeron_rs::utils::errors::AeronError;
 use aeron_rs::utils::types::Index;
+use shmlog::{ConcurrentPublication, OfferError, Publication};
 use std::fmt::Display;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -71,6 +71,13 @@ impl Target {
             Target::Exclusive(p) => p.max_message_len(),
             Target::Concurrent(p) => p.max_message_len(),
         }
+    }
+}
+
+impl BridgeBuilder {
+    /// Starts a bridge from the channel into the local stream, creating its publication.
+    pub fn open_in(self) -> Result<BridgeIn, BridgeError> {
+        BridgeIn::open(self)
     }
 }
 
@@ -128,12 +135,12 @@ impl BridgeIn {
     /// Runs [`BridgeIn::do_work`] until `stop` is set, backing off (spin, yield, sleeps of up
     /// to 1 ms) while there is nothing to carry: an Aeron subscription has no doorbell.
     pub fn run(&mut self, stop: &AtomicBool) {
-        self.run_with(stop, &mut crate::Backoff::default());
+        self.run_with(stop, &mut shmlog::Backoff::default());
     }
 
-    /// [`BridgeIn::run`] with another idle strategy, e.g. [`crate::Yielding`] or
-    /// [`crate::BusySpin`] where a core can be spent on lower latency.
-    pub fn run_with(&mut self, stop: &AtomicBool, idle: &mut impl crate::IdleStrategy) {
+    /// [`BridgeIn::run`] with another idle strategy, e.g. [`shmlog::Yielding`] or
+    /// [`shmlog::BusySpin`] where a core can be spent on lower latency.
+    pub fn run_with(&mut self, stop: &AtomicBool, idle: &mut impl shmlog::IdleStrategy) {
         run_until(stop, idle, || self.do_work());
     }
 
@@ -662,8 +669,8 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::bridge_status::{self, BridgeDirection};
-    use crate::bridge::map_resume;
+    use crate::builder::map_resume;
+    use crate::status::{self as bridge_status, BridgeDirection};
 
     fn info() -> BridgeInfo {
         let mut info = BridgeInfo::new("s", BridgeDirection::In, "aeron:udp?endpoint=x:1", 1, "d");
@@ -863,7 +870,7 @@ mod tests {
         let b = BridgeBuilder::new("s").dir(&dir).channel("aeron:udp?endpoint=127.0.0.1:1");
         let aeron_dir = std::path::Path::new("/nowhere");
         let (mut target, mut status) = open_local(&b, aeron_dir).unwrap();
-        let reader = crate::Subscription::builder("s").dir(&dir).open().unwrap();
+        let reader = shmlog::Subscription::builder("s").dir(&dir).open().unwrap();
         let mut core = InCore::new(target.max_message_len());
         let mut offer = |m: &[u8]| target.offer(m);
         let f = frag(7, BEGIN | END, 0, &[5; 100]);
@@ -903,7 +910,7 @@ mod tests {
     #[test]
     fn the_local_stream_takes_the_term_length_asked_for() {
         let dir = crate::testing::TempDir::new("bridge-in-term");
-        for (term, want) in [(None, crate::DEFAULT_TERM_LENGTH), (Some(64 << 10), 64 << 10)] {
+        for (term, want) in [(None, shmlog::DEFAULT_TERM_LENGTH), (Some(64 << 10), 64 << 10)] {
             let mut b = BridgeBuilder::new("s").dir(dir.path()).channel("aeron:udp?endpoint=127.0.0.1:1");
             if let Some(t) = term {
                 b = b.term_length(t);

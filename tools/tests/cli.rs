@@ -1,13 +1,15 @@
 //! The `shmlog` command-line tool, run as a separate process against real streams.
-#![cfg(feature = "cli")]
 
-mod support;
+/// The core's temporary-directory helper of the tests, shared by file.
+#[allow(dead_code)]
+#[path = "../../tests/support/dir.rs"]
+mod dir;
 
+use dir::ShmDir;
 use json::Doc;
 use shmlog::{Header, Publication, Subscription};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::ShmDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmlog");
 
@@ -446,6 +448,83 @@ fn assert_balanced_tags(xml: &str) {
         }
     }
     assert!(stack.is_empty(), "unclosed: {stack:?}");
+}
+
+/// `shmlog stat` lists each bridge's status file under its stream (a stream with only bridge
+/// files too), alive or not, and reports a damaged one; `clean` removes the files of bridges that
+/// are gone and keeps a running bridge's and the streams' own (no Java needed: the files are
+/// written here as a bridge would). The core's `inspect` does not know these files: the tool
+/// joins it with `shmlog_bridge::status`. Moved here from the bridge's tests with the split.
+#[test]
+fn stat_lists_bridges_and_clean_removes_only_dead_ones() {
+    use shmlog_bridge::status::{BridgeDirection, BridgeInfo};
+    const STREAM: &str = "orders";
+    let dir = ShmDir::new("cli-bridge-files");
+    let d = dir_arg(&dir);
+    let mut dead = Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let me = std::process::id();
+    let mut info =
+        BridgeInfo::new(STREAM, BridgeDirection::Out, "aeron:udp?endpoint=127.0.0.1:1", 7, "/dev/shm/a");
+    info.messages = 42;
+    std::fs::write(dir.path().join(format!("{STREAM}.out.{me}.bridge")), info.to_text()).unwrap();
+    std::fs::write(dir.path().join(format!("{STREAM}.in.{dead_pid}.bridge")), info.to_text()).unwrap();
+    std::fs::write(dir.path().join(format!("{STREAM}.in.{dead_pid}.resume")), [0u8; 16]).unwrap();
+    std::fs::write(dir.path().join(format!("other.out.{me}.bridge")), "messages many\n").unwrap();
+    let _live = Publication::builder("live").dir(dir.path()).term_length(64 * 1024).create().unwrap();
+
+    let doc = json::parse(&shmlog_ok(&["stat", "--json", "--dir", d]));
+    let streams = doc.field("streams").arr();
+    let names: Vec<&str> = streams.iter().map(|s| s.field("name").str()).collect();
+    assert_eq!(names, ["live", "orders", "other"], "sorted, bridge-only streams too");
+    let orders = &streams[1];
+    assert_eq!(orders.field("log"), &json::Value::Null);
+    let mut seen: Vec<(i64, bool, i64)> = orders
+        .field("bridges")
+        .arr()
+        .iter()
+        .map(|b| (b.field("pid").int(), b.field("alive").bool(), b.field("messages").int()))
+        .collect();
+    seen.sort();
+    let mut want = vec![(i64::from(me), true, 42), (i64::from(dead_pid), false, 42)];
+    want.sort();
+    assert_eq!(seen, want);
+    let other = &streams[2];
+    assert!(
+        other.field("bridges").arr().is_empty() && other.field("bridge_problems").arr().len() == 1,
+        "{other}"
+    );
+    let text = shmlog_ok(&["stat", "--dir", d]);
+    assert!(
+        text.contains("GONE (status left by a dead bridge") && text.contains("malformed bridge status"),
+        "{text}"
+    );
+
+    let report = json::parse(&shmlog_ok(&["clean", "--json", "--dir", d]));
+    let removed: Vec<&str> = report.field("removed").arr().iter().map(|e| e.field("path").str()).collect();
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    assert!(removed.iter().all(|n| n.contains(&format!(".in.{dead_pid}."))), "{removed:?}");
+    let kept = report.field("kept").arr();
+    let why = |name: &str| {
+        kept.iter()
+            .find(|e| e.field("path").str().ends_with(name))
+            .map(|e| e.field("reason").str().to_owned())
+    };
+    assert_eq!(why(&format!("{STREAM}.out.{me}.bridge")), Some(format!("bridge (pid {me}) is running")));
+    assert!(why("live.log").is_some_and(|r| r.contains("publisher")), "{kept:?}");
+    assert!(kept.iter().all(|e| e.field("reason").str() != "not a shmlog file name"), "{kept:?}");
+    let mut left = dir.entries();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "live.log".to_owned(),
+            "live.readers".to_owned(),
+            format!("{STREAM}.out.{me}.bridge"),
+            format!("other.out.{me}.bridge")
+        ]
+    );
 }
 
 /// The JSON documents the tool prints, read with serde_json; panics name what was missing.

@@ -1,7 +1,7 @@
 //! `shmlog bridge out|in`: carry a stream to another host over Aeron UDP, until Ctrl-C.
 
 use clap::{Args, ValueEnum};
-use shmlog::bridge::{BackPressure, BridgeBuilder, BridgeInfo, Driver, DriverConfig};
+use shmlog_bridge::{BackPressure, BridgeBuilder, BridgeInfo, Driver, DriverConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -71,7 +71,7 @@ fn builder(a: &BridgeArgs) -> Result<BridgeBuilder, String> {
             cfg.properties.push(("aeron.mtu.length".into(), a.mtu.to_string()));
             Driver::Embedded(cfg)
         }
-        None => Driver::Attach(a.aeron_dir.clone().unwrap_or_else(shmlog::bridge::default_aeron_dir)),
+        None => Driver::Attach(a.aeron_dir.clone().unwrap_or_else(shmlog_bridge::default_aeron_dir)),
     };
     let b = BridgeBuilder::new(a.stream.clone())
         .dir(a.dir.path())
