@@ -157,6 +157,10 @@ pub(crate) mod protocol {
     /// One unblocker at a time: the unblocker runs under the log's unblock lock.
     pub(crate) const UNBLOCK_UNDER_LOCK: bool = !cfg!(shmlog_mutant_unblock_unlocked);
 
+    /// An untethered reader checks, after copying frames out of the log, that the writer had
+    /// not begun to reuse their partition (`log::reader::lapped`): the mutant trusts the copy.
+    pub(crate) const COPY_CHECK: bool = !cfg!(shmlog_mutant_skip_copy_check);
+
     /// An unblocker waits while a live writer's pending position lies at or before the hole.
     pub(crate) const UNBLOCK_SPARES_LIVE: bool = !cfg!(shmlog_mutant_unblock_over_live);
 }
