@@ -194,3 +194,4 @@ pub use region::pod::Pod;
 pub use stream::dir::default_dir;
 pub use stream::join::JoinAt;
 pub use stream::loss::{Loss, LossCause};
+pub use stream::reader::Resume;
