@@ -52,6 +52,8 @@
 #                                         first one's reservation moved (k1 does not see it);
 #      shmlog_mutant_unblock_unlocked     the unblocker runs without the unblock lock: k6's two
 #                                         unblockers pad one hole at once.
+#      shmlog_mutant_skip_copy_check      an untethered reader trusts its copy without the check
+#                                         after it: u delivers bytes zeroed during the copy.
 #    Every knob is a constant of `sync::protocol` (src/sync.rs), the one place the cfgs appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. Mutants are built with
@@ -131,5 +133,6 @@ mutant shmlog_mutant_unblock_over_live log::loom_concurrent::k3_
 mutant shmlog_mutant_stale_ceiling stream::loom_concurrent_models::k4_
 mutant shmlog_mutant_rotate_unchecked stream::loom_concurrent_models::k4_
 mutant shmlog_mutant_unblock_unlocked stream::loom_concurrent_models::k6_
+mutant shmlog_mutant_skip_copy_check stream::loom_models::u_
 
 step "done in $((SECONDS - start))s"
