@@ -262,7 +262,10 @@ mod tests {
         forged.claim(&slot_region, 2, 0);
         forged.activate(9, 4096);
         assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64 + 512);
-        assert_eq!(fc.readers(), SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1, untethered: 0 });
+        assert_eq!(
+            fc.readers(),
+            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1, untethered: 0 }
+        );
         reader.free();
         assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64, "the furthest position read");
         assert!(!fc.connected());

@@ -77,7 +77,8 @@ fn slot_region(count: usize) -> Shared {
     let mut i64_words = vec![s::MAGIC_OFFSET, s::HIGH_WATER];
     for i in 0..count {
         let base = slot_offset(i);
-        let fields = [s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS, s::LOSSES, s::LOST_BYTES];
+        let fields =
+            [s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS, s::LOSSES, s::LOST_BYTES];
         i64_words.extend(fields.map(|f| base + f));
     }
     let bell = [
@@ -643,7 +644,11 @@ fn u_untethered_reader_lapped_during_copy() {
         for m in &sent {
             let lost = losses.iter().any(|l| l.from <= m.start && m.start < l.to);
             let delivered = reader.got.contains(m);
-            assert!(lost != delivered, "message at {} delivered: {delivered}, reported lost: {lost}", m.start);
+            assert!(
+                lost != delivered,
+                "message at {} delivered: {delivered}, reported lost: {lost}",
+                m.start
+            );
         }
         seen.add(if losses.is_empty() { "kept up" } else { "lapped" });
     });

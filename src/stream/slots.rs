@@ -471,7 +471,10 @@ mod tests {
         c.activate(8, 0); // another session
                           // slot 5 waits, slot 3 never claimed
         let r = t.scan(7, None, 4096);
-        assert_eq!(r, SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0, untethered: 0 });
+        assert_eq!(
+            r,
+            SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0, untethered: 0 }
+        );
         assert_eq!(t.scan(7, Some(1), 4096).min, Some(4096));
         assert_eq!(t.high_water(), 6);
         // A position past the writer's is impossible for an honest reader: ignored, and counted.
