@@ -160,6 +160,7 @@ impl SubscriptionBuilder {
             later: self.later,
             losses: VecDeque::new(),
             losses_dropped: 0,
+            laps: 0,
             vanishing: None,
             log_path: name::log_path(&dir, &self.name),
             slot_file,
@@ -300,6 +301,8 @@ pub struct Subscription {
     /// Losses not yet taken (`take_loss`), oldest first, at most [`MAX_LOSSES`].
     losses: VecDeque<Loss>,
     losses_dropped: u64,
+    /// Laps of an untethered subscription, over its life.
+    laps: u64,
     /// The stream's session counter as the last check found it ahead of every log.
     vanishing: Option<i32>,
     copy_payloads: bool,
@@ -584,6 +587,7 @@ impl Subscription {
             State::Reading(s) => s.reader.take_loss(),
             _ => None,
         } {
+            self.laps += 1;
             self.report(loss);
         }
     }
@@ -770,6 +774,11 @@ impl Subscription {
         self.losses_dropped
     }
 
+    /// Times an untethered subscription was lapped, over its life (each is one loss report).
+    pub fn laps(&self) -> u64 {
+        self.laps
+    }
+
     /// How the last session left ended, once.
     pub(crate) fn take_ended(&mut self) -> Option<Ended> {
         self.ended.take()
@@ -781,15 +790,6 @@ impl Subscription {
             State::Reading(s) => Some(s.reader.log()),
             _ => None,
         }
-    }
-
-    /// Leaves the session and joins the stream again at its publisher's position: a reader that
-    /// would rather lose messages than hold the publisher back (an untethered recorder).
-    pub(crate) fn skip_to_latest(&mut self) -> Result<(), Error> {
-        let slot = self.leave_session();
-        self.state = State::Waiting(slot);
-        self.next_join = JoinAt::Latest;
-        self.try_join()
     }
 
     /// Waits until connected to a live publisher's session, or `timeout` passes.
