@@ -544,7 +544,9 @@ fn an_untethered_recorder_reports_the_gaps_it_skipped_and_never_a_torn_message()
                 shmlog::inspect::streams(shm.path())
                     .ok()
                     .and_then(|s| s.into_iter().find_map(|s| s.log))
-                    .is_some_and(|log| log.position - recorder.recorded_position() > 2 * log.term_length as i64)
+                    .is_some_and(|log| {
+                        log.position - recorder.recorded_position() > 2 * log.term_length as i64
+                    })
             };
             while !publisher.is_finished() && !ahead() {
                 assert!(Instant::now() < deadline, "the publisher did not get ahead");

@@ -149,6 +149,12 @@ fn processes_stopped_then_slow_untethered_reader() {
     await_losses(&mut untethered, 1, T30);
     untethered.send("slow");
     await_losses(&mut untethered, 3, T60);
+    // `inspect` (what `shmlog stat` shows) tells the two readers apart, with the losses.
+    let stream = shmlog::inspect::streams(dir.path()).unwrap().into_iter().find(|s| s.name == name).unwrap();
+    let (loose, held): (Vec<_>, Vec<_>) = stream.readers.iter().partition(|r| r.untethered);
+    assert_eq!((loose.len(), held.len()), (1, 1), "{:?}", stream.readers);
+    assert!(loose[0].losses >= 3 && loose[0].lost_bytes > 0, "{:?}", loose[0]);
+    assert!(held[0].losses == 0 && !loose[0].slowest);
     let (sent, done) = close_and_collect(&mut publisher, &mut [tethered, untethered]);
     println!("sent {sent}: tethered {}, untethered {}", done[0].raw, done[1].raw);
     assert_eq!(

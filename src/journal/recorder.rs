@@ -192,11 +192,7 @@ impl RecorderBuilder {
         if let Some((recording, stop)) = resumed {
             writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
         }
-        Ok(Recorder {
-            sub: Some(sub),
-            w: writer,
-            wake_on_commit: self.wake_on_commit,
-        })
+        Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit })
     }
 }
 
