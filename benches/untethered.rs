@@ -99,9 +99,10 @@ fn main() {
     let args = Args::parse();
     support::banner(B);
     let mut c = support::criterion(Duration::from_millis(300), Duration::from_secs(2));
-    let n = args.n(2_000_000, 1000) as u64;
+    let n = args.n(1_000_000, 1000) as u64;
 
     let mut g = c.benchmark_group("untethered/publisher");
+    g.sample_size(10);
     g.throughput(Throughput::Elements(n));
     for (label, stopped) in [("alone", false), ("stopped_untethered", true)] {
         g.bench_function(BenchmarkId::from_parameter(label), |b| {

@@ -381,7 +381,7 @@ impl CopiedFrame {
 
 /// An untethered reader's copy: the committed frames from `cursor` on (up to the end of its
 /// term, `max_data` data frames, and `max_bytes` bytes after the first frame) copied whole into
-/// `buf`, and listed in `frames`. Every word and byte is read racily, since the writer may be
+/// `buf` (from its start; it only grows), and listed in `frames`. Every word and byte is read racily, since the writer may be
 /// reusing the partition meanwhile: nothing copied may be trusted before [`lapped`], called
 /// after this, says the writer had not begun to. Every length is validated before it is used,
 /// so whatever a lapped read returns yields a stop, never an out-of-bounds access or a panic.
@@ -394,12 +394,11 @@ pub fn copy_frames<R: Region>(
     buf: &mut Vec<u8>,
     frames: &mut Vec<CopiedFrame>,
 ) -> Option<&'static str> {
-    buf.clear();
     frames.clear();
     let term = term_window(log, cursor);
     let mut offset = cursor.offset;
-    let mut data = 0;
-    while data < max_data && offset < term.len() && (frames.is_empty() || buf.len() < max_bytes) {
+    let (mut data, mut used) = (0, 0);
+    while data < max_data && offset < term.len() && (frames.is_empty() || used < max_bytes) {
         let raw = term.load_i32_racy(offset, Ordering::Acquire);
         let checked = match frame::check_length(raw, term.len() - offset) {
             Err(what) if being_written(log, what) => Ok(None),
@@ -410,23 +409,26 @@ pub fn copy_frames<R: Region>(
             Ok(None) => break,
             Err(what) => return Some(what),
         };
-        let mut head = [0u8; HEADER_LEN];
-        term.copy_out_racy(offset, &mut head);
-        head[..REST_OFFSET].copy_from_slice(&(len as i32).to_le_bytes());
+        // The buffer only grows (no zeroing per poll); the frame lands at `used`, header first.
+        let at = used;
+        if buf.len() < at + aligned {
+            buf.resize(at + aligned, 0);
+        }
+        let frame_bytes = &mut buf[at..at + aligned];
+        term.copy_out_racy(offset, &mut frame_bytes[..HEADER_LEN]);
+        frame_bytes[..REST_OFFSET].copy_from_slice(&(len as i32).to_le_bytes());
         let mut bytes = [0u8; REST_LEN];
-        bytes.copy_from_slice(&head[REST_OFFSET..]);
+        bytes.copy_from_slice(&frame_bytes[REST_OFFSET..HEADER_LEN]);
         let rest = HeaderRest::decode(&bytes);
         if let Err(what) = frame::check_rest(&rest, offset, cursor.term_id) {
             return Some(what);
         }
-        let at = buf.len();
         if rest.frame_type != TYPE_PAD {
-            buf.extend_from_slice(&head);
-            buf.resize(at + aligned, 0);
             if aligned > HEADER_LEN {
                 // `offset + HEADER_LEN` is a grid point inside the term: the frame fits it.
-                term.copy_out_racy(offset + HEADER_LEN, &mut buf[at + HEADER_LEN..at + aligned]);
+                term.copy_out_racy(offset + HEADER_LEN, &mut frame_bytes[HEADER_LEN..]);
             }
+            used += aligned;
             data += 1;
         }
         frames.push(CopiedFrame { offset, len, aligned, rest, at });
