@@ -13,7 +13,7 @@ export CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
 export CARGO_PROFILE_BENCH_DEBUG=false
 export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
 
-BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent compare:vs_aeron)
+BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent untethered compare:vs_aeron)
 COMPARE=(--manifest-path compare/Cargo.toml)
 cargo bench -p shmlog --no-run
 cargo bench "${COMPARE[@]}" --no-run

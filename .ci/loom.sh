@@ -51,6 +51,8 @@
 #      rotate_unchecked                   a rotation resets the next partition's tail whatever
 #                                         term it holds: k4's second rotator resets the tail the
 #                                         first one's reservation moved (k1 does not see it);
+#      skip_copy_check                    an untethered reader trusts its copy without the check
+#                                         after it: u delivers bytes zeroed during the copy.
 #      unblock_unlocked                   the unblocker runs without the unblock lock: k6's two
 #                                         unblockers pad one hole at once.
 #    Every knob is a function of `sync::protocol` (src/sync.rs), the one place the names appear.
@@ -149,6 +151,7 @@ mutant unblock_over_live log::loom_concurrent::k3_
 mutant stale_ceiling stream::loom_concurrent_models::k4_
 mutant rotate_unchecked stream::loom_concurrent_models::k4_
 mutant unblock_unlocked stream::loom_concurrent_models::k6_
+mutant skip_copy_check stream::loom_models::u_
 
 wait
 bad=0

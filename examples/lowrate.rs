@@ -5,6 +5,8 @@
 //! - `shmlog-blocking`: `Subscription::poll_blocking` (the doorbell: no CPU while idle);
 //! - `shmlog-backoff`:  `poll` with the default `Backoff` idle strategy;
 //! - `shmlog-yielding`: `poll` with `Yielding` (a core per reader while it can get one);
+//! - `shmlog-untethered`: as `shmlog-blocking`, through untethered subscriptions (the publisher
+//!   never waits for them; `lost` counts what they missed, each in a loss report);
 //! - `udp-multicast`:   blocking `recv` on a socket joined to 239.255.0.1 on 127.0.0.1;
 //! - `futex-floor`:     a bare shared futex word the publisher bumps and wakes (`FUTEX_WAKE`, all
 //!   waiters) after writing the timestamp: what any kernel wake-up costs here, the floor.
@@ -37,8 +39,14 @@ use std::os::fd::FromRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const LANES: [&str; 5] =
-    ["shmlog-blocking", "shmlog-backoff", "shmlog-yielding", "udp-multicast", "futex-floor"];
+const LANES: [&str; 6] = [
+    "shmlog-blocking",
+    "shmlog-backoff",
+    "shmlog-yielding",
+    "shmlog-untethered",
+    "udp-multicast",
+    "futex-floor",
+];
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 0, 1);
 /// Sequence number of the message that tells subscribers to report and leave.
 const STOP: u64 = u64::MAX;
@@ -285,7 +293,11 @@ fn child(argv: &[String]) {
             }
         }
         shm => {
-            let mut sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
+            let mut sub = Subscription::builder(stream.as_str())
+                .dir(&dir)
+                .tethered(shm != "shmlog-untethered")
+                .open()
+                .unwrap();
             ready();
             let mut going = true;
             let mut backoff = Backoff::default();
@@ -296,7 +308,7 @@ fn child(argv: &[String]) {
                     going &= on_message(seq, sent);
                 };
                 match shm {
-                    "shmlog-blocking" => {
+                    "shmlog-blocking" | "shmlog-untethered" => {
                         sub.poll_blocking(&mut handler, 16, Duration::from_secs(5));
                     }
                     "shmlog-backoff" => {

@@ -197,3 +197,4 @@ pub use stream::join::JoinAt;
 pub use stream::loss::{Loss, LossCause};
 #[cfg(not(shmlog_loom))]
 pub use stream::name::{validate as validate_name, MAX_NAME_LEN};
+pub use stream::reader::Resume;

@@ -263,6 +263,14 @@ pub(crate) mod protocol {
         !mutant("unblock_unlocked")
     }
 
+    /// An untethered reader checks, after copying frames out of the log, that the writer had
+    /// not begun to reuse their partition (`log::reader::lapped`): the mutant trusts the copy.
+    /// Mutant: `skip_copy_check`.
+    #[inline(always)]
+    pub(crate) fn copy_check() -> bool {
+        !mutant("skip_copy_check")
+    }
+
     /// An unblocker waits while a live writer's pending position lies at or before the hole.
     /// Mutant: `unblock_over_live`.
     #[inline(always)]
@@ -293,5 +301,6 @@ pub(crate) mod protocol {
         "rotate_unchecked",
         "unblock_unlocked",
         "unblock_over_live",
+        "skip_copy_check",
     ];
 }

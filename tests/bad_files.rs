@@ -56,7 +56,7 @@ fn create(dir: &Path, name: &str) -> Result<Publication, Error> {
 enum Want {
     /// `Error::Corrupt`.
     Corrupt,
-    /// `Error::VersionMismatch { found, expected: 5 }` (the layout version this build reads).
+    /// `Error::VersionMismatch { found, expected: 6 }` (the layout version this build reads).
     Version(i32),
     /// Succeeds (for create: the damaged file is replaced by a fresh log).
     Ok,
@@ -65,7 +65,7 @@ enum Want {
 fn check<T: std::fmt::Debug>(case: &str, what: &str, got: &Result<T, Error>, want: Want) {
     let ok = match (got, want) {
         (Err(Error::Corrupt { .. }), Want::Corrupt) => true,
-        (Err(Error::VersionMismatch { found, expected: 5, .. }), Want::Version(v)) => *found == v,
+        (Err(Error::VersionMismatch { found, expected: 6, .. }), Want::Version(v)) => *found == v,
         (Ok(_), Want::Ok) => true,
         _ => false,
     };

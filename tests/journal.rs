@@ -537,13 +537,16 @@ fn an_untethered_recorder_reports_the_gaps_it_skipped_and_never_a_torn_message()
             }
             recorder.wait(Duration::from_millis(10));
         } else {
-            // A disk stall: no poll until the publisher is more than half a window past what was
-            // recorded, or done.
+            // A disk stall: no poll until the publisher, which the untethered recorder never
+            // holds back, is more than two terms past what was recorded (it has lapped it), or
+            // done.
             let ahead = || {
                 shmlog::inspect::streams(shm.path())
                     .ok()
                     .and_then(|s| s.into_iter().find_map(|s| s.log))
-                    .is_some_and(|log| log.position - recorder.recorded_position() > (log.window / 2) as i64)
+                    .is_some_and(|log| {
+                        log.position - recorder.recorded_position() > 2 * log.term_length as i64
+                    })
             };
             while !publisher.is_finished() && !ahead() {
                 assert!(Instant::now() < deadline, "the publisher did not get ahead");

@@ -82,6 +82,7 @@ impl LossCause {
                 format!("source:{session}:joined_late")
             }
             LossCause::Source { session, cause: Reader::Fault } => format!("source:{session}:fault"),
+            LossCause::Source { session, cause: Reader::Lapped } => format!("source:{session}:lapped"),
             LossCause::Source { session, cause: Reader::SessionsMissed { sessions } } => {
                 format!("source:{session}:sessions_missed:{sessions}")
             }
@@ -107,6 +108,7 @@ impl LossCause {
         let cause = match (f.next()?, f.next()) {
             ("joined_late", None) => Reader::JoinedLate,
             ("fault", None) => Reader::Fault,
+            ("lapped", None) => Reader::Lapped,
             ("sessions_missed", Some(n)) => Reader::SessionsMissed { sessions: canonical(n)? },
             _ => return None,
         };
@@ -132,6 +134,9 @@ impl std::fmt::Display for LossCause {
             }
             LossCause::Source { session, cause: Reader::Fault } => {
                 write!(f, "source session {session}: the out bridge's reader stopped at a fault")
+            }
+            LossCause::Source { session, cause: Reader::Lapped } => {
+                write!(f, "source session {session}: the out bridge's untethered reader was lapped")
             }
             LossCause::Source { session, cause: Reader::SessionsMissed { sessions } } => write!(
                 f,

@@ -191,6 +191,8 @@ impl<T, C: Codec<T>> Receiver<T, C> {
             // Sessions are joined only by polls that deliver nothing and by waits, so a loss
             // taken here lies after every message queued before and before every one polled next.
             if let Some(loss) = self.subscription.take_loss() {
+                // A message begun before the loss is not finished after it.
+                self.partial.clear();
                 return Err(RecvError::Lost(loss));
             }
             if self.fill() > 0 {

@@ -133,7 +133,8 @@ impl ConcurrentPublication {
 
     /// How many live readers read this session (system calls: for setup and monitoring).
     pub fn connected_readers(&mut self) -> usize {
-        self.writer.check_readers().count
+        let readers = self.writer.check_readers();
+        readers.count + readers.untethered
     }
 
     /// `true` if a live reader reads this session.

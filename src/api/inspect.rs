@@ -195,6 +195,14 @@ pub struct ReaderInfo {
     /// `true` when this is the slowest reader and it is a whole window behind, so the publisher
     /// is back-pressured until it moves.
     pub holds_back: bool,
+    /// `true` for an untethered reader (`SubscriptionBuilder::tethered(false)`): the publisher
+    /// never waits for it, and it is never the slowest reader.
+    pub untethered: bool,
+    /// Times the publisher lapped this untethered reader, over the slot's life (each one loss
+    /// report). Kept in the slot, so tools see it.
+    pub losses: i64,
+    /// Stream bytes those losses skipped.
+    pub lost_bytes: i64,
 }
 
 /// Lists the streams in `dir` with their publisher, counters and readers. Read-only.
@@ -316,11 +324,16 @@ fn reader_infos(
             lag,
             slowest: false,
             holds_back: false,
+            untethered: v.untethered,
+            losses: v.losses,
+            lost_bytes: v.lost_bytes,
         });
     }
     if let Some((_, _, window)) = current {
-        let slowest =
-            out.iter_mut().filter(|r| r.alive && r.lag.is_some()).min_by_key(|r| (r.position, r.slot));
+        let slowest = out
+            .iter_mut()
+            .filter(|r| r.alive && !r.untethered && r.lag.is_some())
+            .min_by_key(|r| (r.position, r.slot));
         if let Some(r) = slowest {
             r.slowest = true;
             r.holds_back = r.lag.is_some_and(|lag| lag >= window);

@@ -308,9 +308,11 @@ impl Publication {
         self.connected_readers() > 0
     }
 
-    /// How many live readers read this session (system calls, as [`Publication::is_connected`]).
+    /// How many live readers read this session, tethered or not (system calls, as
+    /// [`Publication::is_connected`]).
     pub fn connected_readers(&mut self) -> usize {
-        self.writer.check_readers().count
+        let readers = self.writer.check_readers();
+        readers.count + readers.untethered
     }
 
     /// Waits until a reader joins this session (e.g. before the first offer), or `timeout` passes.

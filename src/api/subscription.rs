@@ -16,7 +16,7 @@ use crate::stream::join::{JoinAt, JoinRefused};
 use crate::stream::liveness::{publisher_alive, LogWriters, SlotFile};
 use crate::stream::loss::{Loss, LossCause, SessionKind, Sessions};
 use crate::stream::name;
-use crate::stream::reader::Reader;
+use crate::stream::reader::{Reader, Resume};
 use crate::stream::slots::{SlotMut, Slots};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -38,6 +38,8 @@ pub struct SubscriptionBuilder {
     wait: Option<Duration>,
     copy_payloads: bool,
     spin: Duration,
+    tethered: bool,
+    on_lapped: Resume,
 }
 
 impl SubscriptionBuilder {
@@ -107,6 +109,33 @@ impl SubscriptionBuilder {
         self
     }
 
+    /// `false` makes the subscription untethered: the publisher's flow control passes over it,
+    /// so it never holds the publisher back, whatever it does (a slow handler, a stop in a
+    /// debugger, `SIGSTOP`, page faults). Default `true`: the slowest tethered reader holds the
+    /// publisher back, and no message is ever lost to it.
+    ///
+    /// An untethered subscription that falls behind by about two terms is *lapped*: the
+    /// publisher reuses the part of the log it had not read. It then reports exactly what it
+    /// missed, once per lap, as a [`crate::Loss`] with [`LossCause::Lapped`]
+    /// ([`Subscription::take_loss`], `RecvError::Lost` from the receivers), and goes on where
+    /// [`SubscriptionBuilder::on_lapped`] says. It never delivers a torn or overwritten message:
+    /// it copies frames out of the log, then proves that the publisher had not begun to reuse
+    /// them during the copy, and only then hands the copies to the handler (so
+    /// [`SubscriptionBuilder::copy_payloads`] is implied). A fragmented message is delivered
+    /// whole or reported lost. See `docs/untethered.md`.
+    pub fn tethered(mut self, tethered: bool) -> Self {
+        self.tethered = tethered;
+        self
+    }
+
+    /// Where an untethered subscription goes on after it was lapped (default
+    /// [`Resume::Oldest`]: the oldest message the log still holds; [`Resume::Live`]: the
+    /// publisher's position). No effect on a tethered subscription.
+    pub fn on_lapped(mut self, resume: Resume) -> Self {
+        self.on_lapped = resume;
+        self
+    }
+
     /// How long the blocking calls ([`Subscription::poll_blocking`], [`Subscription::wait_readable`])
     /// poll before they sleep in the kernel (default: zero, sleep at once). Spinning catches the
     /// next message of a burst a wake-up sooner, at the cost of a core while it spins.
@@ -124,12 +153,14 @@ impl SubscriptionBuilder {
             return Err(Error::InvalidConfig("later sessions cannot be joined at an explicit position"));
         }
         let dir = crate::stream::prepare(&self.name, self.dir.as_ref(), self.file_mode, self.max_readers)?;
-        let (slot_file, slots, slot) = claim_slot(&dir, &self)?;
+        let (slot_file, slots, mut slot) = claim_slot(&dir, &self)?;
+        slot.set_untethered(!self.tethered);
         let mut sub = Subscription {
             sessions: Sessions::new(slots.sessions()),
             later: self.later,
             losses: VecDeque::new(),
             losses_dropped: 0,
+            laps: 0,
             vanishing: None,
             log_path: name::log_path(&dir, &self.name),
             slot_file,
@@ -137,6 +168,7 @@ impl SubscriptionBuilder {
             state: State::Waiting(slot),
             next_join: self.join,
             copy_payloads: self.copy_payloads,
+            on_lapped: self.on_lapped,
             spin: self.spin,
             idle_polls: 0,
             next_check: Instant::now(),
@@ -269,9 +301,13 @@ pub struct Subscription {
     /// Losses not yet taken (`take_loss`), oldest first, at most [`MAX_LOSSES`].
     losses: VecDeque<Loss>,
     losses_dropped: u64,
+    /// Laps of an untethered subscription, over its life.
+    laps: u64,
     /// The stream's session counter as the last check found it ahead of every log.
     vanishing: Option<i32>,
     copy_payloads: bool,
+    /// Where an untethered reader goes on after a lap.
+    on_lapped: Resume,
     spin: Duration,
     idle_polls: u32,
     next_check: Instant,
@@ -302,6 +338,8 @@ impl Subscription {
             wait: None,
             copy_payloads: false,
             spin: Duration::ZERO,
+            tethered: true,
+            on_lapped: Resume::Oldest,
         }
     }
 
@@ -318,7 +356,7 @@ impl Subscription {
         };
         let n = s.reader.poll(|payload, header| handler.on_fragment(payload, header), fragment_limit);
         if n == 0 {
-            self.idle_tick();
+            self.empty_poll();
         }
         n
     }
@@ -338,7 +376,7 @@ impl Subscription {
         let n =
             s.reader.controlled_poll(|payload, header| handler.on_fragment(payload, header), fragment_limit);
         if n == 0 {
-            self.idle_tick();
+            self.empty_poll();
         }
         n
     }
@@ -352,6 +390,10 @@ impl Subscription {
             return 0;
         };
         let n = s.reader.block_poll(handler, max_bytes);
+        if s.reader.is_untethered() {
+            // A lap moves the position without delivering: its report goes out now.
+            self.take_reader_losses();
+        }
         if n == 0 {
             self.idle_tick();
         }
@@ -531,6 +573,25 @@ impl Subscription {
         matches!(&self.state, State::Reading(s) if s.reader.has_news())
     }
 
+    /// After a poll that delivered nothing: an untethered reader's lap reports, then the idle
+    /// tick.
+    #[inline(always)]
+    fn empty_poll(&mut self) {
+        self.take_reader_losses();
+        self.idle_tick();
+    }
+
+    /// Moves the reader's lap reports (an untethered reader's) to the queue.
+    fn take_reader_losses(&mut self) {
+        while let Some(loss) = match &mut self.state {
+            State::Reading(s) => s.reader.take_loss(),
+            _ => None,
+        } {
+            self.laps += 1;
+            self.report(loss);
+        }
+    }
+
     /// Counts an empty poll; now and then, checks the publisher and looks for a new session.
     #[inline(always)]
     fn idle_tick(&mut self) {
@@ -596,7 +657,8 @@ impl Subscription {
         let explicit = matches!(asked, JoinAt::Position(_));
         let rule = if explicit || kind == SessionKind::Running { asked } else { self.later };
         match Reader::join(next.log, &self.slots, slot, rule, self.copy_payloads) {
-            Ok(reader) => {
+            Ok(mut reader) => {
+                reader.set_resume(self.on_lapped);
                 self.sessions.joined(seq);
                 let session_id = reader.log().session_id();
                 for loss in
@@ -655,6 +717,7 @@ impl Subscription {
 
     /// Leaves the session being read (noting how it ended); returns the slot.
     fn leave_session(&mut self) -> OwnSlot {
+        self.take_reader_losses();
         match std::mem::replace(&mut self.state, State::Switching) {
             State::Waiting(slot) => slot,
             State::Reading(s) => {
@@ -697,9 +760,23 @@ impl Subscription {
         self.losses.pop_front()
     }
 
+    /// `true` if this subscription is untethered ([`SubscriptionBuilder::tethered`]).
+    pub fn is_untethered(&self) -> bool {
+        match &self.state {
+            State::Reading(s) => s.reader.is_untethered(),
+            State::Waiting(slot) => slot.untethered(),
+            State::Switching => false,
+        }
+    }
+
     /// Loss reports dropped unread because more than [`MAX_LOSSES`] were waiting.
     pub fn losses_dropped(&self) -> u64 {
         self.losses_dropped
+    }
+
+    /// Times an untethered subscription was lapped, over its life (each is one loss report).
+    pub fn laps(&self) -> u64 {
+        self.laps
     }
 
     /// How the last session left ended, once.
@@ -713,15 +790,6 @@ impl Subscription {
             State::Reading(s) => Some(s.reader.log()),
             _ => None,
         }
-    }
-
-    /// Leaves the session and joins the stream again at its publisher's position: a reader that
-    /// would rather lose messages than hold the publisher back (an untethered recorder).
-    pub(crate) fn skip_to_latest(&mut self) -> Result<(), Error> {
-        let slot = self.leave_session();
-        self.state = State::Waiting(slot);
-        self.next_join = JoinAt::Latest;
-        self.try_join()
     }
 
     /// Waits until connected to a live publisher's session, or `timeout` passes.

@@ -3,9 +3,10 @@
 //!
 //! It reads through an ordinary subscription (`block_poll`), so the publisher's path is what it
 //! is with any reader: the recorder's position holds it back (tethered) like any reader's, and
-//! the publisher never touches the disk. An untethered recorder skips ahead when it falls half a
-//! window behind instead, closing its recording as [`StopReason::Lagged`] and starting the next
-//! one with the gap in [`Recording::gap_before`].
+//! the publisher never touches the disk. An untethered recorder reads through an untethered
+//! subscription (`docs/untethered.md`), so it never holds the publisher back at all: when the
+//! publisher laps it, it closes its recording as [`StopReason::Lagged`] and starts the next one
+//! where its subscription goes on, with the gap in [`Recording::gap_before`].
 
 use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
@@ -87,8 +88,10 @@ impl RecorderBuilder {
     }
 
     /// `true` (the default): the recorder holds the publisher back like any reader, so nothing is
-    /// ever lost. `false`: it skips ahead when half a window behind, losing messages (reported
-    /// as a gap) rather than slowing the publisher.
+    /// ever lost. `false`: it reads through an untethered subscription and never holds the
+    /// publisher back; when the publisher laps it (about two terms ahead), it loses messages
+    /// (reported as a gap, and as a [`crate::LossCause::Lapped`] loss) rather than slowing the
+    /// publisher.
     pub fn tethered(mut self, tethered: bool) -> Self {
         self.tethered = tethered;
         self
@@ -152,7 +155,7 @@ impl RecorderBuilder {
         let mut sub = None;
         if let Some((recording, stop)) = interrupted {
             if self.resume {
-                match self.live.clone().join_at(JoinAt::Position(stop)).open() {
+                match self.live.clone().tethered(self.tethered).join_at(JoinAt::Position(stop)).open() {
                     Ok(s) if s.session_id() == Some(recording.session_id) && s.position() == stop => {
                         catalog.resume(recording.id, stop);
                         sub = Some(s);
@@ -170,7 +173,7 @@ impl RecorderBuilder {
         }
         let sub = match sub {
             Some(sub) => sub,
-            None => self.live.clone().join_at(self.join).open()?,
+            None => self.live.clone().tethered(self.tethered).join_at(self.join).open()?,
         };
         let mut writer = Writer {
             dir: self.journal.clone(),
@@ -189,12 +192,7 @@ impl RecorderBuilder {
         if let Some((recording, stop)) = resumed {
             writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
         }
-        Ok(Recorder {
-            sub: Some(sub),
-            w: writer,
-            tethered: self.tethered,
-            wake_on_commit: self.wake_on_commit,
-        })
+        Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit })
     }
 }
 
@@ -218,7 +216,6 @@ pub struct Recorder {
     /// `None` once an error stopped the recorder.
     sub: Option<Subscription>,
     w: Writer,
-    tethered: bool,
     wake_on_commit: bool,
 }
 
@@ -252,9 +249,7 @@ impl Recorder {
     pub fn poll(&mut self) -> Result<usize, Error> {
         let Some(sub) = &mut self.sub else { return Ok(0) };
         follow_session(sub, &mut self.w);
-        if !self.tethered {
-            skip_if_behind(sub, &mut self.w)?;
-        }
+        let laps = sub.laps();
         let mut result = Ok(());
         let w = &mut self.w;
         let log = sub.log().map(LogFacts::of);
@@ -269,6 +264,11 @@ impl Recorder {
         if let Err(e) = result {
             self.fail(&e);
             return Err(e);
+        }
+        if sub.laps() != laps {
+            // Lapped (an untethered recorder): what follows is not contiguous with what was
+            // recorded, even where it starts a term (which the writer would take for padding).
+            self.w.lagged();
         }
         if let Err(e) = self.w.sync_due(false) {
             self.fail(&e);
@@ -386,24 +386,6 @@ fn follow_session(sub: &mut Subscription, w: &mut Writer) {
     w.previous = None;
 }
 
-/// An untethered recorder half a window behind the publisher jumps to its position.
-fn skip_if_behind(sub: &mut Subscription, w: &mut Writer) -> Result<(), Error> {
-    let Some(log) = sub.log() else { return Ok(()) };
-    let Ok(producer) = log.producer_position() else { return Ok(()) };
-    let from = sub.position();
-    if producer - from <= (log.geometry().window / 2) as i64 {
-        return Ok(());
-    }
-    sub.skip_to_latest()?;
-    let _ = sub.take_ended();
-    // Skipping again before the next recording began keeps the first gap's start.
-    if let Some(a) = &w.active {
-        w.previous = Some((a.id, a.recorded));
-    }
-    let _ = w.close(StopReason::Lagged);
-    Ok(())
-}
-
 /// What a recording needs to know of the session's log.
 #[derive(Clone, Copy, Debug)]
 struct LogFacts {
@@ -478,6 +460,16 @@ struct Writer {
 }
 
 impl Writer {
+    /// The subscription was lapped: the recording stops where it is (`Lagged`) and the next one
+    /// records the gap.
+    fn lagged(&mut self) {
+        if let Some(a) = &self.active {
+            let previous = (a.id, a.recorded);
+            let _ = self.close(StopReason::Lagged);
+            self.previous = Some(previous);
+        }
+    }
+
     /// Writes a block of whole frames that starts at `position` into the current recording
     /// (starting one if there is none).
     fn write(&mut self, block: &[u8], position: i64, log: &LogFacts) -> Result<(), Error> {

@@ -64,6 +64,11 @@ pub const JOIN_POSITION: usize = 16;
 pub const PID: usize = 24;
 /// When it claimed the slot, ns since the Unix epoch.
 pub const CLAIMED_NS: usize = 32;
+/// Loss reports of an untethered reader (lapped by the writer), over the slot's life: written by
+/// its owner alone, for tools.
+pub const LOSSES: usize = 40;
+/// Stream bytes those losses skipped, over the slot's life (for tools).
+pub const LOST_BYTES: usize = 48;
 
 /// Slot states (low 32 bits of `STATE`).
 pub const STATE_FREE: i64 = 0;
@@ -71,18 +76,31 @@ pub const STATE_FREE: i64 = 0;
 pub const STATE_WAITING: i64 = 1;
 /// Reading the session in the high 32 bits; counts for that session's flow control.
 pub const STATE_ACTIVE: i64 = 2;
+/// Flag bits of the state word (bits 8..16 of its low half, next to the state): the reader is
+/// untethered, the writer's flow control passes over it (`docs/untethered.md`). Part of the
+/// state word so that the writer never sees an active slot without knowing which kind it is.
+pub const FLAG_UNTETHERED: i64 = 0x100;
+/// The bits of the state word's low half that hold the state.
+const STATE_MASK: i64 = 0xFF;
+/// The bits that hold flags.
+const FLAGS_MASK: i64 = 0xFF00;
 
 /// Most slots a file may declare.
 pub const MAX_SLOTS: usize = 4096;
 
-/// Packs a state word.
+/// Packs a state word (`state` may carry flag bits).
 pub const fn pack_state(session_id: i32, state: i64) -> i64 {
     ((session_id as i64) << 32) | (state & 0xFFFF_FFFF)
 }
 
-/// Unpacks a state word into `(session_id, state)`.
+/// Unpacks a state word into `(session_id, state)`, the state without its flags.
 pub const fn unpack_state(word: i64) -> (i32, i64) {
-    ((word >> 32) as i32, word & 0xFFFF_FFFF)
+    ((word >> 32) as i32, word & STATE_MASK)
+}
+
+/// The flag bits of a state word ([`FLAG_UNTETHERED`]).
+pub const fn state_flags(word: i64) -> i64 {
+    word & FLAGS_MASK
 }
 
 /// Byte offset of slot `index`.
@@ -104,6 +122,10 @@ mod tests {
         for s in [0, 1, -1, i32::MIN, i32::MAX] {
             for st in [STATE_FREE, STATE_WAITING, STATE_ACTIVE] {
                 assert_eq!(unpack_state(pack_state(s, st)), (s, st));
+                let flagged = pack_state(s, st | FLAG_UNTETHERED);
+                assert_eq!(unpack_state(flagged), (s, st));
+                assert_eq!(state_flags(flagged), FLAG_UNTETHERED);
+                assert_eq!(state_flags(pack_state(s, st)), 0);
             }
         }
     }

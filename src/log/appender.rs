@@ -18,7 +18,7 @@ use crate::layout::frame::{BEGIN_FLAG, END_FLAG};
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{DirectRegion, RegionMut, Span, Window};
 use crate::sync::protocol;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 
 /// The message does not fit in the rest of the term: the term was padded to its end and the
 /// caller must [`Appender::rotate`] and retry.
@@ -403,6 +403,11 @@ impl<R: RegionMut> Appender<R> {
         debug_assert!(to <= end + chunk.saturating_sub(FRAME_ALIGNMENT));
         let next = (self.index + 1) % PARTITION_COUNT;
         let base = self.log.partition_base(next);
+        // The tail stored before this (`publish_tail`) is seen by an untethered reader that
+        // copied any byte zeroed here, once it issues its acquire fence (`log::reader::lapped`);
+        // so is every write of the terms after this one, which come later still. A compiler
+        // barrier on x86-64, once per chunk.
+        fence(Ordering::Release);
         // SAFETY: the next partition last held the term two behind this one. Every reader the
         // writer counts is within a window of it, so in this term or the one before (I2); a
         // reader it does not count yet joined at most a term behind the writer, and the writer

@@ -33,7 +33,7 @@ use crate::layout::frame::{
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{RegionMut, Span, Window};
 use crate::sync::protocol;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 
 /// Why a reservation was not made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,10 +285,14 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         self.log.region().store_i64(self.pending_field, position, Ordering::Release);
     }
 
-    /// Step 3: the first length word says "being written, this long".
+    /// Step 3: the first length word says "being written, this long". Then a release fence
+    /// before any byte of the reservation or of the next partition is written: an untethered
+    /// reader that copied one of those bytes sees, after its acquire fence, the tail this
+    /// reservation moved (`log::reader::lapped`). A compiler barrier on x86-64.
     fn mark_pending(&self, r: &Reservation) {
         let region = self.log.region();
         region.store_i32(r.partition.base() + r.start, -(r.len() as i32), Ordering::Release);
+        fence(Ordering::Release);
     }
 
     /// Points the template at `r`'s term (once a term).

@@ -289,8 +289,19 @@ pub(crate) fn new_log(term_length: usize, initial_term_id: i32) -> (Appender<Sha
 
 /// A fresh log of terms of `term_length` bytes (MTU 64, window `T / 2`) and its region.
 pub(crate) fn new_plain_log(term_length: usize, initial_term_id: i32) -> (Log<Shared>, Shared) {
+    new_log_region(term_length, initial_term_id, false)
+}
+
+/// [`new_plain_log`] whose region also models racy reads (`LoomRegion::with_racy_reads`), for
+/// untethered readers.
+pub(crate) fn new_racy_log(term_length: usize, initial_term_id: i32) -> (Log<Shared>, Shared) {
+    new_log_region(term_length, initial_term_id, true)
+}
+
+fn new_log_region(term_length: usize, initial_term_id: i32, racy: bool) -> (Log<Shared>, Shared) {
     let geometry = Geometry { term_length, page_size: PAGE, mtu: MTU, window: term_length / 2 };
-    let region = Arc::new(LoomRegion::for_log(&geometry));
+    let region = LoomRegion::for_log(&geometry);
+    let region = Arc::new(if racy { region.with_racy_reads() } else { region });
     let init = LogInit {
         geometry,
         initial_term_id,

@@ -8,12 +8,16 @@
 //! yields a stop, never an out-of-bounds read.
 
 use super::header::Header;
+use super::position::{tail_offset, tail_term_id};
 use super::Log;
+use crate::layout::align;
 use crate::layout::frame::{
     self, HeaderRest, BEGIN_FLAG, END_FLAG, HEADER_LEN, REST_LEN, REST_OFFSET, TYPE_PAD,
 };
+use crate::layout::log_meta::{clean_chunk, PARTITION_COUNT};
 use crate::region::{Region, Span, Window};
-use crate::sync::Ordering;
+use crate::sync::protocol;
+use crate::sync::{fence, Ordering};
 
 /// What a controlled handler tells the poll loop to do next (Aeron's semantics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -351,6 +355,127 @@ pub unsafe fn read_block<R: Region>(
         };
     }
     Scan { position: at.term_begin + end as i64, fragments: 0, fault, bytes: end - at.offset }
+}
+
+/// A frame an untethered reader copied out of the log ([`copy_frames`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopiedFrame {
+    /// Term offset of the frame.
+    pub offset: usize,
+    /// Frame length (header included), as validated.
+    pub len: usize,
+    /// The space it takes in the term.
+    pub aligned: usize,
+    /// Its header after the length word, as validated.
+    pub rest: HeaderRest,
+    /// Where its bytes (the whole aligned frame, header included) start in the buffer; padding
+    /// is not copied.
+    pub at: usize,
+}
+
+impl CopiedFrame {
+    pub fn is_pad(&self) -> bool {
+        self.rest.frame_type == TYPE_PAD
+    }
+}
+
+/// An untethered reader's copy: the committed frames from `cursor` on (up to the end of its
+/// term, `max_data` data frames, and `max_bytes` bytes after the first frame) copied whole into
+/// `buf` (from its start; it only grows), and listed in `frames`. Every word and byte is read racily, since the writer may be
+/// reusing the partition meanwhile: nothing copied may be trusted before [`lapped`], called
+/// after this, says the writer had not begun to. Every length is validated before it is used,
+/// so whatever a lapped read returns yields a stop, never an out-of-bounds access or a panic.
+/// Returns the validation failure that stopped the copy, if any (a fault only if not lapped).
+pub fn copy_frames<R: Region>(
+    log: &Log<R>,
+    cursor: &Cursor,
+    max_data: usize,
+    max_bytes: usize,
+    buf: &mut Vec<u8>,
+    frames: &mut Vec<CopiedFrame>,
+) -> Option<&'static str> {
+    frames.clear();
+    let term = term_window(log, cursor);
+    let mut offset = cursor.offset;
+    let (mut data, mut used) = (0, 0);
+    while data < max_data && offset < term.len() && (frames.is_empty() || used < max_bytes) {
+        let raw = term.load_i32_racy(offset, Ordering::Acquire);
+        let checked = match frame::check_length(raw, term.len() - offset) {
+            Err(what) if being_written(log, what) => Ok(None),
+            checked => checked,
+        };
+        let (len, aligned) = match checked {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(what) => return Some(what),
+        };
+        // The buffer only grows (no zeroing per poll); the frame lands at `used`, header first.
+        let at = used;
+        if buf.len() < at + aligned {
+            buf.resize(at + aligned, 0);
+        }
+        let frame_bytes = &mut buf[at..at + aligned];
+        term.copy_out_racy(offset, &mut frame_bytes[..HEADER_LEN]);
+        frame_bytes[..REST_OFFSET].copy_from_slice(&(len as i32).to_le_bytes());
+        let mut bytes = [0u8; REST_LEN];
+        bytes.copy_from_slice(&frame_bytes[REST_OFFSET..HEADER_LEN]);
+        let rest = HeaderRest::decode(&bytes);
+        if let Err(what) = frame::check_rest(&rest, offset, cursor.term_id) {
+            return Some(what);
+        }
+        if rest.frame_type != TYPE_PAD {
+            if aligned > HEADER_LEN {
+                // `offset + HEADER_LEN` is a grid point inside the term: the frame fits it.
+                term.copy_out_racy(offset + HEADER_LEN, &mut frame_bytes[HEADER_LEN..]);
+            }
+            used += aligned;
+            data += 1;
+        }
+        frames.push(CopiedFrame { offset, len, aligned, rest, at });
+        offset += aligned;
+    }
+    None
+}
+
+/// The check after an untethered reader's copy ([`copy_frames`] from `cursor`): `false` only if
+/// the writer had not begun to reuse the bytes of `cursor`'s term from `cursor`'s offset on
+/// when the copy ended, so that the copy holds what the writer committed there.
+///
+/// The partition of term `n` is next written while the writer is in term `n + 2`: it zeroes
+/// it for term `n + 3`, in chunks of `clean_chunk(T)` bytes, each zeroed only after the tail of
+/// term `n + 2` was stored past the chunk's start, and after a release fence (the exclusive
+/// appender's `clean_up_to`, the concurrent writers' `mark_pending`); the writes of term
+/// `n + 3` come later still. So after the copy an acquire fence, then a load of the tail
+/// counter of term `n + 2`'s partition: if the copy read any byte written by the reuse, the
+/// fences make that load see a tail of term `n + 2` at an offset `e` with
+/// `align(e, chunk) > offset`, or a later term. A tail of term `n - 1` (the partition's term
+/// before) or of term `n + 2` short of that proves the copy intact. Anything else is lapped.
+/// (`docs/untethered.md` has the proof.)
+#[inline]
+pub fn lapped<R: Region>(log: &Log<R>, cursor: &Cursor) -> bool {
+    if !protocol::copy_check() {
+        return false; // the mutant: trust the copy
+    }
+    fence(Ordering::Acquire);
+    let terms = log.terms();
+    let index = (terms.partition(cursor.term_begin) + 2) % PARTITION_COUNT;
+    let raw = log.raw_tail(index);
+    let seen = tail_term_id(raw);
+    if seen == cursor.term_id.wrapping_sub(1) {
+        return false;
+    }
+    if seen != cursor.term_id.wrapping_add(2) {
+        return true;
+    }
+    let t = log.term_length();
+    align(tail_offset(raw, t), clean_chunk(t)) > cursor.offset
+}
+
+/// `true` if a frame length word at `position` reads positive, read as an untethered reader
+/// reads (racily: a hint, not a proof).
+pub fn frame_committed_racy_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+    let at = Cursor::new(log, position);
+    term_window(log, &at).load_i32_racy(at.offset, Ordering::Acquire) > 0
 }
 
 /// `true` if nothing is committed at `position` yet (its length word is zero, or negative in a

@@ -123,6 +123,23 @@ pub(crate) struct LoomRegion {
     /// The words used as futexes, each with the lock and condition variable that model the
     /// kernel's wait queue (see [`LoomRegion::with_futexes`]).
     futexes: Box<[Futex]>,
+    /// Racy reads of the chunks, if modelled (see [`LoomRegion::with_racy_reads`]).
+    racy: Option<Racy>,
+}
+
+/// Every version each chunk has held, and a relaxed atomic per chunk naming the latest: a racy
+/// read (an untethered reader's copy, [`Region::copy_out_racy_unchecked`]) loads the atomic and
+/// returns the version it names, so it may see any version loom's memory model lets a relaxed
+/// load see: the one a happens-before edge makes visible, or any newer one, torn across chunks.
+/// Unlike a copy out of the cells it is no data race for loom, and, like a relaxed atomic load,
+/// it synchronises through fences: a reader that read a version written after the writer's
+/// release fence, then issues an acquire fence, sees everything before that release fence.
+struct Racy {
+    stamps: Box<[AtomicI64]>,
+    /// Per chunk, its versions, oldest first (the zeroed start at index 0). Model bookkeeping:
+    /// loom runs every model thread on one OS thread, and a version is pushed before the stamp
+    /// naming it is stored, so every stamp a load returns names a version already there.
+    versions: std::sync::Mutex<Vec<Vec<[u8; CHUNK]>>>,
 }
 
 /// A futex word's wait queue: the kernel checks the word and queues the sleeper under one lock,
@@ -191,6 +208,36 @@ impl LoomRegion {
             chunks: chunks.into_boxed_slice(),
             words: words.into_boxed_slice(),
             futexes: Box::new([]),
+            racy: None,
+        }
+    }
+
+    /// Models racy reads of the chunks (see [`Racy`]): every write to a chunk then also stores
+    /// a relaxed stamp, a scheduling point, so only the models of untethered readers turn it on.
+    pub(crate) fn with_racy_reads(mut self) -> Self {
+        let n = self.chunks.len();
+        self.racy = Some(Racy {
+            stamps: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            versions: std::sync::Mutex::new(vec![vec![[0; CHUNK]]; n]),
+        });
+        self
+    }
+
+    /// Records the new contents of the chunks under `[off, off + len)` after a write, if racy
+    /// reads are modelled.
+    fn publish_versions(&self, off: usize, len: usize) {
+        let Some(racy) = &self.racy else { return };
+        for (i, _, _) in pieces(off, len) {
+            let now = self.chunk(i).with(|p| {
+                // SAFETY: `p` points at the cell's live array; the writer reads what it just wrote.
+                unsafe { *p }
+            });
+            let at = {
+                let mut versions = racy.versions.lock().unwrap();
+                versions[i].push(now);
+                versions[i].len() - 1
+            };
+            racy.stamps[i].store(at as i64, Ordering::Relaxed);
         }
     }
 
@@ -365,6 +412,35 @@ unsafe impl Region for LoomRegion {
         self.merge_words(off, dst);
     }
 
+    unsafe fn load_i32_racy_unchecked(&self, off: usize, order: Ordering) -> i32 {
+        // No guard access: the zeroing this load may race with is what the caller checks for.
+        self.word(off, 4).i32().load(order)
+    }
+
+    unsafe fn copy_out_racy_unchecked(&self, off: usize, dst: &mut [u8]) {
+        check_range(self.len, off, dst.len(), 1);
+        let racy = self
+            .racy
+            .as_ref()
+            .unwrap_or_else(|| panic!("LoomRegion: a racy read of a region built without `with_racy_reads`"));
+        for (i, r, at) in pieces(off, dst.len()) {
+            let _ = self.chunk(i);
+            let stamp = racy.stamps[i].load(Ordering::Relaxed);
+            let version = racy.versions.lock().unwrap()[i][stamp as usize];
+            dst[at..at + r.len()].copy_from_slice(&version[r]);
+        }
+        let range = off..off + dst.len();
+        for w in self.words_in(&range) {
+            let bytes = match &w.atom {
+                Atom::I32(a) => (a.load(Ordering::Relaxed) as i64).to_le_bytes(),
+                Atom::I64(a) => a.load(Ordering::Relaxed).to_le_bytes(),
+            };
+            for (k, at) in w.covered(&range) {
+                dst[at - off] |= bytes[k];
+            }
+        }
+    }
+
     unsafe fn with_bytes<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         check_range(self.len, off, len, 1);
         let mut scratch = vec![0u8; len];
@@ -461,6 +537,7 @@ impl RegionMut for LoomRegion {
                 chunk[r].copy_from_slice(&src[at..at + n]);
             });
         }
+        self.publish_versions(off, src.len());
     }
 
     unsafe fn zero(&self, off: usize, len: usize) {
@@ -472,6 +549,7 @@ impl RegionMut for LoomRegion {
                 chunk[r].fill(0);
             });
         }
+        self.publish_versions(off, len);
         let range = off..off + len;
         for w in self.words_in(&range) {
             w.guard.with_mut(|_| ());
@@ -515,6 +593,7 @@ impl RegionMut for LoomRegion {
             chunk[r].copy_from_slice(&scratch[at..at + n]);
         }
         drop(guards);
+        self.publish_versions(off, len);
         out
     }
 }

@@ -89,6 +89,33 @@ pub unsafe trait Region {
         self.copy_out(off, dst)
     }
 
+    /// [`Region::load_i32_unchecked`] of a word the writer may be zeroing (cleaning a partition
+    /// for reuse) at the same time: an untethered reader's load of a frame length, which it
+    /// trusts only once a check after it proves the writer had not begun to reuse the partition
+    /// (`log::reader::lapped`). Over real memory it is the same load; the loom backend leaves
+    /// out its check that the load is ordered with the zeroing (the race is the point).
+    ///
+    /// # Safety
+    /// As [`Region::load_i32_unchecked`].
+    #[inline(always)]
+    unsafe fn load_i32_racy_unchecked(&self, off: usize, order: Ordering) -> i32 {
+        // SAFETY: the caller's contract is `load_i32_unchecked`'s.
+        unsafe { self.load_i32_unchecked(off, order) }
+    }
+
+    /// Copies bytes the writer may be writing at the same time (an untethered reader's copy of
+    /// frames it has no flow control over): the result may be anything, torn or new, and is
+    /// trusted only once a check after the copy proves no write overlapped it
+    /// (`log::reader::lapped`). Never lends a reference into the region.
+    ///
+    /// # Safety
+    /// `off..off + dst.len()` lies inside the region.
+    #[inline(always)]
+    unsafe fn copy_out_racy_unchecked(&self, off: usize, dst: &mut [u8]) {
+        // SAFETY: the caller's contract is `copy_out_unchecked`'s.
+        unsafe { self.copy_out_unchecked(off, dst) }
+    }
+
     /// [`Region::with_bytes`] without the bounds check, for [`Window`].
     ///
     /// # Safety
@@ -263,6 +290,16 @@ macro_rules! forward_region {
             ) -> U {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).with_bytes_unchecked(off, len, f) }
+            }
+            #[inline(always)]
+            unsafe fn load_i32_racy_unchecked(&self, off: usize, order: Ordering) -> i32 {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).load_i32_racy_unchecked(off, order) }
+            }
+            #[inline(always)]
+            unsafe fn copy_out_racy_unchecked(&self, off: usize, dst: &mut [u8]) {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).copy_out_racy_unchecked(off, dst) }
             }
         }
         impl<T: RegionMut> RegionMut for $wrapper {

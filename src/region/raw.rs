@@ -164,6 +164,33 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
         unsafe { ptr::copy_nonoverlapping(self.base().add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
+    /// Volatile reads, a word at a time where aligned: the compiler may neither assume the
+    /// bytes unchanged since an earlier read nor read them twice, and no reference into the
+    /// region is made. What they return may be torn; the caller proves it was not (see the
+    /// trait) before it trusts a byte.
+    #[inline(always)]
+    unsafe fn copy_out_racy_unchecked(&self, off: usize, dst: &mut [u8]) {
+        debug_assert!(dst.len() <= self.len && off <= self.len - dst.len());
+        // SAFETY: in bounds (the caller's contract), so the pointer stays inside the backing.
+        let src = unsafe { self.base().add(off) };
+        let mut i = 0;
+        if src as usize % 8 == 0 {
+            for word in dst.chunks_exact_mut(8) {
+                // SAFETY: `src + i .. src + i + 8` is inside the source range and 8-aligned (src
+                // is, and `i` steps by 8); a volatile read of memory another party may write
+                // creates no reference and is never elided or repeated.
+                let v = unsafe { ptr::read_volatile(src.add(i).cast::<u64>()) };
+                word.copy_from_slice(&v.to_ne_bytes());
+                i += 8;
+            }
+        }
+        for byte in &mut dst[i..] {
+            // SAFETY: `src + i` is inside the source range (`i < dst.len()`).
+            *byte = unsafe { ptr::read_volatile(src.add(i)) };
+            i += 1;
+        }
+    }
+
     #[inline(always)]
     unsafe fn with_bytes_unchecked<T>(&self, off: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         debug_assert!(len <= self.len && off <= self.len - len);

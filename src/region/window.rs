@@ -141,6 +141,23 @@ impl<'r, R: Region> Window<'r, R> {
         unsafe { self.region.copy_out_unchecked(start, dst) }
     }
 
+    /// [`Window::load_i32`] of a word the writer may be zeroing meanwhile (see
+    /// [`Region::load_i32_racy_unchecked`]): an untethered reader's.
+    #[inline(always)]
+    pub fn load_i32_racy(&self, at: usize, order: Ordering) -> i32 {
+        // SAFETY: as in `load_i32`.
+        unsafe { self.region.load_i32_racy_unchecked(self.point(at), order) }
+    }
+
+    /// [`Window::copy_out`] of bytes the writer may be writing meanwhile (see
+    /// [`Region::copy_out_racy_unchecked`]): an untethered reader's.
+    #[inline(always)]
+    pub fn copy_out_racy(&self, at: usize, dst: &mut [u8]) {
+        let start = self.run_of(self.point(at), dst.len());
+        // SAFETY: in bounds (checked in `run_of`).
+        unsafe { self.region.copy_out_racy_unchecked(start, dst) }
+    }
+
     /// Calls `f` with `len` bytes from grid point `at`, checked to end inside the window.
     ///
     /// # Safety

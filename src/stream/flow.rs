@@ -55,9 +55,9 @@ impl FlowControl {
         self.readers
     }
 
-    /// `true` if the last recompute counted a reader.
+    /// `true` if the last recompute counted a reader, tethered or not.
     pub fn connected(&self) -> bool {
-        self.readers.count > 0
+        self.readers.count > 0 || self.readers.untethered > 0
     }
 
     /// Re-reads the slots of `session` and sets the limit from the slowest reader that is not
@@ -114,6 +114,11 @@ impl FlowControl {
                 self.consumer_max = self.consumer_max.max(max);
                 self.limit = min.min(hold).saturating_add(self.window);
             }
+            // Only untethered readers: nobody holds the writer back, so it runs a window past
+            // its own position (and recomputes there, to learn of a tethered joiner in time).
+            _ if self.readers.untethered > 0 => {
+                self.limit = producer.min(hold).saturating_add(self.window);
+            }
             _ => self.limit = self.consumer_max.min(hold.saturating_add(self.window)),
         }
         self.limit
@@ -153,6 +158,29 @@ mod tests {
         b.free();
         assert_eq!(fc.recompute(&slots, 9, 4096), 4096, "back to the furthest position ever read");
         assert!(!fc.connected());
+    }
+
+    #[test]
+    fn untethered_readers_never_hold_the_writer_but_keep_it_connected() {
+        let region = Arc::new(HeapRegion::new(file_length(2)));
+        let slots = Slots::initialize(Arc::clone(&region), 2);
+        let mut far = SlotMut::new(Arc::clone(&region), slot_offset(0), 0);
+        far.claim(&region, 1, 0);
+        far.set_untethered(true);
+        far.activate(9, 0);
+        let mut fc = FlowControl::new(1024, 0);
+        assert_eq!(fc.recompute(&slots, 9, 1 << 20), (1 << 20) + 1024, "a window past the writer");
+        assert!(fc.connected());
+        assert_eq!(fc.readers(), SessionReaders { untethered: 1, ..SessionReaders::default() });
+        let near = SlotMut::new(Arc::clone(&region), slot_offset(1), 1);
+        near.claim(&region, 2, 0);
+        near.activate(9, 4096);
+        assert_eq!(fc.recompute(&slots, 9, 1 << 20), 4096 + 1024, "the tethered reader alone bounds it");
+        assert_eq!(fc.readers().count, 1);
+        near.free();
+        far.free();
+        fc.recompute(&slots, 9, 1 << 20);
+        assert!(!fc.connected(), "no reader left");
     }
 
     #[test]
@@ -228,7 +256,7 @@ mod tests {
         let limit = fc.recompute_concurrent(&slots, &log, 0);
         assert_eq!(
             fc.readers(),
-            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 0 },
+            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 0, untethered: 0 },
             "the reader at 64 is behind the tail (64) read after its position"
         );
         assert!(fc.connected());
@@ -238,7 +266,10 @@ mod tests {
         forged.claim(&slot_region, 2, 0);
         forged.activate(9, 4096);
         assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64 + 512);
-        assert_eq!(fc.readers(), SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1 });
+        assert_eq!(
+            fc.readers(),
+            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1, untethered: 0 }
+        );
         reader.free();
         assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64, "the furthest position read");
         assert!(!fc.connected());

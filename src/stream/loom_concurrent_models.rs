@@ -110,7 +110,8 @@ fn concurrent_log() -> (Log<Shared>, Shared) {
 fn slot_region() -> Shared {
     let base = slot_offset(0);
     let mut i64_words = vec![s::MAGIC_OFFSET, s::HIGH_WATER];
-    i64_words.extend([s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS].map(|f| base + f));
+    let fields = [s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS, s::LOSSES, s::LOST_BYTES];
+    i64_words.extend(fields.map(|f| base + f));
     let bell = [
         s::READERS_ARMED,
         s::READERS_BELL,

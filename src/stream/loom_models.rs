@@ -41,6 +41,13 @@
 //!   (`doorbell::sleep` after arming and a last look): the mutant whose sleepers do not count
 //!   themselves (what those two did before) deadlocks.
 //!
+//! - `u_untethered_reader_lapped_during_copy`: the only reader is untethered, so the writer runs
+//!   on without waiting for it: six messages through three terms, cleaning partition 0 while the
+//!   reader may still be copying from it. Every message the reader delivers must be the one the
+//!   writer laid at that place, byte for byte (never bytes zeroed or overwritten during the
+//!   copy), and every message it does not deliver must lie in a loss it reported. The mutant
+//!   `SHMLOG_MUTANT=skip_copy_check`, which trusts the copy, must fail it.
+//!
 //! The model `e_fragmented_messages_vs_assembler` (fragments vs the real `FragmentAssembler`)
 //! is in `log::loom_models`, next to the other models of the log alone.
 
@@ -52,7 +59,9 @@ use super::writer::{Liveness, Writer};
 use crate::layout::align;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
 use crate::layout::slots::{self as s, slot_offset, STATE_ACTIVE, STATE_FREE};
-use crate::log::loom_models::{check, check_place, message, new_plain_log, Shared, Tally, SESSION_ID};
+use crate::log::loom_models::{
+    check, check_place, message, new_plain_log, new_racy_log, Shared, Tally, SESSION_ID,
+};
 use crate::log::Log;
 use crate::region::LoomRegion;
 use loom::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +77,9 @@ fn slot_region(count: usize) -> Shared {
     let mut i64_words = vec![s::MAGIC_OFFSET, s::HIGH_WATER];
     for i in 0..count {
         let base = slot_offset(i);
-        i64_words.extend([s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS].map(|f| base + f));
+        let fields =
+            [s::STATE, s::POSITION, s::JOIN_POSITION, s::PID, s::CLAIMED_NS, s::LOSSES, s::LOST_BYTES];
+        i64_words.extend(fields.map(|f| base + f));
     }
     let bell = [
         s::READERS_ARMED,
@@ -239,6 +250,22 @@ impl SlotReader {
         if position == before {
             thread::yield_now();
         }
+    }
+
+    /// One poll of an untethered reader: checks every delivery, no bound on the writer.
+    fn poll_untethered(&mut self, fragment_limit: usize) {
+        let terms = self.reader.log().terms();
+        let got = &mut self.got;
+        self.reader.poll(
+            |payload, header| {
+                check_place(terms, payload, header);
+                let end = header.position();
+                let start = end - align(header.frame_length() as usize, FRAME_ALIGNMENT) as i64;
+                got.push(Sent { start, end, payload: payload.to_vec() });
+            },
+            fragment_limit,
+        );
+        assert_eq!(self.reader.fault(), None, "reader fault");
     }
 
     /// Polls until the reader stands at `end`, sleeping on the doorbell (the modelled futex waits
@@ -570,4 +597,61 @@ fn i_doorbell_one_wake_reaches_every_sleeper() {
 #[test]
 fn i2_doorbell_one_wake_reaches_every_kind_of_sleeper() {
     check("i2_doorbell_one_wake_reaches_every_kind_of_sleeper", || two_sleepers_one_wake(true));
+}
+
+#[test]
+fn u_untethered_reader_lapped_during_copy() {
+    let tally = Tally::default();
+    let seen = tally.clone();
+    check("u_untethered_reader_lapped_during_copy", move || {
+        // Terms of 128 bytes, six messages in frames of 64: the writer, which waits for nobody,
+        // cleans partition 0 (term 0's) while in term 2, whenever the reader copies from it.
+        let term = 128;
+        let (log, region) = new_racy_log(term, 3);
+        let slots = slot_region(1);
+        new_slots(&slots, 1);
+        let mut slot = claimed(&slots, 0, 7);
+        slot.set_untethered(true);
+        let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, i64::MAX);
+        assert!(reader.reader.is_untethered());
+        let sent = layout(&[16; 6], term as i64);
+        let end = sent.last().unwrap().end;
+        assert_eq!(end, 384);
+        let mut writer = writer(log, &slots, 1);
+        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+        let writer = thread::spawn(move || {
+            for m in &payloads {
+                offer(&mut writer, m);
+            }
+        });
+        let mut losses = Vec::new();
+        while reader.reader.position() < end {
+            let before = reader.reader.position();
+            reader.poll_untethered(1);
+            while let Some(loss) = reader.reader.take_loss() {
+                losses.push(loss);
+            }
+            if reader.reader.position() == before {
+                thread::yield_now();
+            }
+        }
+        writer.join().unwrap();
+        // Every message delivered is the one laid there; every other one lies in a loss, and
+        // each loss starts where reading stood.
+        for got in &reader.got {
+            assert!(sent.contains(got), "delivered {got:?}, which the writer never laid there");
+        }
+        for m in &sent {
+            let lost = losses.iter().any(|l| l.from <= m.start && m.start < l.to);
+            let delivered = reader.got.contains(m);
+            assert!(
+                lost != delivered,
+                "message at {} delivered: {delivered}, reported lost: {lost}",
+                m.start
+            );
+        }
+        seen.add(if losses.is_empty() { "kept up" } else { "lapped" });
+    });
+    let outcomes = tally.report("u_untethered_reader_lapped_during_copy");
+    assert!(outcomes.contains_key("lapped") && outcomes.contains_key("kept up"), "{outcomes:?}");
 }

@@ -47,6 +47,11 @@ pub enum LossCause {
         /// How many (at most).
         sessions: u32,
     },
+    /// An untethered subscription (`SubscriptionBuilder::tethered(false)`) fell so far behind
+    /// that the publisher began to reuse the part of the log it had not read: `[from, to)` was
+    /// not delivered (a fragmented message begun before `from` and not finished is in it too:
+    /// `from` is its start), and reading went on at `to` (`SubscriptionBuilder::on_lapped`).
+    Lapped,
     /// The subscription stopped at a fault (see `Subscription::fault`) and left the session once
     /// its publisher was gone: `[from, to)` was committed but not delivered.
     Fault,
@@ -61,6 +66,11 @@ impl fmt::Display for Loss {
             LossCause::JoinedLate => write!(
                 f,
                 "session {}: positions {}..{} missed (joined past the session's start)",
+                self.session_id, self.from, self.to
+            ),
+            LossCause::Lapped => write!(
+                f,
+                "session {}: positions {}..{} missed (lapped by the publisher)",
                 self.session_id, self.from, self.to
             ),
             LossCause::Fault => write!(

@@ -11,10 +11,11 @@ use super::doorbell::Doorbell;
 #[cfg(shmlog_loom)]
 use super::doorbell::Rung;
 use super::join::{self, JoinAt, JoinRefused};
+use super::loss::{Loss, LossCause};
 use super::slots::{SlotMut, Slots};
 use crate::layout::frame::{framed_length, max_message_len, HEADER_LEN};
 use crate::log::header::Header;
-use crate::log::reader::{self, Action, Copied, Cursor, InPlace, Scan};
+use crate::log::reader::{self, Action, Copied, CopiedFrame, Cursor, InPlace, Scan};
 use crate::log::Log;
 use crate::region::{Region, RegionMut};
 
@@ -33,6 +34,39 @@ pub const NEVER_COMMITTED: Fault =
 
 /// Fault: the tail counters do not describe a position.
 pub const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
+
+/// Where an untethered reader goes on after the writer lapped it
+/// (`SubscriptionBuilder::on_lapped`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Resume {
+    /// At the oldest message the log still holds: the start of the term before the writer's.
+    /// Loses the least, but a reader that lags for good is lapped again soon.
+    #[default]
+    Oldest,
+    /// At the writer's position: only messages offered from then on.
+    Live,
+}
+
+/// Bytes an untethered reader copies before it checks them (at least one frame): a bound on
+/// its buffer and on how far a check lags its copy.
+pub const UNTETHERED_BATCH_BYTES: usize = 64 * 1024;
+
+/// What an untethered reader keeps: its buffer, where to go when lapped, and its losses.
+#[derive(Debug, Default)]
+struct Untethered {
+    resume: Resume,
+    /// The frames of the last copy, and their bytes.
+    buf: Vec<u8>,
+    frames: Vec<CopiedFrame>,
+    /// Start of a fragmented message whose first fragments were delivered and whose last was
+    /// not yet: a lap loses the whole message.
+    partial_from: Option<i64>,
+    /// Loss reports not taken yet, oldest first.
+    losses: std::collections::VecDeque<Loss>,
+}
+
+/// Untaken lap reports a reader keeps; past it the oldest are merged into one.
+const MAX_LAP_REPORTS: usize = 64;
 
 /// A reader of one session of a log, through its own slot.
 #[derive(Debug)]
@@ -58,6 +92,10 @@ pub struct Reader<L, S> {
     /// In a concurrent log: the last idle check found the frame at our position uncommitted
     /// while writers had reserved past it (its writer may be dead: see `log::unblock`).
     held: bool,
+    /// An untethered reader (its slot says so): the writer does not wait for it, so it copies
+    /// frames out, checks after the copy that the writer had not begun to reuse them, and
+    /// reports a loss when it had (`docs/untethered.md`).
+    untethered: Option<Box<Untethered>>,
 }
 
 impl<L: Region, S: RegionMut> Reader<L, S> {
@@ -81,7 +119,6 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             cursor: Cursor::new(&log, position),
             overrun_bound: (g.term_length + g.window) as i64 + largest,
             log,
-            slot,
             join_position: position,
             detour: true,
             skipping: true,
@@ -89,7 +126,28 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             copy: copy.then(Copied::default),
             stall: None,
             held: false,
+            untethered: slot.untethered().then(Box::default),
+            slot,
         })
+    }
+
+    /// `true` if this reader is untethered (its slot was, when it joined).
+    pub fn is_untethered(&self) -> bool {
+        self.untethered.is_some()
+    }
+
+    /// Where an untethered reader goes on after a lap (default [`Resume::Oldest`]).
+    pub fn set_resume(&mut self, resume: Resume) {
+        if let Some(u) = &mut self.untethered {
+            u.resume = resume;
+        }
+    }
+
+    /// The oldest loss report an untethered reader has not handed out yet (each lap is one).
+    /// Reports come in order with the messages: a poll that finds it was lapped delivers
+    /// nothing, so asking after every poll that returned 0 places each exactly.
+    pub fn take_loss(&mut self) -> Option<Loss> {
+        self.untethered.as_mut()?.losses.pop_front()
     }
 
     /// Leaves the session: the slot stops counting for its writer and comes back for the next.
@@ -143,6 +201,9 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
         handler: impl FnMut(&[u8], &Header) -> Action,
         fragment_limit: usize,
     ) -> usize {
+        if self.untethered.is_some() {
+            return self.poll_untethered(handler, fragment_limit);
+        }
         if !self.take_detour() {
             return 0;
         }
@@ -162,6 +223,9 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// its first byte; returns the bytes the position moved (the block, padding before it, and
     /// the rest of a message a new reader joined inside of).
     pub fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
+        if self.untethered.is_some() {
+            return self.block_poll_untethered(handler, max_bytes);
+        }
         let before = self.cursor.position();
         if self.detour && !self.take_detour() {
             return (self.cursor.position() - before) as usize;
@@ -176,6 +240,176 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
         };
         self.finish(scan);
         (self.cursor.position() - before) as usize
+    }
+
+    /// An untethered reader's poll: copy, check, then deliver from the copy (or report a lap).
+    /// Every byte the handler sees was copied out of the log and then proven to be what the
+    /// writer committed (`log::reader::lapped`); nothing is lent out of the log.
+    fn poll_untethered(
+        &mut self,
+        mut handler: impl FnMut(&[u8], &Header) -> Action,
+        fragment_limit: usize,
+    ) -> usize {
+        if self.fault.is_some() {
+            return 0;
+        }
+        let cursor = self.cursor;
+        let start = self.cursor_offset();
+        let Some(u) = self.untethered.as_deref_mut() else { return 0 };
+        let fault = reader::copy_frames(
+            &self.log,
+            &cursor,
+            fragment_limit,
+            UNTETHERED_BATCH_BYTES,
+            &mut u.buf,
+            &mut u.frames,
+        );
+        if reader::lapped(&self.log, &cursor) {
+            self.lapped();
+            return 0;
+        }
+        let term_begin = self.log.terms().term_begin(cursor.position());
+        let (mut offset, mut fragments, mut stopped) = (start, 0, false);
+        let slot = &self.slot;
+        for f in &u.frames {
+            let next = f.offset + f.aligned;
+            if f.is_pad() {
+                offset = next;
+                continue;
+            }
+            let header =
+                Header { frame_length: f.len as i32, rest: f.rest, position: term_begin + next as i64 };
+            if self.skipping {
+                if !header.is_begin() {
+                    offset = next; // the rest of a message joined in the middle
+                    continue;
+                }
+                self.skipping = false;
+            }
+            let action = handler(&u.buf[f.at + HEADER_LEN..f.at + f.len], &header);
+            if action == Action::Abort {
+                stopped = true;
+                break;
+            }
+            offset = next;
+            fragments += 1;
+            u.partial_from = match (header.is_begin(), header.is_end()) {
+                (_, true) => None,
+                (true, false) => Some(term_begin + f.offset as i64),
+                (false, false) => u.partial_from,
+            };
+            match action {
+                Action::Break => {
+                    stopped = true;
+                    break;
+                }
+                Action::Commit => slot.set_position(term_begin + offset as i64),
+                _ => {}
+            }
+        }
+        let fault = if stopped { None } else { fault };
+        self.finish(Scan { position: term_begin + offset as i64, fragments, fault, bytes: 0 })
+    }
+
+    /// [`Reader::block_poll`] of an untethered reader: the block is copied and checked first.
+    fn block_poll_untethered(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
+        let before = self.cursor.position();
+        if self.skipping {
+            // Pass the rest of a message joined in the middle; stop in front of the next one.
+            self.poll_untethered(|_: &[u8], _: &Header| Action::Abort, usize::MAX);
+            if self.skipping {
+                return (self.cursor.position() - before) as usize;
+            }
+        }
+        if self.fault.is_some() {
+            return (self.cursor.position() - before) as usize;
+        }
+        let cursor = self.cursor;
+        let mut end = self.cursor_offset();
+        let Some(u) = self.untethered.as_deref_mut() else { return 0 };
+        let fault = reader::copy_frames(&self.log, &cursor, usize::MAX, max_bytes, &mut u.buf, &mut u.frames);
+        if reader::lapped(&self.log, &cursor) {
+            self.lapped();
+            return (self.cursor.position() - before) as usize;
+        }
+        let term_begin = self.log.terms().term_begin(cursor.position());
+        // Leading padding is consumed; then whole data frames up to padding or `max_bytes`.
+        let mut block: Option<(usize, usize)> = None; // (buffer start, buffer end)
+        let mut whole = true;
+        for f in &u.frames {
+            match block {
+                None if f.is_pad() => end = f.offset + f.aligned,
+                None => {
+                    block = Some((f.at, f.at + f.aligned));
+                    end = f.offset + f.aligned;
+                }
+                Some(_) if f.is_pad() => {
+                    whole = false;
+                    break;
+                }
+                Some((start, stop)) => {
+                    if stop - start + f.aligned > max_bytes {
+                        whole = false;
+                        break;
+                    }
+                    block = Some((start, stop + f.aligned));
+                    end = f.offset + f.aligned;
+                }
+            }
+        }
+        if let Some((start, stop)) = block {
+            let first = end - (stop - start);
+            handler(&u.buf[start..stop], term_begin + first as i64);
+        }
+        let fault = if whole { fault } else { None };
+        self.finish(Scan { position: term_begin + end as i64, fragments: 0, fault, bytes: 0 });
+        (self.cursor.position() - before) as usize
+    }
+
+    /// The cursor's offset in its term.
+    fn cursor_offset(&self) -> usize {
+        self.log.terms().term_offset(self.cursor.position())
+    }
+
+    /// The writer lapped this untethered reader: one loss report, from the start of what it had
+    /// not delivered whole to where it goes on (`Resume`).
+    #[cold]
+    fn lapped(&mut self) {
+        let position = self.cursor.position();
+        let producer = match self.log.producer_position() {
+            Ok(producer) => producer,
+            Err(_) => return self.stop(BAD_TAIL),
+        };
+        let Some(u) = self.untethered.as_deref_mut() else { return };
+        let t = self.log.term_length() as i64;
+        let to = match u.resume {
+            Resume::Live => producer,
+            // Term starts are message starts, and the writer is not in the term after this one
+            // yet (the term before its own is intact until it is).
+            Resume::Oldest => (self.log.terms().term_begin(producer) - t).max(0),
+        };
+        if to <= position {
+            // A lap says the writer is two terms on; a tail that says otherwise is no log's.
+            return self.stop(BAD_TAIL);
+        }
+        let from = u.partial_from.take().unwrap_or(position);
+        let loss = Loss { session_id: self.log.session_id(), from, to, cause: LossCause::Lapped };
+        if u.losses.len() == MAX_LAP_REPORTS {
+            // Nobody takes them: fold the oldest two into one, still covering both.
+            if let (Some(a), Some(b)) = (u.losses.pop_front(), u.losses.pop_front()) {
+                u.losses.push_front(Loss { to: b.to, ..a });
+            }
+        }
+        u.losses.push_back(loss);
+        self.slot.count_loss(to - from);
+        self.skipping = false;
+        self.cursor = Cursor::new(&self.log, to);
+        self.slot.set_position(to);
+    }
+
+    /// `true` if the writer has begun to reuse what an untethered reader has not read yet.
+    fn is_lapped(&self) -> bool {
+        self.untethered.is_some() && reader::lapped(&self.log, &self.cursor)
     }
 
     #[inline(always)]
@@ -244,6 +478,9 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Checks, once per term and when idle, that the writer kept the bounds flow control puts on
     /// it; past them, the frames lent since may have changed under their handlers.
     fn check_bounds(&mut self) {
+        if self.untethered.is_some() {
+            return; // the writer may be anywhere: laps are losses (checked at every copy)
+        }
         match self.log.producer_position() {
             Ok(producer) if producer - self.cursor.position() > self.overrun_bound => self.stop(OVERRUN),
             Ok(_) => {}
@@ -258,6 +495,10 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     pub fn idle_check(&mut self) {
         self.check_bounds();
         self.held = false;
+        if self.is_lapped() {
+            self.stall = None; // the next poll reports it
+            return;
+        }
         let position = self.cursor.position();
         let producer = match self.log.producer_position() {
             Ok(producer) => producer,
@@ -294,6 +535,12 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     pub fn has_news(&self) -> bool {
         // The frame first: after a wake-up it is on the page the poll reads next, while the end
         // of stream is on the metadata page (each page touched after a sleep costs a TLB miss).
+        if self.untethered.is_some() {
+            return self.fault.is_some()
+                || reader::frame_committed_racy_at(&self.log, self.cursor.position())
+                || self.is_lapped()
+                || self.at_end_of_stream();
+        }
         self.fault.is_some()
             || reader::frame_committed_at(&self.log, self.cursor.position())
             || self.at_end_of_stream()
@@ -314,6 +561,12 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// fault): with a dead writer, the session is over. Frames are committed in order, so an
     /// uncommitted one here means none after it is either.
     pub fn drained(&self) -> bool {
+        if self.untethered.is_some() {
+            return self.fault.is_some()
+                || self.at_end_of_stream()
+                || (!reader::frame_committed_racy_at(&self.log, self.cursor.position())
+                    && !self.is_lapped());
+        }
         self.fault.is_some()
             || self.at_end_of_stream()
             || !reader::frame_committed_at(&self.log, self.cursor.position())

@@ -17,7 +17,7 @@
 use super::doorbell::Doorbell;
 use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
-use crate::layout::slots::{self as s, pack_state, slot_offset, unpack_state};
+use crate::layout::slots::{self as s, pack_state, slot_offset, state_flags, unpack_state};
 use crate::region::{Region, RegionMut};
 use crate::sync::protocol;
 use crate::sync::Ordering;
@@ -54,6 +54,9 @@ pub struct SessionReaders {
     pub max: Option<i64>,
     /// Active slots of the session whose position was past the ceiling: not counted.
     pub ignored: usize,
+    /// Active untethered readers of the session: never in `count`, `min` or `max` (flow control
+    /// passes over them), but the writer is connected while it has one.
+    pub untethered: usize,
 }
 
 /// A snapshot of one slot, for tools.
@@ -66,6 +69,12 @@ pub struct SlotView {
     pub join_position: i64,
     pub pid: i64,
     pub claimed_ns: i64,
+    /// The reader is untethered (the state word's flag).
+    pub untethered: bool,
+    /// Loss reports of an untethered reader, over the slot's life.
+    pub losses: i64,
+    /// Stream bytes those losses skipped.
+    pub lost_bytes: i64,
 }
 
 fn store_state<R: RegionMut>(region: &R, base: usize, session: i32, state: i64, order: Ordering) {
@@ -205,7 +214,13 @@ impl<R: Region> Slots<R> {
     /// `(session, state)` of slot `index`.
     #[inline]
     pub fn state(&self, index: usize) -> (i32, i64) {
-        unpack_state(self.region.load_i64(slot_offset(index) + s::STATE, Ordering::Acquire))
+        unpack_state(self.state_word(index))
+    }
+
+    /// Slot `index`'s raw state word (state and flags).
+    #[inline]
+    fn state_word(&self, index: usize) -> i64 {
+        self.region.load_i64(slot_offset(index) + s::STATE, Ordering::Acquire)
     }
 
     /// Position of slot `index`.
@@ -243,8 +258,14 @@ impl<R: Region> Slots<R> {
             if Some(i) == exclude {
                 continue;
             }
-            let (sid, state) = self.state(i);
+            let word = self.state_word(i);
+            let (sid, state) = unpack_state(word);
             if state != s::STATE_ACTIVE || sid != session {
+                continue;
+            }
+            if state_flags(word) & s::FLAG_UNTETHERED != 0 {
+                // Flow control passes over it: its position is neither read nor trusted.
+                found.untethered += 1;
                 continue;
             }
             let p = self.position(i);
@@ -275,7 +296,8 @@ impl<R: Region> Slots<R> {
     pub fn view(&self, index: usize) -> SlotView {
         let base = slot_offset(index);
         let r = &self.region;
-        let (session_id, state) = self.state(index);
+        let word = self.state_word(index);
+        let (session_id, state) = unpack_state(word);
         SlotView {
             index,
             session_id,
@@ -284,6 +306,9 @@ impl<R: Region> Slots<R> {
             join_position: r.load_i64(base + s::JOIN_POSITION, Ordering::Relaxed),
             pid: r.load_i64(base + s::PID, Ordering::Relaxed),
             claimed_ns: r.load_i64(base + s::CLAIMED_NS, Ordering::Relaxed),
+            untethered: state_flags(word) & s::FLAG_UNTETHERED != 0,
+            losses: r.load_i64(base + s::LOSSES, Ordering::Relaxed),
+            lost_bytes: r.load_i64(base + s::LOST_BYTES, Ordering::Relaxed),
         }
     }
 }
@@ -312,6 +337,8 @@ pub struct SlotMut<S> {
     /// The stream's doorbell, where the reader rings a waiting writer and sleeps itself; none
     /// in tests of the slots alone.
     bell: Option<Doorbell<S>>,
+    /// Flag bits every activation puts in the state word ([`s::FLAG_UNTETHERED`]).
+    flags: i64,
 }
 
 impl<S: RegionMut> SlotMut<S> {
@@ -321,7 +348,29 @@ impl<S: RegionMut> SlotMut<S> {
     /// so that publishing a position, once per poll, needs no check.
     pub fn new(region: S, base: usize, index: usize) -> Self {
         assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN && base % 8 == 0, "a whole slot");
-        Self { region, base, index, bell: None }
+        Self { region, base, index, bell: None, flags: 0 }
+    }
+
+    /// Makes every later activation untethered (or tethered again): the writer's flow control
+    /// passes over an untethered reader, which must then read by copying and checking
+    /// (`stream::Reader`).
+    pub fn set_untethered(&mut self, untethered: bool) {
+        self.flags = if untethered { s::FLAG_UNTETHERED } else { 0 };
+    }
+
+    /// `true` if activations are untethered.
+    pub fn untethered(&self) -> bool {
+        self.flags & s::FLAG_UNTETHERED != 0
+    }
+
+    /// Counts one loss of `bytes` stream bytes in the slot, for tools (the owner alone writes
+    /// these words).
+    pub fn count_loss(&self, bytes: i64) {
+        let r = &self.region;
+        let losses = r.load_i64(self.base + s::LOSSES, Ordering::Relaxed);
+        let lost = r.load_i64(self.base + s::LOST_BYTES, Ordering::Relaxed);
+        r.store_i64(self.base + s::LOSSES, losses.wrapping_add(1), Ordering::Relaxed);
+        r.store_i64(self.base + s::LOST_BYTES, lost.wrapping_add(bytes), Ordering::Relaxed);
     }
 
     /// The slot with the stream's doorbell attached.
@@ -353,15 +402,18 @@ impl<S: RegionMut> SlotMut<S> {
         store_state(r, self.base, 0, s::STATE_WAITING, Ordering::Release);
         r.store_i64(self.base + s::PID, pid, Ordering::Relaxed);
         r.store_i64(self.base + s::CLAIMED_NS, now_ns, Ordering::Relaxed);
+        r.store_i64(self.base + s::LOSSES, 0, Ordering::Relaxed);
+        r.store_i64(self.base + s::LOST_BYTES, 0, Ordering::Relaxed);
         raise_high_water(header, self.index + 1);
     }
 
-    /// Publishes that this slot reads `session` from `position` (position first, then state).
+    /// Publishes that this slot reads `session` from `position` (position first, then state,
+    /// which carries the untethered flag: the writer learns both in one load).
     pub fn activate(&self, session: i32, position: i64) {
         let r = &self.region;
         r.store_i64(self.base + s::POSITION, position, Ordering::Release);
         r.store_i64(self.base + s::JOIN_POSITION, position, Ordering::Relaxed);
-        store_state(r, self.base, session, s::STATE_ACTIVE, Ordering::SeqCst);
+        store_state(r, self.base, session, s::STATE_ACTIVE | self.flags, Ordering::SeqCst);
     }
 
     /// Back to claimed-but-not-reading (a join that must be retried, or a finished session).
@@ -419,13 +471,16 @@ mod tests {
         c.activate(8, 0); // another session
                           // slot 5 waits, slot 3 never claimed
         let r = t.scan(7, None, 4096);
-        assert_eq!(r, SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0 });
+        assert_eq!(
+            r,
+            SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0, untethered: 0 }
+        );
         assert_eq!(t.scan(7, Some(1), 4096).min, Some(4096));
         assert_eq!(t.high_water(), 6);
         // A position past the writer's is impossible for an honest reader: ignored, and counted.
         assert_eq!(
             t.scan(7, None, 4000),
-            SessionReaders { count: 1, min: Some(1024), max: Some(1024), ignored: 1 }
+            SessionReaders { count: 1, min: Some(1024), max: Some(1024), ignored: 1, untethered: 0 }
         );
         b.free();
         assert_eq!(t.scan(7, None, 4096).count, 1);

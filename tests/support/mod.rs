@@ -12,6 +12,7 @@ pub mod loss_roles;
 pub mod peer;
 pub mod raw;
 pub mod roles;
+pub mod untethered_roles;
 pub mod wake_roles;
 pub mod wire;
 

@@ -37,6 +37,8 @@ pub fn run_if_peer() {
         "wake_sleeper" => super::wake_roles::sleeper(&cfg, &ctx),
         "loss_publisher" => super::loss_roles::publisher(&cfg, &ctx),
         "loss_reader" => super::loss_roles::reader(&cfg, &ctx),
+        "ut_publisher" => super::untethered_roles::publisher(&cfg, &ctx),
+        "ut_reader" => super::untethered_roles::reader(&cfg, &ctx),
         other => ctx.fail(&format!("unknown role {other}")),
     }
 }

@@ -373,7 +373,18 @@ fn reader_text(s: &mut String, r: &ReaderInfo, rate: Option<f64>) {
     } else if r.slowest {
         note.push_str("slowest");
     }
+    if r.untethered {
+        // Never holds the publisher back; its losses are kept in its slot.
+        note.push_str(&format!(
+            "untethered, lapped {} time(s), {} lost",
+            r.losses,
+            bytes(r.lost_bytes.max(0) as u64)
+        ));
+    }
     if !r.alive {
+        if !note.is_empty() {
+            note.push_str("; ");
+        }
         note.push_str("dead: slot freed when the publisher next checks");
     }
     let _ = writeln!(
@@ -509,6 +520,9 @@ fn reader_json(r: &ReaderInfo, rate: Option<f64>) -> Value {
         "lag": r.lag,
         "slowest": r.slowest,
         "holds_back": r.holds_back,
+        "untethered": r.untethered,
+        "losses": r.losses,
+        "lost_bytes": r.lost_bytes,
         "bytes_per_sec": rate,
     })
 }
