@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use shmlog::{
-    Action, AsyncReceiver, Codec, Header, JoinAt, Loss, LossCause, Receiver, RecvError, Subscription,
+    Action, AsyncReceiver, Codec, Header, JoinAt, Loss, LossCause, Receiver, RecvError, Resume, Subscription,
     MAX_LOSSES,
 };
 use std::collections::VecDeque;
@@ -238,9 +238,12 @@ impl PySubscription {
     /// Subscribes to stream `name` in `dir` (default `shmlog.default_dir()`). `join`:
     /// where to start in a session already running: `'slowest'` (the slowest live reader's
     /// position, default), `'latest'`, `'earliest'`, or a stream position. `copy_payloads=True`
-    /// for a publisher you do not trust (see the trust model in the README).
+    /// for a publisher you do not trust (see the trust model in the README). `tethered=False`:
+    /// the publisher never waits for this reader; when it laps the reader, the messages missed
+    /// are reported (`take_loss()`, cause `'lapped'`) and reading goes on at `on_lapped`:
+    /// `'oldest'` (the oldest message the log still holds, default) or `'live'`.
     #[new]
-    #[pyo3(signature = (name, dir=None, *, join=None, liveness_interval=None, max_readers=None, copy_payloads=false))]
+    #[pyo3(signature = (name, dir=None, *, join=None, liveness_interval=None, max_readers=None, copy_payloads=false, tethered=true, on_lapped="oldest"))]
     fn new(
         py: Python<'_>,
         name: String,
@@ -249,8 +252,22 @@ impl PySubscription {
         liveness_interval: Option<f64>,
         max_readers: Option<i64>,
         copy_payloads: bool,
+        tethered: bool,
+        on_lapped: &str,
     ) -> PyResult<Self> {
-        let mut b = Subscription::builder(name.clone()).copy_payloads(copy_payloads);
+        let resume = match on_lapped {
+            "oldest" => Resume::Oldest,
+            "live" => Resume::Live,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "on_lapped must be 'oldest' or 'live', not {other:?}"
+                )))
+            }
+        };
+        let mut b = Subscription::builder(name.clone())
+            .copy_payloads(copy_payloads)
+            .tethered(tethered)
+            .on_lapped(resume);
         if let Some(dir) = dir {
             b = b.dir(dir);
         }
@@ -596,13 +613,15 @@ impl PyLoss {
         self.0.to
     }
 
-    /// Why: `'joined-late'`, `'sessions-missed'` or `'fault'`.
+    /// Why: `'joined-late'`, `'sessions-missed'`, `'fault'` or `'lapped'` (an untethered
+    /// subscription the publisher overtook).
     #[getter]
     fn cause(&self) -> &'static str {
         match self.0.cause {
             LossCause::JoinedLate => "joined-late",
             LossCause::SessionsMissed { .. } => "sessions-missed",
             LossCause::Fault => "fault",
+            LossCause::Lapped => "lapped",
             _ => "other",
         }
     }

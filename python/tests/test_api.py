@@ -74,3 +74,28 @@ def test_a_late_joiner_reports_its_loss(stream_dir, name):
         assert "missed" in str(loss)
         assert late.take_loss() is None
     reader.close()
+
+
+def test_an_untethered_reader_never_holds_the_publisher(stream_dir, name):
+    # Terms of 64 KiB: 1 000 messages of 1 KiB lap a reader that does not read many times over.
+    with shmlog.Publication(name, stream_dir, term_length=64 * 1024) as pub:
+        slow = shmlog.Subscription(name, stream_dir, tethered=False, on_lapped="oldest")
+        pub.wait_connected(timeout=10)
+        for i in range(1000):
+            # A tethered reader that never reads would back-pressure the publisher here.
+            pub.offer(i.to_bytes(4, "little") + bytes(1020))
+        pub.offer(b"last")
+        got = []
+        while not got or got[-1] != b"last":
+            got.append(slow.recv(timeout=10))
+            assert got[-1] is not None, "nothing arrived"
+        loss = slow.take_loss()
+        assert loss is not None and loss.cause == "lapped", loss
+        assert loss.session_id == pub.session_id
+        assert 0 <= loss.from_ < loss.to
+        # Resumed at the oldest message the log still held: the last terms only, no more losses.
+        assert len(got) < 1000
+        assert slow.take_loss() is None
+        with pytest.raises(ValueError, match="on_lapped"):
+            shmlog.Subscription(name, stream_dir, tethered=False, on_lapped="newest")
+        slow.close()

@@ -110,7 +110,7 @@ class Loss:
     @property
     def to(self) -> int: ...
     @property
-    def cause(self) -> Literal["joined-late", "sessions-missed", "fault", "other"]: ...
+    def cause(self) -> Literal["joined-late", "sessions-missed", "fault", "lapped", "other"]: ...
     @property
     def sessions(self) -> Optional[int]: ...
 
@@ -126,6 +126,8 @@ class Subscription:
         liveness_interval: Optional[float] = None,
         max_readers: Optional[int] = None,
         copy_payloads: bool = False,
+        tethered: bool = True,
+        on_lapped: Literal["oldest", "live"] = "oldest",
     ) -> None: ...
     def recv(self, timeout: Optional[float] = None) -> Optional[bytes]:
         """The next message; None at the timeout; raises Closed once the session is closed."""
