@@ -3,22 +3,21 @@
 # core's (-p shmlog; the bridge's bench runs in .ci/bridge.sh, where its Java driver is) and the
 # comparison's (compare/: aeron-rs, its own workspace); the latency example
 # runs briefly. Timings are not judged. Needs neither Java nor Maven: without the driver jar the aeron-rs parts print
-# SKIPPED. LTO is switched off here to keep the build within a few minutes on 2 cores.
+# SKIPPED. Built with the release profile (no LTO) in the default target directory, so the
+# library and the dependencies `cargo test --release` built are reused: only the bench binaries
+# and the comparison crate compile here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/bench-ci}"
-export CARGO_PROFILE_BENCH_LTO=false
-export CARGO_PROFILE_BENCH_CODEGEN_UNITS=16
-export CARGO_PROFILE_BENCH_DEBUG=false
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 export SHMLOG_BENCH_RESULTS="$CARGO_TARGET_DIR/bench-results-ci"
 
 BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent untethered compare:vs_aeron)
 COMPARE=(--manifest-path compare/Cargo.toml)
-cargo bench -p shmlog --no-run
-cargo bench "${COMPARE[@]}" --no-run
-cargo build --profile bench -p shmlog --example lowrate
-cargo build --profile bench "${COMPARE[@]}" --example latency
+cargo bench --profile release -p shmlog --no-run
+cargo bench --profile release "${COMPARE[@]}" --no-run
+cargo build --release -p shmlog --example lowrate
+cargo build --release "${COMPARE[@]}" --example latency
 
 passed=0
 failed=0
@@ -29,7 +28,7 @@ for b in "${BENCHES[@]}"; do
         b=${b#compare:}
         where=("${COMPARE[@]}")
     fi
-    if cargo bench "${where[@]}" --bench "$b" -- --test >"$CARGO_TARGET_DIR/bench-$b.log" 2>&1; then
+    if cargo bench --profile release "${where[@]}" --bench "$b" -- --test >"$CARGO_TARGET_DIR/bench-$b.log" 2>&1; then
         passed=$((passed + 1))
         echo "bench $b: ok ($(( $(date +%s) - t0 )) s)"
     else

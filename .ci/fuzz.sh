@@ -2,7 +2,7 @@
 # Fuzzing smoke run (docs/verification.md, "Fuzzing").
 #
 # Builds the cargo-fuzz targets of fuzz/ (libFuzzer + AddressSanitizer) and runs each one for
-# FUZZ_SECONDS (default 45) starting from the committed corpus fuzz/corpus/<target>/, which also
+# FUZZ_SECONDS (default 30) starting from the committed corpus fuzz/corpus/<target>/, which also
 # holds the inputs of past crashes. Fails if any target crashes; the crash input is left in
 # fuzz/artifacts/<target>/. New corpus entries go to fuzz/target/ci-corpus/, never into git.
 #
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${FUZZ_SECONDS:-45}
+seconds=${FUZZ_SECONDS:-30}
 mkdir -p target
 read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler journal unblock bridge_status bridge_in doorbell}"
 start=$(date +%s)
