@@ -244,6 +244,7 @@ impl PySubscription {
     /// `'oldest'` (the oldest message the log still holds, default) or `'live'`.
     #[new]
     #[pyo3(signature = (name, dir=None, *, join=None, liveness_interval=None, max_readers=None, copy_payloads=false, tethered=true, on_lapped="oldest"))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one parameter each
     fn new(
         py: Python<'_>,
         name: String,
