@@ -14,6 +14,6 @@ java -version 2>&1 | head -1
 cargo build --release -p shmlog-tools --features bridge --bin shmlog
 SHMLOG_REQUIRE_AERON=1 SHMLOG_BIN="$PWD/target/release/shmlog" \
     cargo test --release -p shmlog-bridge --features driver-tests --test bridge
-CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
-    cargo bench -p shmlog-bridge --bench bridge -- --test
+# The release profile, so the dependencies the tests just built are reused (test mode: no timing).
+cargo bench --profile release -p shmlog-bridge --bench bridge -- --test
 echo "bridge took $(( $(date +%s) - start )) s"

@@ -164,10 +164,11 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
         unsafe { ptr::copy_nonoverlapping(self.base().add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
-    /// Volatile reads, a word at a time where aligned: the compiler may neither assume the
-    /// bytes unchanged since an earlier read nor read them twice, and no reference into the
-    /// region is made. What they return may be torn; the caller proves it was not (see the
-    /// trait) before it trusts a byte.
+    /// Relaxed atomic loads, a word at a time where aligned: no data race on this side whatever
+    /// the writer does meanwhile (the crate's rule for words another process writes), never
+    /// elided or repeated, and on x86-64 and aarch64 the same plain loads a volatile copy makes.
+    /// What they return may be torn across words; the caller proves it was not (see the trait)
+    /// before it trusts a byte.
     #[inline(always)]
     unsafe fn copy_out_racy_unchecked(&self, off: usize, dst: &mut [u8]) {
         debug_assert!(dst.len() <= self.len && off <= self.len - dst.len());
@@ -177,16 +178,18 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
         if src as usize % 8 == 0 {
             for word in dst.chunks_exact_mut(8) {
                 // SAFETY: `src + i .. src + i + 8` is inside the source range and 8-aligned (src
-                // is, and `i` steps by 8); a volatile read of memory another party may write
-                // creates no reference and is never elided or repeated.
-                let v = unsafe { ptr::read_volatile(src.add(i).cast::<u64>()) };
+                // is, and `i` steps by 8), valid for as long as `self` lives; an atomic load of
+                // a word another party may write is the crate's rule for such words, and a
+                // relaxed load is a plain load, fine on a read-only mapping.
+                let v = unsafe { std::sync::atomic::AtomicU64::from_ptr(src.add(i).cast::<u64>()) }
+                    .load(Ordering::Relaxed);
                 word.copy_from_slice(&v.to_ne_bytes());
                 i += 8;
             }
         }
         for byte in &mut dst[i..] {
-            // SAFETY: `src + i` is inside the source range (`i < dst.len()`).
-            *byte = unsafe { ptr::read_volatile(src.add(i)) };
+            // SAFETY: `src + i` is inside the source range (`i < dst.len()`); as above.
+            *byte = unsafe { std::sync::atomic::AtomicU8::from_ptr(src.add(i)) }.load(Ordering::Relaxed);
             i += 1;
         }
     }
