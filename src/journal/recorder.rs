@@ -268,7 +268,10 @@ impl Recorder {
         if sub.laps() != laps {
             // Lapped (an untethered recorder): what follows is not contiguous with what was
             // recorded, even where it starts a term (which the writer would take for padding).
-            self.w.lagged();
+            if let Err(e) = self.w.lagged() {
+                self.fail(&e);
+                return Err(e);
+            }
         }
         if let Err(e) = self.w.sync_due(false) {
             self.fail(&e);
@@ -461,13 +464,16 @@ struct Writer {
 
 impl Writer {
     /// The subscription was lapped: the recording stops where it is (`Lagged`) and the next one
-    /// records the gap.
-    fn lagged(&mut self) {
+    /// records the gap. A failed sync of what it recorded is the caller's error, as anywhere
+    /// else a recording closes.
+    fn lagged(&mut self) -> Result<(), Error> {
         if let Some(a) = &self.active {
             let previous = (a.id, a.recorded);
-            let _ = self.close(StopReason::Lagged);
+            let closed = self.close(StopReason::Lagged);
             self.previous = Some(previous);
+            closed?;
         }
+        Ok(())
     }
 
     /// Writes a block of whole frames that starts at `position` into the current recording
