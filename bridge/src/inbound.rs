@@ -513,6 +513,24 @@ pub fn source_span(start: i64, len: usize) -> Option<(i64, i64)> {
     Some((start, start.checked_add(frame)?))
 }
 
+/// Whether a message was carried (or dropped) already, and is counted in `duplicates` instead:
+/// one the out bridge offered again after losing its driver ([`wire::SENT_AGAIN`]) that starts
+/// before where the next message is expected in its session of the source (positions only grow
+/// there) had arrived before the driver died. The image's first gap check waits for the first
+/// message that is not one.
+fn is_duplicate(info: &mut BridgeInfo, span: Option<(i64, i64)>, marks: i64) -> bool {
+    let again = match span {
+        Some((start, _)) => {
+            marks & (wire::SENT_AGAIN | wire::FRESH_START) == wire::SENT_AGAIN && start < info.resume_position
+        }
+        None => false,
+    };
+    if again {
+        info.duplicates += 1;
+    }
+    again
+}
+
 impl Ledger {
     /// A whole message of an image: checked for a gap, then offered to the local stream.
     #[allow(clippy::too_many_arguments)]
@@ -531,6 +549,9 @@ impl Ledger {
         let span = source_span(start, message.len());
         if span.is_none() {
             info.bad_positions += 1;
+        }
+        if is_duplicate(info, span, marks) {
+            return Next::Continue;
         }
         self.check_gap(unchecked, info, span, marks);
         match offer(message) {
@@ -569,6 +590,9 @@ impl Ledger {
         let span = source_span(start, len);
         if span.is_none() {
             info.bad_positions += 1;
+        }
+        if is_duplicate(info, span, marks) {
+            return;
         }
         self.check_gap(unchecked, info, span, marks);
         self.lost(info, resume, span, len, Some(why));
@@ -739,6 +763,39 @@ mod tests {
         feed(&mut core, &mut sink, &mut info, &resume, frag(2, BEGIN | END, 4096, &[1; 10]));
         assert_eq!(info.losses, vec![Loss { from: 1024, to: 4096, messages: None, cause: LossCause::Gap }]);
         assert_eq!(bridge_status::read_resume(&path).map(|r| r.0), Some(4096 + 64));
+    }
+
+    /// An out bridge that lost its driver offers again what the driver's sender position did
+    /// not count as sent; what had arrived anyway (here the messages at 1024 and 1088, whole or
+    /// fragmented) is not carried twice, is counted, and leaves the new image's gap check to the
+    /// first message it has not seen. (`a_killed_driver_is_restarted_and_the_bridge_reconnects`
+    /// once got a message twice in CI.)
+    #[test]
+    fn messages_sent_again_after_a_lost_driver_are_carried_once() {
+        let (mut core, mut info) = (InCore::new(4096), info());
+        let none = ResumeFile::detached();
+        let mut sink = Sink::new(4096);
+        feed(&mut core, &mut sink, &mut info, &none, frag(1, BEGIN | END, 1024, &[1; 10]));
+        feed(&mut core, &mut sink, &mut info, &none, frag(1, BEGIN | END, 1088, &[2; 10]));
+        assert_eq!(info.resume_position, 1152);
+        // The driver is gone; a new image (session 2) carries the messages sent again.
+        core.sync_images(&[(2, 7)]);
+        let again = |flags, start, payload| Fragment {
+            session: 2,
+            flags,
+            reserved: wire::encode(start, wire::SENT_AGAIN),
+            payload: Some(payload),
+        };
+        feed(&mut core, &mut sink, &mut info, &none, again(BEGIN | END, 1024, &[1; 10]));
+        feed(&mut core, &mut sink, &mut info, &none, again(BEGIN, 1088, &[2; 4]));
+        feed(&mut core, &mut sink, &mut info, &none, again(END, 1088, &[2; 6]));
+        assert_eq!((sink.got.len(), info.duplicates, info.messages), (2, 2, 2));
+        feed(&mut core, &mut sink, &mut info, &none, again(BEGIN | END, 1152, &[3; 10]));
+        assert_eq!(sink.got, vec![vec![1; 10], vec![2; 10], vec![3; 10]]);
+        assert!(info.losses.is_empty(), "no gap: {:?}", info.losses);
+        // Unmarked, an earlier start is another source's (a second publisher): carried.
+        feed(&mut core, &mut sink, &mut info, &none, frag(3, BEGIN | END, 0, &[4; 10]));
+        assert_eq!((sink.got.len(), info.duplicates, info.resume_position), (4, 2, 64));
     }
 
     /// T6: a BEGIN and a million middle fragments that never END: the assembly stays within

@@ -282,7 +282,8 @@ fn record_source_loss(st: &mut OutState, info: &mut BridgeInfo, loss: shmlog::Lo
 /// its sender had not sent in full (it had reached Aeron stream position `sent_to`, if its
 /// counter could be read), each with the marks it was read with. Without that, the messages
 /// the dead driver held would be lost; with no position, what it held is lost and the far side
-/// reports the gap.
+/// reports the gap. Each is marked [`wire::SENT_AGAIN`]: what had arrived after all is dropped
+/// by the in bridge, not carried twice.
 fn send_again_after(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFile, sent_to: Option<i64>) {
     let first = match sent_to {
         Some(sent_to) => st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len()),
@@ -302,7 +303,8 @@ fn send_again_after(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFil
         "shmlog bridge out: offering again {} messages from source position {from} that the lost driver had not sent",
         unsent.len()
     );
-    for m in unsent.into_iter().rev() {
+    for mut m in unsent.into_iter().rev() {
+        m.flags |= wire::SENT_AGAIN;
         st.pending.push_front(m);
     }
 }
@@ -448,7 +450,7 @@ fn dropped(st: &mut OutState, info: &mut BridgeInfo, m: &Msg, why: Refused) -> i
             }
         }
     }
-    m.flags | wire::AFTER_DROP
+    (m.flags & !wire::SENT_AGAIN) | wire::AFTER_DROP
 }
 
 /// Counts a message sent, closes a run of drops before it, and records the resume position.
@@ -740,7 +742,8 @@ mod tests {
         let mut out = FakeOut::default();
         carry(&mut sub, &mut out, BackPressure::Hold, &mut st, &mut info, &none);
         let sent: Vec<(i64, i64)> = out.sent.iter().map(|(_, r)| wire::decode(*r)).collect();
-        assert_eq!(sent, [(0, marked), (64, 0), (128, 0)]);
+        let again = wire::SENT_AGAIN;
+        assert_eq!(sent, [(0, marked | again), (64, again), (128, again)]);
         assert_eq!(st.flags, wire::AFTER_DROP, "still for the next message read");
         // Under `Drop`, a marked message dropped passes its marks to the next one.
         st.flags = 0;
@@ -750,6 +753,11 @@ mod tests {
         assert_eq!(out.sent.len(), 1);
         assert_eq!(wire::decode(out.sent[0].1), (64, marked | wire::AFTER_DROP));
         assert_eq!(info.losses, vec![Loss { from: 0, to: 64, messages: Some(1), cause: LossCause::Dropped }]);
+        // A dropped message sent again does not pass that mark on: the next may be new.
+        st.pending.extend([msg(4, 0, 64, wire::SENT_AGAIN), msg(4, 64, 128, 0)]);
+        let mut out = FakeOut { refuse: 1, ..FakeOut::default() };
+        carry(&mut sub, &mut out, BackPressure::Drop, &mut st, &mut info, &none);
+        assert_eq!(wire::decode(out.sent[0].1), (64, wire::AFTER_DROP));
     }
 
     /// A run of drops that continues into a new session of the source (positions from 0 again)

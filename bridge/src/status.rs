@@ -198,6 +198,9 @@ pub struct BridgeInfo {
     /// damaged one). They are carried (or dropped, and counted in `dropped`) as fresh starts:
     /// no gap is measured to them, and the resume position stays at the last valid one.
     pub bad_positions: u64,
+    /// In bridges: messages received again and not carried twice (an out bridge that lost its
+    /// driver offers again what the driver may not have sent; some of it had arrived).
+    pub duplicates: u64,
     /// Losses before the bridge. Out bridges: the reports of its reader of the local stream (each
     /// in `losses` too, as [`LossCause::Source`], while among the most recent), and reports that
     /// reader had to drop unread. In bridges: messages the out bridge marked as following a
@@ -239,6 +242,7 @@ impl BridgeInfo {
             dropped: 0,
             reconnects: 0,
             bad_positions: 0,
+            duplicates: 0,
             source_losses: 0,
             source_position: -1,
             resume_position: -1,
@@ -276,6 +280,7 @@ impl BridgeInfo {
         kv("dropped", &self.dropped);
         kv("reconnects", &self.reconnects);
         kv("bad_positions", &self.bad_positions);
+        kv("duplicates", &self.duplicates);
         kv("source_losses", &self.source_losses);
         kv("source_position", &self.source_position);
         kv("resume_position", &self.resume_position);
@@ -289,7 +294,7 @@ impl BridgeInfo {
 
     /// Parses a status file's text for the bridge its name describes. `None` if any line is
     /// malformed or a required key is missing. Unknown keys are skipped (a newer writer); keys
-    /// added after the first release (`bad_positions`, `source_losses`) are optional (an older
+    /// added after the first release (`bad_positions`, `source_losses`, `duplicates`) are optional (an older
     /// writer).
     pub fn parse(stream: &str, direction: BridgeDirection, pid: u32, text: &str) -> Option<Self> {
         let mut b = BridgeInfo::new(stream, direction, "", 0, "");
@@ -317,6 +322,7 @@ impl BridgeInfo {
                 "dropped" => (b.dropped, seen) = (value.parse().ok()?, seen | bit(7)),
                 "reconnects" => (b.reconnects, seen) = (value.parse().ok()?, seen | bit(8)),
                 "bad_positions" => b.bad_positions = value.parse().ok()?,
+                "duplicates" => b.duplicates = value.parse().ok()?,
                 "source_losses" => b.source_losses = value.parse().ok()?,
                 "source_position" => {
                     b.source_position = value.parse().ok().filter(|p: &i64| *p >= -1)?;

@@ -21,6 +21,13 @@ pub const AFTER_DROP: i64 = 2;
 /// (with [`FRESH_START`]: from this session's start) to this message.
 pub const LOST: i64 = 4;
 
+/// Offered again by an out bridge that lost its media driver: the driver's sender may have sent
+/// it before its position counter said so, so the far side may have it already. An in bridge
+/// that has carried the source past this message's start drops it as a duplicate; a message
+/// without this mark is never taken for one (a second publisher on the channel has positions
+/// of its own).
+pub const SENT_AGAIN: i64 = 8;
+
 const FLAGS: i64 = 31;
 
 /// The reserved value for a message starting at `start` with `flags`.
@@ -59,7 +66,9 @@ mod tests {
     #[test]
     fn positions_and_flags_share_the_value_without_touching_each_other() {
         for start in [0i64, 32, 4096, (1 << 40) + 64, i64::MAX & !31] {
-            for flags in [0, FRESH_START, AFTER_DROP, LOST, FRESH_START | AFTER_DROP | LOST] {
+            for flags in
+                [0, FRESH_START, AFTER_DROP, LOST, SENT_AGAIN, FRESH_START | AFTER_DROP | LOST | SENT_AGAIN]
+            {
                 assert_eq!(decode(encode(start, flags)), (start, flags));
             }
         }

@@ -891,7 +891,10 @@ fn a_killed_driver_is_restarted_and_the_bridge_reconnects() {
     let out_status = a.bridge(out.pid()).unwrap();
     assert!(out_status.reconnects >= 1, "{out_status:?}");
     let missing = check_losses(&starts, &seen, &status.losses);
-    eprintln!("driver killed: {missing} of {n} messages lost, reported as {:?}", status.losses);
+    eprintln!(
+        "driver killed: {missing} of {n} messages lost, reported as {:?}; {} received again, not carried twice",
+        status.losses, status.duplicates
+    );
     eprintln!("out bridge: {}", std::fs::read_to_string(&out.log).unwrap_or_default());
 }
 

@@ -122,6 +122,9 @@ fn summary(b: &BridgeInfo) -> String {
             b.bad_positions
         ));
     }
+    if b.duplicates > 0 {
+        s.push_str(&format!("\n  {} messages received again and not carried twice", b.duplicates));
+    }
     if b.source_losses > 0 {
         s.push_str(&format!("\n  {} losses before the bridge", b.source_losses));
     }

@@ -271,6 +271,9 @@ fn bridge_text(s: &mut String, b: &BridgeInfo) {
             b.bad_positions
         );
     }
+    if b.duplicates > 0 {
+        let _ = writeln!(s, "    AGAIN     {} messages received again and not carried twice", b.duplicates);
+    }
     if b.source_losses > 0 {
         let what = match b.direction {
             BridgeDirection::Out => "reported by its reader of the local stream",
@@ -458,6 +461,7 @@ fn bridge_json(b: &BridgeInfo) -> Value {
         "dropped": b.dropped,
         "reconnects": b.reconnects,
         "bad_positions": b.bad_positions,
+        "duplicates": b.duplicates,
         "source_losses": b.source_losses,
         "source_position": b.source_position,
         "resume_position": b.resume_position,
