@@ -138,9 +138,8 @@ pub struct Appender<R> {
     term_id: i32,
     index: usize,
     term_begin: i64,
-    /// The active partition and the region offset of its tail counter (follow `index`).
+    /// The active partition (follows `index`).
     partition: Span,
-    tail_field: usize,
     /// The next partition still holds an old term that must be zeroed before it is reused.
     clean_next: bool,
     /// Offset up to which the next partition is already zeroed for the coming term.
@@ -169,7 +168,6 @@ impl<R: RegionMut> Appender<R> {
         let template = data_template(&log, term_id);
         Ok(Self {
             partition: log.partition(index),
-            tail_field: log.meta_field(meta::TAIL_COUNTERS + 8 * index),
             term_length: log.term_length(),
             max_payload: log.geometry().mtu - HEADER_LEN,
             term_offset: super::position::tail_offset(raw, log.term_length()),
@@ -245,7 +243,7 @@ impl<R: RegionMut> Appender<R> {
     /// The active partition, bounds-checked once here instead of at every access in it.
     #[inline(always)]
     fn active_term(&self) -> Window<'_, R> {
-        Window::new(self.log.region(), self.partition)
+        self.log.term_window(self.index)
     }
 
     #[inline(never)]
@@ -337,7 +335,6 @@ impl<R: RegionMut> Appender<R> {
         }
         self.index = (self.index + 1) % PARTITION_COUNT;
         self.partition = self.log.partition(self.index);
-        self.tail_field = self.log.meta_field(meta::TAIL_COUNTERS + 8 * self.index);
         self.term_id = self.term_id.wrapping_add(1);
         self.term_begin = next_begin;
         self.term_offset = 0;
@@ -347,7 +344,7 @@ impl<R: RegionMut> Appender<R> {
         self.clean_next = count >= 2;
         self.cleaned_to = 0;
         let r = self.log.region();
-        r.store_i64(self.tail_field, pack_tail(self.term_id, 0), Ordering::Release);
+        self.log.store_tail(self.index, pack_tail(self.term_id, 0));
         let field = self.log.meta_field(meta::ACTIVE_TERM_COUNT);
         r.store_i32(field, count as i32, Ordering::Release);
         Ok(())
@@ -383,8 +380,7 @@ impl<R: RegionMut> Appender<R> {
 
     #[inline(always)]
     fn publish_tail(&self, end: usize) {
-        let r = self.log.region();
-        r.store_i64(self.tail_field, pack_tail(self.term_id, end), Ordering::Release);
+        self.log.store_tail(self.index, pack_tail(self.term_id, end));
     }
 
     #[inline(always)]

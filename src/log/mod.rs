@@ -17,7 +17,7 @@ pub(crate) mod unblock;
 use crate::error::Invalid;
 use crate::layout::frame::HEADER_LEN;
 use crate::layout::log_meta::{self as meta, Geometry, META_LEN, PAGE_MIN, PARTITION_COUNT};
-use crate::region::{Region, RegionMut, Span};
+use crate::region::{Region, RegionMut, Span, Window};
 use crate::sync::Ordering;
 use position::{pack_tail, tail_offset, tail_term_id, Terms};
 
@@ -101,6 +101,21 @@ fn partition_spans(g: &Geometry) -> Option<[Span; PARTITION_COUNT]> {
 }
 
 impl<R: RegionMut> Log<R> {
+    /// Publishes partition `index`'s tail counter (release) with one compare, on the index: the
+    /// metadata fills the region's last `META_LEN` bytes (checked when the log was made), 8-aligned,
+    /// and the tail counters are its first words. The writer's per-message store.
+    #[inline(always)]
+    pub fn store_tail(&self, index: usize, raw: i64) {
+        const { assert!(meta::TAIL_COUNTERS % 8 == 0 && meta::TAIL_COUNTERS + 8 * PARTITION_COUNT <= META_LEN) };
+        if index >= PARTITION_COUNT {
+            crate::region::range_violation(PARTITION_COUNT, index, 1);
+        }
+        let at = self.meta + meta::TAIL_COUNTERS + 8 * index;
+        // SAFETY: inside the metadata (above), which lies in the region, at an 8-aligned offset
+        // (`meta` is a multiple of 4096).
+        unsafe { self.region.store_i64_unchecked(at, raw, Ordering::Release) }
+    }
+
     /// Writes the metadata of a fresh, zeroed log and marks it ready (release, last).
     ///
     /// Panics if the region is not exactly `geometry.file_length()` bytes: the caller sized it.
@@ -333,6 +348,16 @@ impl<R: Region> Log<R> {
     #[inline(always)]
     pub fn partition(&self, index: usize) -> Span {
         self.partitions[index]
+    }
+
+    /// Partition `index` as a window, with no compare: a `Log` exists only over a region of
+    /// exactly its geometry's length (checked in `open` and `initialize`, and a region's length
+    /// never changes), which holds all three partitions. The writer's per-message path.
+    #[inline(always)]
+    pub fn term_window(&self, index: usize) -> Window<'_, R> {
+        let span = self.partitions[index];
+        // SAFETY: `span` is one of this log's partitions, inside the region (above).
+        unsafe { Window::new_unchecked(&self.region, span) }
     }
 
     /// Byte offset of partition `index` in the region.

@@ -242,7 +242,7 @@ pub fn check_range(len: usize, off: usize, size: usize, align: usize) {
 #[cold]
 #[inline(never)]
 #[track_caller]
-fn range_violation(len: usize, off: usize, size: usize) -> ! {
+pub(crate) fn range_violation(len: usize, off: usize, size: usize) -> ! {
     panic!("region access out of bounds or misaligned: off={off} size={size} len={len}")
 }
 

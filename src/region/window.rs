@@ -63,6 +63,18 @@ impl<'r, R: Region> Window<'r, R> {
         Self { region, base: span.base, mask: span.mask }
     }
 
+    /// `span` of `region`, without the compare: for a caller that checked the span against the
+    /// region once (a log, when it opened, for its three partitions), since a region's length
+    /// never changes.
+    ///
+    /// # Safety
+    /// `span` lies inside `region`.
+    #[inline(always)]
+    pub unsafe fn new_unchecked(region: &'r R, span: Span) -> Self {
+        debug_assert!(span.len() <= region.len() && span.base <= region.len() - span.len());
+        Self { region, base: span.base, mask: span.mask }
+    }
+
     /// Length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {

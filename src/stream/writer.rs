@@ -62,22 +62,34 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Appends `message`; returns the position after it.
-    #[inline]
+    #[inline(always)]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, below the cached limit.
         if message.len() <= self.one_frame_max
             && self.pending.is_none()
             && self.appender.position() < self.core.limit()
         {
-            match self.appender.append_unfragmented(message) {
-                Ok(position) => {
-                    self.core.ring();
-                    return Ok(position);
-                }
-                // The term is padded to its end: rotate, then admit and append in the new term.
-                Err(Tripped) => self.rotate()?,
+            if let Ok(position) = self.appender.append_unfragmented(message) {
+                self.core.ring();
+                return Ok(position);
             }
+            // The term is padded to its end: rotate, then admit and append in the new term.
+            return self.offer_after_trip(message);
         }
+        self.offer_slow(message)
+    }
+
+    /// `offer` off its one-frame path (kept out of line, so the path it leaves stays short).
+    #[inline(never)]
+    fn offer_slow(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+        self.offer_parts(&[message], message.len())
+    }
+
+    /// `offer` after its one-frame append padded the term to its end.
+    #[cold]
+    #[inline(never)]
+    fn offer_after_trip(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+        self.rotate()?;
         self.offer_parts(&[message], message.len())
     }
 
