@@ -3,6 +3,8 @@
 //! reader can wait, all in one run:
 //!
 //! - `shmlog-blocking`: `Subscription::poll_blocking` (the doorbell: no CPU while idle);
+//! - `shmlog-receiver`: `Receiver::recv_timeout` over the same doorbell (each message decoded
+//!   into a `Vec<u8>` by the `Bytes` codec);
 //! - `shmlog-backoff`:  `poll` with the default `Backoff` idle strategy;
 //! - `shmlog-yielding`: `poll` with `Yielding` (a core per reader while it can get one);
 //! - `shmlog-untethered`: as `shmlog-blocking`, through untethered subscriptions (the publisher
@@ -32,15 +34,18 @@
 mod futex;
 
 use hdrhistogram::Histogram;
-use shmlog::{Backoff, Header, IdleStrategy, Publication, Subscription, Yielding};
+use shmlog::{
+    Backoff, Bytes, Header, IdleStrategy, Publication, Receiver, RecvError, Subscription, Yielding,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::FromRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const LANES: [&str; 6] = [
+const LANES: [&str; 7] = [
     "shmlog-blocking",
+    "shmlog-receiver",
     "shmlog-backoff",
     "shmlog-yielding",
     "shmlog-untethered",
@@ -289,6 +294,24 @@ fn child(argv: &[String]) {
                 let sent = page.slot(1).load(std::sync::atomic::Ordering::Relaxed);
                 if !on_message(seq, sent) {
                     break;
+                }
+            }
+        }
+        "shmlog-receiver" => {
+            let sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
+            let mut rx = Receiver::new(sub, Bytes);
+            ready();
+            loop {
+                match rx.recv_timeout(Duration::from_secs(5)) {
+                    Ok(m) => {
+                        let (seq, sent) = decode(&m);
+                        if !on_message(seq, sent) {
+                            break;
+                        }
+                    }
+                    Err(RecvError::Closed) => break,
+                    Err(RecvError::Timeout) => {}
+                    Err(e) => panic!("receiver: {e}"),
                 }
             }
         }

@@ -66,7 +66,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     /// Appends `message`; returns the position after it.
-    #[inline]
+    #[inline(always)]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, a reservation in the known term
         // (anything else, a refusal included, takes the general path, which tries again).
@@ -81,6 +81,12 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
                 return Ok(position);
             }
         }
+        self.offer_slow(message)
+    }
+
+    /// `offer` off its one-frame path (kept out of line, so the path it leaves stays short).
+    #[inline(never)]
+    fn offer_slow(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         self.offer_parts(&[message], message.len())
     }
 
