@@ -90,6 +90,13 @@ def verdict(r, limit, higher_is_better):
 out = []
 targets = []
 
+# The goals of the current round (issue 26, 2026-11-27), in one place. The "10x aeron-rs" of
+# 2026-11-22 is retired: against aeron-rs the goal is to stay ahead (it was 2.65x before issue 26).
+AERON_THROUGHPUT = 2
+BARE_RING = 0.8  # throughput against the bare ring, at every term length
+RTT_P50, RTT_P99 = 1.1, 1.15  # round trip against the raw cache-line ping-pong
+CONCURRENT_OFFER = 1.35  # concurrent offer alone against the exclusive one
+
 
 def target(what, measured, r, limit, higher):
     sign = "≥" if higher else "≤"
@@ -102,7 +109,10 @@ if machine:
     cpu = machine[0].get("cpu", "?")
     cores = int(machine[0].get("cores", 0))
     loads = ", ".join(f"{r['bench']} {r.get('loadavg', float('nan')):.1f}" for r in sorted(machine, key=lambda r: r["bench"]))
-    out.append(f"Machine of the last run: **{cores} cores**, `{cpu}`. Load average when each bench started: {loads}.\n")
+    files = glob.glob(os.path.join(RESULTS, "*.jsonl"))
+    import time
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(max(os.path.getmtime(f) for f in files))) if files else "?"
+    out.append(f"Machine of the last run (finished {when}): **{cores} cores**, `{cpu}`. Load average when each bench started: {loads}.\n")
 
 clock_cost = get("bounds", "clock_cost_ns")
 if clock_cost is not None:
@@ -148,9 +158,9 @@ if rt_i["shmlog"]["p50"] is not None:
         + f" (pooled); median per-round ratio shmlog / aeron-rs p50 **{fmt_ratio(rt_r50)}**, p99 **{fmt_ratio(rt_r99)}**.\n"
     )
 if it_r is not None:
-    target("throughput 32 B, two threads, vs aeron-rs (interleaved)", f"{fmt_rate(it['shmlog'])} vs {fmt_rate(it['aeron-rs'])}", it_r, 10, True)
+    target("throughput 32 B, two threads, vs aeron-rs (interleaved)", f"{fmt_rate(it['shmlog'])} vs {fmt_rate(it['aeron-rs'])}", it_r, AERON_THROUGHPUT, True)
 else:
-    target("throughput 32 B, two threads, vs aeron-rs", f"{fmt_rate(tp['shmlog'])} vs {fmt_rate(tp['aeron-rs'])}", ratio(tp["shmlog"], tp["aeron-rs"]), 10, True)
+    target("throughput 32 B, two threads, vs aeron-rs", f"{fmt_rate(tp['shmlog'])} vs {fmt_rate(tp['aeron-rs'])}", ratio(tp["shmlog"], tp["aeron-rs"]), AERON_THROUGHPUT, True)
 
 # ---- latency example ---------------------------------------------------------------------------
 lat_modes = sorted({n.split("/")[0] for (b, n) in R if b == "latency" and "/" in n})
@@ -189,6 +199,7 @@ for t in ["64KiB", "1MiB", "64MiB"]:
     b = get("throughput", f"throughput_bare_ring_next_to_{t}_msgs_per_s")
     p = get("throughput", f"throughput_32B_processes_{t}_msgs_per_s")
     out.append(f"| {t} | {fmt_rate(s)} | {fmt_rate(b)} | {fmt_ratio(ratio(s, b))} | {fmt_rate(p)} |")
+    target(f"throughput 32 B, two threads, {t} term vs bare ring (next to it)", f"{fmt_rate(s)} vs {fmt_rate(b)}", ratio(s, b), BARE_RING, True)
 out.append("")
 pk = "throughput_paired_32B_threads_1MiB"
 ps, pb, pr = (get("throughput", f"{pk}_{x}") for x in ["msgs_per_s", "bare_ring_msgs_per_s", "ratio"])
@@ -198,11 +209,7 @@ if pr is not None:
         f"figure the target is judged on): shmlog {fmt_rate(ps)}, bare ring {fmt_rate(pb)}, median of the "
         f"per-round ratios **{fmt_ratio(pr)}**.\n"
     )
-    target("throughput 32 B, two threads, 1 MiB term vs bare ring (interleaved)", f"{fmt_rate(ps)} vs {fmt_rate(pb)}", pr, 0.6, True)
-else:
-    s1 = get("throughput", "throughput_32B_threads_1MiB_msgs_per_s")
-    b1 = get("throughput", "throughput_bare_ring_next_to_1MiB_msgs_per_s")
-    target("throughput 32 B, two threads, 1 MiB term vs bare ring", f"{fmt_rate(s1)} vs {fmt_rate(b1)}", ratio(s1, b1), 0.6, True)
+    target("throughput 32 B, two threads, 1 MiB term vs bare ring (interleaved)", f"{fmt_rate(ps)} vs {fmt_rate(pb)}", pr, BARE_RING, True)
 bl2 = get("bounds", "bare_ring_l2_4096_msgs_per_s")
 b64 = get("bounds", "bare_ring_64MiB_msgs_per_s")
 if bl2:
@@ -233,8 +240,8 @@ if r50 is not None:
         f"{fmt_ns(r['p50'])} / {fmt_ns(r['p99'])} / {fmt_ns(r['p999'])} (all rounds pooled); median per-round "
         f"ratio p50 **{fmt_ratio(r50)}**, p99 **{fmt_ratio(r99)}**.\n"
     )
-    target("round trip 32 B p50 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])} pooled", r50, 1.3, False)
-    target("round trip 32 B p99 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])} pooled", r99, 1.5, False)
+    target("round trip 32 B p50 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])} pooled", r50, RTT_P50, False)
+    target("round trip 32 B p99 vs raw ping-pong (interleaved)", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])} pooled", r99, RTT_P99, False)
     l50, l99 = get("ping_pong", f"{pp}/log_ratio_p50"), get("ping_pong", f"{pp}/log_ratio_p99")
     lb = pcts("ping_pong", f"{pp}/log_bound_rtt")
     if l50 is not None:
@@ -248,8 +255,8 @@ if r50 is not None:
 else:
     s = pcts("ping_pong", "ping_pong/threads/32B/rtt", ("p50", "p99"))
     r = pcts("ping_pong", "ping_pong/threads/32B/raw_bound_rtt", ("p50", "p99"))
-    target("round trip 32 B p50 vs raw ping-pong", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])}", ratio(s["p50"], r["p50"]), 1.3, False)
-    target("round trip 32 B p99 vs raw ping-pong", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])}", ratio(s["p99"], r["p99"]), 1.5, False)
+    target("round trip 32 B p50 vs raw ping-pong", f"{fmt_ns(s['p50'])} vs {fmt_ns(r['p50'])}", ratio(s["p50"], r["p50"]), RTT_P50, False)
+    target("round trip 32 B p99 vs raw ping-pong", f"{fmt_ns(s['p99'])} vs {fmt_ns(r['p99'])}", ratio(s["p99"], r["p99"]), RTT_P99, False)
 
 t64k = pcts("ping_pong", "ping_pong/term_64KiB/32B/rtt")
 t64m = pcts("ping_pong", "ping_pong/term_64MiB/32B/rtt")
@@ -314,6 +321,18 @@ for k in ["shmlog_backoff", "shmlog_yielding"]:
     else:
         a, b = fan[k][-1], fan[k][0]
         target(f"fan-out ({idle_name}) cost per offer, 64 vs 1 subscriber", f"{a or 0:.1f} vs {b or 0:.1f} ns", ratio(a, b), 1.1, False)
+
+# ---- many writers ------------------------------------------------------------------------------------------
+oo = R.get(("concurrent", "offer_only_64B"))
+if oo:
+    out.append("### Many writers: the concurrent offer alone against the exclusive one\n")
+    out.append(
+        f"One thread, 64 B, batches of offers timed (each polled back untimed), the two writers alternated "
+        f"over rounds: exclusive {oo['exclusive_ns']:.1f} ns, concurrent {oo['concurrent_ns']:.1f} ns per offer, "
+        f"median per-round ratio **{fmt_ratio(oo['ratio'])}**. The floor measured in the same rounds (one "
+        f"uncontended CAS more than a plain store, {oo['cas_extra_ns']:.1f} ns) is {fmt_ratio(oo['floor_ratio'])}.\n"
+    )
+    target("concurrent offer alone vs exclusive offer (alternated)", f"{oo['concurrent_ns']:.1f} vs {oo['exclusive_ns']:.1f} ns", oo["ratio"], CONCURRENT_OFFER, False)
 
 # ---- idle -----------------------------------------------------------------------------------------------
 idle = sorted(n for (b, n) in R if b == "idle" and n.startswith("idle/"))
