@@ -56,6 +56,8 @@ pub enum Refused {
 /// [`ConcurrentAppender::abort`] consume it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Reservation {
+    /// The active partition's index, and where it lies.
+    index: usize,
     partition: Span,
     next_partition: Span,
     term_id: i32,
@@ -81,8 +83,8 @@ const BAD_TAIL_TRIES: usize = if cfg!(shmlog_loom) { 64 } else { 1 << 20 };
 #[derive(Debug)]
 pub struct ConcurrentAppender<R> {
     log: Log<R>,
-    /// Offset of this writer's pending word.
-    pending_field: usize,
+    /// This writer's slot in the writers table (its pending word).
+    slot: usize,
     active_count_field: usize,
     /// Header bytes after the length word: version, UNFRAGMENTED, DATA, session, stream and the
     /// term id of `template_term`; the term offset is set per frame.
@@ -99,7 +101,7 @@ pub struct ConcurrentAppender<R> {
 #[derive(Clone, Copy, Debug)]
 struct KnownTerm {
     term_id: i32,
-    tail_field: usize,
+    index: usize,
     partition: Span,
     next_partition: Span,
     term_begin: i64,
@@ -111,7 +113,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         debug_assert!(log.is_concurrent() && slot < meta::MAX_WRITERS);
         let template = data_template(&log, 0);
         Self {
-            pending_field: log.meta_field(meta::writer_field(slot, meta::W_PENDING)),
+            slot,
             active_count_field: log.meta_field(meta::ACTIVE_TERM_COUNT),
             max_payload: log.geometry().mtu - HEADER_LEN,
             chunk: clean_chunk(log.term_length()),
@@ -170,8 +172,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     #[inline(always)]
     fn reserve_in_known_term(&self, len: usize, framed: usize, limit: i64) -> Option<Reservation> {
         let known = self.known.as_ref()?;
-        let region = self.log.region();
-        let raw = region.load_i64(known.tail_field, Ordering::Acquire);
+        let raw = self.log.raw_tail(known.index);
         let start = (raw as u32) as usize;
         let end = start + framed;
         let position = known.term_begin + start as i64;
@@ -181,11 +182,12 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         if protocol::pending_before_reserve() {
             self.set_pending(position);
         }
-        region.compare_exchange_i64(known.tail_field, raw, pack_tail(known.term_id, end)).ok()?;
+        self.log.swap_tail(known.index, raw, pack_tail(known.term_id, end)).ok()?;
         if !protocol::pending_before_reserve() {
             self.set_pending(position);
         }
         let reservation = Reservation {
+            index: known.index,
             partition: known.partition,
             next_partition: known.next_partition,
             term_id: known.term_id,
@@ -207,8 +209,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
                 return Err(Refused::BadTail);
             }
             let index = count as usize % PARTITION_COUNT;
-            let tail_field = self.log.meta_field(meta::TAIL_COUNTERS + 8 * index);
-            let raw = self.log.region().load_i64(tail_field, Ordering::Acquire);
+            let raw = self.log.raw_tail(index);
             let term_id = terms.initial_term_id.wrapping_add(count);
             if tail_term_id(raw) != term_id {
                 continue; // a rotation is under way: the count or the tail is about to change
@@ -229,7 +230,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
             let end = start + framed;
             let fits = end <= t;
             let new_tail = pack_tail(term_id, if fits { end } else { t });
-            if self.log.region().compare_exchange_i64(tail_field, raw, new_tail).is_err() {
+            if self.log.swap_tail(index, raw, new_tail).is_err() {
                 continue; // another writer reserved first: try again at the new tail
             }
             if !protocol::pending_before_reserve() {
@@ -237,8 +238,9 @@ impl<R: RegionMut> ConcurrentAppender<R> {
             }
             let partition = self.log.partition(index);
             let next_partition = self.log.partition((index + 1) % PARTITION_COUNT);
-            self.known = Some(KnownTerm { term_id, tail_field, partition, next_partition, term_begin });
+            self.known = Some(KnownTerm { term_id, index, partition, next_partition, term_begin });
             let reservation = Reservation {
+                index,
                 partition,
                 next_partition,
                 term_id,
@@ -282,7 +284,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     }
 
     fn set_pending(&self, position: i64) {
-        self.log.region().store_i64(self.pending_field, position, Ordering::Release);
+        self.log.store_writer_pending(self.slot, position);
     }
 
     /// Step 3: the first length word says "being written, this long". Then a release fence
@@ -290,8 +292,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// reader that copied one of those bytes sees, after its acquire fence, the tail this
     /// reservation moved (`log::reader::lapped`). A compiler barrier on x86-64.
     fn mark_pending(&self, r: &Reservation) {
-        let region = self.log.region();
-        region.store_i32(r.partition.base() + r.start, -(r.len() as i32), Ordering::Release);
+        self.log.term_window(r.index).store_i32(r.start, -(r.len() as i32), Ordering::Release);
         fence(Ordering::Release);
     }
 
@@ -316,7 +317,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         if protocol::clean_before_release() {
             clean_next(region, &r.next_partition, r.start, r.end, self.chunk);
         }
-        region.store_i32(r.partition.base() + r.start, first_frame_length as i32, protocol::commit());
+        self.log.term_window(r.index).store_i32(r.start, first_frame_length as i32, protocol::commit());
         self.set_pending(meta::NO_PENDING);
         if !protocol::clean_before_release() {
             clean_next(region, &r.next_partition, r.start, r.end, self.chunk);
@@ -328,7 +329,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     #[inline(always)]
     fn write_one(&mut self, r: Reservation, message: &[u8]) {
         self.enter_term(&r);
-        let term = Window::new(self.log.region(), r.partition);
+        let term = self.log.term_window(r.index);
         // SAFETY: our reservation's only frame, uncommitted (its length is negative), which no
         // other writer reserved and no reader reads yet; no cleaning touches the active term.
         unsafe {

@@ -101,19 +101,35 @@ fn partition_spans(g: &Geometry) -> Option<[Span; PARTITION_COUNT]> {
 }
 
 impl<R: RegionMut> Log<R> {
-    /// Publishes partition `index`'s tail counter (release) with one compare, on the index: the
-    /// metadata fills the region's last `META_LEN` bytes (checked when the log was made), 8-aligned,
-    /// and the tail counters are its first words. The writer's per-message store.
+    /// Publishes partition `index`'s tail counter (release). The writer's per-message store.
     #[inline(always)]
     pub fn store_tail(&self, index: usize, raw: i64) {
-        const { assert!(meta::TAIL_COUNTERS % 8 == 0 && meta::TAIL_COUNTERS + 8 * PARTITION_COUNT <= META_LEN) };
-        if index >= PARTITION_COUNT {
-            crate::region::range_violation(PARTITION_COUNT, index, 1);
-        }
-        let at = self.meta + meta::TAIL_COUNTERS + 8 * index;
-        // SAFETY: inside the metadata (above), which lies in the region, at an 8-aligned offset
-        // (`meta` is a multiple of 4096).
+        let at = self.tail_field(index);
+        // SAFETY: in bounds and 8-aligned (`tail_field`).
         unsafe { self.region.store_i64_unchecked(at, raw, Ordering::Release) }
+    }
+
+    /// Swaps partition `index`'s tail counter from `current` to `new` (AcqRel): a concurrent
+    /// writer's reservation.
+    #[inline(always)]
+    pub fn swap_tail(&self, index: usize, current: i64, new: i64) -> Result<i64, i64> {
+        let at = self.tail_field(index);
+        // SAFETY: in bounds and 8-aligned (`tail_field`).
+        unsafe { self.region.compare_exchange_i64_unchecked(at, current, new) }
+    }
+
+    /// Stores concurrent writer `slot`'s pending word (release).
+    #[inline(always)]
+    pub fn store_writer_pending(&self, slot: usize, position: i64) {
+        const { assert!(meta::W_PENDING % 8 == 0 && meta::WRITERS % 8 == 0) };
+        const { assert!(meta::writer_field(meta::MAX_WRITERS - 1, meta::W_PENDING) + 8 <= META_LEN) };
+        if slot >= meta::MAX_WRITERS {
+            crate::region::range_violation(meta::MAX_WRITERS, slot, 1);
+        }
+        let at = self.meta + meta::writer_field(slot, meta::W_PENDING);
+        // SAFETY: inside the metadata (the asserts above), which lies in the region at an 8-aligned
+        // offset (see `tail_field`); the writer slots are 8-aligned.
+        unsafe { self.region.store_i64_unchecked(at, position, Ordering::Release) }
     }
 
     /// Writes the metadata of a fresh, zeroed log and marks it ready (release, last).
@@ -412,8 +428,23 @@ impl<R: Region> Log<R> {
     }
 
     /// The raw tail counter of partition `index`.
+    #[inline(always)]
     pub fn raw_tail(&self, index: usize) -> i64 {
-        self.region.load_i64(self.meta + meta::TAIL_COUNTERS + 8 * index, Ordering::Acquire)
+        let at = self.tail_field(index);
+        // SAFETY: in bounds and 8-aligned (`tail_field`).
+        unsafe { self.region.load_i64_unchecked(at, Ordering::Acquire) }
+    }
+
+    /// Region offset of partition `index`'s tail counter, in bounds and 8-aligned with one compare
+    /// (on the index): the metadata fills the region's last `META_LEN` bytes (checked when the log
+    /// was made) and starts at a multiple of 4096; the tail counters are its first words.
+    #[inline(always)]
+    fn tail_field(&self, index: usize) -> usize {
+        const { assert!(meta::TAIL_COUNTERS % 8 == 0 && meta::TAIL_COUNTERS + 8 * PARTITION_COUNT <= META_LEN) };
+        if index >= PARTITION_COUNT {
+            crate::region::range_violation(PARTITION_COUNT, index, 1);
+        }
+        self.meta + meta::TAIL_COUNTERS + 8 * index
     }
 
     /// Terms since the initial one, as the writer last published it.

@@ -80,6 +80,16 @@ pub unsafe trait Region {
         self.load_i32(off, order)
     }
 
+    /// [`Region::load_i64`] without the bounds check, for words a log proved in bounds once (its
+    /// tail counters).
+    ///
+    /// # Safety
+    /// `off..off + 8` lies inside the region and `off` is 8-aligned.
+    #[inline(always)]
+    unsafe fn load_i64_unchecked(&self, off: usize, order: Ordering) -> i64 {
+        self.load_i64(off, order)
+    }
+
     /// [`Region::copy_out`] without the bounds check, for [`Window`].
     ///
     /// # Safety
@@ -208,6 +218,16 @@ pub trait RegionMut: Region {
         self.store_i64(off, value, order)
     }
 
+    /// [`RegionMut::compare_exchange_i64`] without the bounds check (a concurrent log's tail
+    /// counters, proved in bounds once).
+    ///
+    /// # Safety
+    /// `off..off + 8` lies inside the region and `off` is 8-aligned.
+    #[inline(always)]
+    unsafe fn compare_exchange_i64_unchecked(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
+        self.compare_exchange_i64(off, current, new)
+    }
+
     /// [`RegionMut::copy_in`] without the bounds check, for [`Window`].
     ///
     /// # Safety
@@ -280,6 +300,11 @@ macro_rules! forward_region {
             unsafe fn copy_out_unchecked(&self, off: usize, dst: &mut [u8]) {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).copy_out_unchecked(off, dst) }
+            }
+            #[inline(always)]
+            unsafe fn load_i64_unchecked(&self, off: usize, order: Ordering) -> i64 {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).load_i64_unchecked(off, order) }
             }
             #[inline(always)]
             unsafe fn with_bytes_unchecked<U>(
@@ -365,6 +390,11 @@ macro_rules! forward_region {
             unsafe fn store_i64_unchecked(&self, off: usize, value: i64, order: Ordering) {
                 // SAFETY: contract forwarded to the caller.
                 unsafe { (**self).store_i64_unchecked(off, value, order) }
+            }
+            #[inline(always)]
+            unsafe fn compare_exchange_i64_unchecked(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
+                // SAFETY: contract forwarded to the caller.
+                unsafe { (**self).compare_exchange_i64_unchecked(off, current, new) }
             }
             #[inline(always)]
             unsafe fn copy_in_unchecked(&self, off: usize, src: &[u8]) {

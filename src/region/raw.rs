@@ -94,7 +94,17 @@ impl<B: Backing> RawRegion<B> {
     #[inline(always)]
     fn atomic_i64(&self, off: usize) -> &AtomicI64 {
         check_range(self.len, off, 8, 8);
-        // SAFETY: as in `atomic_i32_unchecked`, with 8-byte alignment checked.
+        // SAFETY: in bounds and 8-aligned, checked above.
+        unsafe { self.atomic_i64_unchecked(off) }
+    }
+
+    /// # Safety
+    /// `off..off + 8` lies inside the region and `off` is 8-aligned.
+    #[inline(always)]
+    unsafe fn atomic_i64_unchecked(&self, off: usize) -> &AtomicI64 {
+        debug_assert!(off <= self.len.saturating_sub(8) && off % 8 == 0);
+        // SAFETY: in bounds and 8-aligned (the caller's contract; base is 8-aligned); otherwise
+        // as in `atomic_i32_unchecked`.
         unsafe { AtomicI64::from_ptr(self.base().add(off).cast()) }
     }
 }
@@ -154,6 +164,12 @@ unsafe impl<B: Backing> Region for RawRegion<B> {
     unsafe fn load_i32_unchecked(&self, off: usize, order: Ordering) -> i32 {
         // SAFETY: the caller's contract is `atomic_i32_unchecked`'s.
         load!(unsafe { self.atomic_i32_unchecked(off) }, order, B::WRITABLE)
+    }
+
+    #[inline(always)]
+    unsafe fn load_i64_unchecked(&self, off: usize, order: Ordering) -> i64 {
+        // SAFETY: the caller's contract is `atomic_i64_unchecked`'s.
+        load!(unsafe { self.atomic_i64_unchecked(off) }, order, B::WRITABLE)
     }
 
     #[inline(always)]
@@ -288,10 +304,19 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
 
     #[inline(always)]
     unsafe fn store_i64_unchecked(&self, off: usize, value: i64, order: Ordering) {
-        debug_assert!(off <= self.len.saturating_sub(8) && off % 8 == 0);
-        // SAFETY: in bounds and 8-aligned (the caller's contract; base is 8-aligned); otherwise as
-        // in `atomic_i32_unchecked`.
-        unsafe { AtomicI64::from_ptr(self.base().add(off).cast()) }.store(value, order);
+        // SAFETY: the caller's contract is `atomic_i64_unchecked`'s.
+        unsafe { self.atomic_i64_unchecked(off) }.store(value, order);
+    }
+
+    #[inline(always)]
+    unsafe fn compare_exchange_i64_unchecked(&self, off: usize, current: i64, new: i64) -> Result<i64, i64> {
+        // SAFETY: the caller's contract is `atomic_i64_unchecked`'s.
+        unsafe { self.atomic_i64_unchecked(off) }.compare_exchange(
+            current,
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
     }
 
     #[inline(always)]
