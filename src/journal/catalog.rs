@@ -201,6 +201,9 @@ impl Catalog<MmapRegion> {
 
     /// Writes record `id` back to the disk and waits.
     pub fn sync(&self, id: u32) -> Result<(), Error> {
+        if super::segment::trace::failing("sync catalog") {
+            return Err(Error::io("sync catalog", &self.path, std::io::Error::other("injected by a test")));
+        }
         // msync wants a page-aligned start.
         let base = record_base(id) & !4095;
         self.region

@@ -248,7 +248,11 @@ impl Recorder {
     /// (holding the publisher back no longer) and records nothing more.
     pub fn poll(&mut self) -> Result<usize, Error> {
         let Some(sub) = &mut self.sub else { return Ok(0) };
-        follow_session(sub, &mut self.w);
+        if let Err(e) = follow_session(sub, &mut self.w) {
+            self.fail(&e);
+            return Err(e);
+        }
+        let Some(sub) = &mut self.sub else { return Ok(0) };
         let laps = sub.laps();
         let mut result = Ok(());
         let w = &mut self.w;
@@ -362,10 +366,11 @@ impl Drop for Recorder {
     }
 }
 
-/// Closes the recording when its session ended or a new one was joined.
-fn follow_session(sub: &mut Subscription, w: &mut Writer) {
+/// Closes the recording when its session ended or a new one was joined; an error of the close
+/// (its last sync) is the recorder's.
+fn follow_session(sub: &mut Subscription, w: &mut Writer) -> Result<(), Error> {
     let ended = sub.take_ended();
-    let Some(active) = &w.active else { return };
+    let Some(active) = &w.active else { return Ok(()) };
     let live = sub.session_id();
     let reason = match ended {
         Some(e) if e.session_id == active.expect.session_id => {
@@ -383,10 +388,11 @@ fn follow_session(sub: &mut Subscription, w: &mut Writer) {
                 StopReason::PublisherDied
             }
         }
-        _ => return,
+        _ => return Ok(()),
     };
-    let _ = w.close(reason);
+    let closed = w.close(reason);
     w.previous = None;
+    closed
 }
 
 /// What a recording needs to know of the session's log.
@@ -604,13 +610,15 @@ impl Writer {
         } else {
             self.sync_due(true)
         };
+        let mut stopped = Ok(());
         if let Some(a) = self.active.take() {
             self.last_stop = a.recorded;
             self.catalog.stop(a.id, a.recorded, reason);
-            let _ = self.catalog.sync(a.id);
+            stopped = self.catalog.sync(a.id);
             self.catalog.release(a.id);
         }
-        synced
+        // The first error: the recording's own sync, else its catalog record's.
+        synced.and(stopped)
     }
 }
 
@@ -690,6 +698,34 @@ mod tests {
         }
         recorder.stop().unwrap();
         trace::take()
+    }
+
+    /// A session that ends closes its recording; a failed sync of its catalog record there is
+    /// the recorder's error, as at every other close, not dropped (it was, with `let _ =`).
+    #[test]
+    fn a_failed_sync_when_a_session_ends_stops_the_recorder_with_that_error() {
+        let (shm, disk) = (TempDir::new("endsync-shm"), TempDir::new("endsync-journal"));
+        let mut recorder = Recorder::builder("endsync", disk.path()).stream_dir(shm.path()).start().unwrap();
+        let mut p = Publication::builder("endsync").dir(shm.path()).term_length(1 << 16).create().unwrap();
+        while !p.is_connected() {
+            recorder.poll().unwrap();
+        }
+        p.offer(&[7; 100]).unwrap();
+        while recorder.recorded_position() < p.position() {
+            recorder.poll().unwrap();
+        }
+        p.close();
+        trace::fail_next("sync catalog");
+        let mut result = Ok(0);
+        for _ in 0..10_000 {
+            result = recorder.poll();
+            if result.is_err() || recorder.recording_id().is_none() {
+                break;
+            }
+        }
+        let e = result.expect_err("the failed sync is reported");
+        assert!(e.to_string().contains("sync catalog"), "{e}");
+        assert!(recorder.is_failed());
     }
 
     #[test]

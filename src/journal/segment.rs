@@ -86,6 +86,29 @@ pub(crate) mod trace {
     pub fn take() -> Vec<String> {
         EVENTS.with(|e| std::mem::take(&mut *e.borrow_mut()))
     }
+
+    #[cfg(test)]
+    thread_local! {
+        static FAIL: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Makes the next `what` on this thread fail (tests of errors the OS rarely gives).
+    #[cfg(test)]
+    pub fn fail_next(what: &'static str) {
+        FAIL.with(|f| f.set(Some(what)));
+    }
+
+    /// `true` once, for the `what` a test asked to fail (always `false` outside tests).
+    #[inline(always)]
+    pub fn failing(what: &'static str) -> bool {
+        #[cfg(test)]
+        return FAIL.with(|f| f.get() == Some(what) && f.take().is_some());
+        #[cfg(not(test))]
+        {
+            let _ = what;
+            false
+        }
+    }
 }
 
 /// A segment open for writing.
