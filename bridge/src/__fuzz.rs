@@ -8,7 +8,7 @@ pub mod bridge_in {
     use crate::inbound::InCore;
     pub use crate::inbound::{source_span, Fragment, Next, Offer, BEGIN, END, MAX_IMAGES};
     pub use crate::status::{BridgeDirection, BridgeInfo, Loss, LossCause, MAX_LOSSES};
-    pub use crate::wire::{encode, AFTER_DROP, FRESH_START, LOST};
+    pub use crate::wire::{encode, AFTER_DROP, FRESH_START, LOST, SENT_AGAIN};
 
     /// An in bridge's `InCore` with a detached resume file.
     #[allow(missing_debug_implementations)]

@@ -14,15 +14,15 @@
 //! - every message delivered is one that was sent whole: a BEGIN..END run of one session's
 //!   fragments as the bridge received them, with every fragment's bounds good, in order;
 //! - every drop is counted: each run that ended (delivered, refused, too long, cut by a BEGIN or a
-//!   bad fragment) is counted once, in `messages` or `dropped` (or held); a run still open, or
-//!   cut off by its image going away, at most once;
+//!   bad fragment) is counted once, in `messages`, `dropped` or `duplicates` (or held); a run
+//!   still open, or cut off by its image going away, at most once;
 //! - the status stays readable: positions >= -1, at most 16 losses, each with 0 <= from <= to,
 //!   and no more bad positions, nor losses marked upstream, than messages settled.
 
 use crate::input::{message_bytes, Input};
 use shmlog_bridge::__fuzz::bridge_in::{
     encode, BackPressure, BridgeDirection, BridgeInfo, Core, Fragment, Next, AFTER_DROP, BEGIN, END,
-    FRESH_START, LOST, MAX_IMAGES, MAX_LOSSES,
+    FRESH_START, LOST, MAX_IMAGES, MAX_LOSSES, SENT_AGAIN,
 };
 use shmlog::OfferError;
 
@@ -203,7 +203,8 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
                     let reserved = match input.byte() % 4 {
                         0 => input.interesting_i64(),
                         1 => input.i64(),
-                        _ => encode(32 * input.u16() as i64, input.byte() as i64 & 7),
+                        // Any of the four marks, "sent again" included (duplicates dropped).
+                        _ => encode(32 * input.u16() as i64, input.byte() as i64 & 15),
                     };
                     let len = input.below(300);
                     let payload =
@@ -254,7 +255,9 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
     }
     let held = core.is_holding() as u64;
     assert_eq!(info.messages, sink.got.len() as u64);
-    let counted = info.messages + info.dropped + held;
+    // A message marked sent again that starts before where the next one was expected is
+    // settled without being carried: counted in `duplicates`.
+    let counted = info.messages + info.dropped + info.duplicates + held;
     assert!(
         reference.settled <= counted && counted <= reference.settled + reference.open() + reference.maybe,
         "settled {} open {} maybe {}: delivered {} dropped {} held {held}",
@@ -265,6 +268,7 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
         info.dropped
     );
     assert!(info.bad_positions <= counted, "{} bad positions of {counted}", info.bad_positions);
+    assert!(info.duplicates <= counted, "{} duplicates of {counted}", info.duplicates);
     // Each message marked as following a loss upstream is counted once, when it is settled.
     assert!(info.source_losses <= counted, "{} upstream losses of {counted}", info.source_losses);
     // Every message delivered was sent whole, in order.
@@ -308,9 +312,13 @@ fn next_fragment(sender: &mut Sender, s: usize, input: &mut Input<'_>, max: usiz
             1 => AFTER_DROP,
             2 => LOST,
             3 => FRESH_START | LOST,
+            4 | 5 => SENT_AGAIN,
             _ => 0,
         };
-        if input.byte().is_multiple_of(8) {
+        if marks == SENT_AGAIN && input.bool() {
+            // Offered again after a lost driver: from where the bridge may have carried it already.
+            sender.next_start = (sender.next_start - 32 * input.below(100) as i64).max(0);
+        } else if input.byte().is_multiple_of(8) {
             sender.next_start += 32 * input.below(1000) as i64; // a jump: a gap, or padding
         }
         let reserved = encode(sender.next_start, marks);
