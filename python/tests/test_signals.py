@@ -14,7 +14,11 @@ import shmlog
 
 CHILD = textwrap.dedent(
     """
-    import sys, time, shmlog
+    import signal, sys, time, shmlog
+    # A process started with SIGINT ignored (a CI launched in the background by a shell without
+    # job control) keeps it ignored: Python installs its handler only where SIGINT was default.
+    # Install it here, as a terminal user's process has it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sub = shmlog.Subscription(sys.argv[1], sys.argv[2])
     call = sys.argv[3]
     print("ready", flush=True)
