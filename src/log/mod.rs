@@ -139,6 +139,9 @@ impl<R: RegionMut> Log<R> {
         let g = init.geometry;
         assert_eq!(region.len(), g.file_length(), "region sized for this geometry");
         let m = g.meta_offset();
+        // What the unchecked accessors (`tail_field`, `store_writer_pending`) rely on, as `open`
+        // checks it for files.
+        assert_eq!(m % PAGE_MIN, 0, "metadata on a 4 KiB boundary");
         let r = &region;
         r.store_i64(m + meta::MAGIC_OFFSET, meta::MAGIC, Ordering::Relaxed);
         r.store_i32(m + meta::VERSION, meta::LAYOUT_VERSION, Ordering::Relaxed);
