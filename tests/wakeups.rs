@@ -69,10 +69,12 @@ fn a_blocking_and_a_wait_any_sleeper_both_wake_for_one_offer() {
 /// Four sleeper processes, one of each kind (`poll_blocking`, `Receiver::recv_timeout`,
 /// `wait_any` over this stream and an idle one, `AsyncReceiver::recv` under a current-thread
 /// tokio runtime), on one stream: 2 000 messages at 1 000 a second, each stamped with its send
-/// time. Every message reaches every sleeper, in order, within 10 ms (a wake-up that waited for
-/// a timeout would take the 5 s liveness interval).
+/// time. Every message reaches every sleeper, in order, within 500 ms: a wake-up that waited for
+/// a timeout would take the 5 s liveness interval, while a sleeper preempted on a busy 2-core
+/// machine was seen at 10.1 ms (the bound checks that no wake-up is lost, not how fast one is:
+/// that is `examples/lowrate.rs`'s job).
 #[test]
-fn every_kind_of_sleeper_gets_every_message_within_10_ms() {
+fn every_kind_of_sleeper_gets_every_message_without_a_lost_wake_up() {
     let _x = exclusive();
     let dir = ShmDir::new("wake-four-kinds");
     let name = "four";
@@ -80,7 +82,7 @@ fn every_kind_of_sleeper_gets_every_message_within_10_ms() {
     let mut p = publication(&dir, name, 1 << 20);
     let _idle = publication(&dir, "four-idle", 64 * 1024);
     let cfg =
-        Cfg::new().set("dir", dir.path().display()).set("name", name).set("count", count).set("late_ms", 10);
+        Cfg::new().set("dir", dir.path().display()).set("name", name).set("count", count).set("late_ms", 500);
     let kinds = ["poll_blocking", "receiver", "wait_any", "async"];
     let mut peers: Vec<Peer> =
         kinds.iter().map(|k| Peer::spawn(k, "wake_sleeper", &cfg.clone().set("kind", k))).collect();
@@ -101,7 +103,7 @@ fn every_kind_of_sleeper_gets_every_message_within_10_ms() {
         let done = peer.expect("done", T30);
         println!("{kind}: {}", done.raw);
         assert_eq!(done.num("n"), count as i64, "{kind}");
-        assert_eq!(done.num("late"), 0, "{kind}: messages later than 10 ms: {}", done.raw);
+        assert_eq!(done.num("late"), 0, "{kind}: messages later than 500 ms: {}", done.raw);
     }
 }
 
