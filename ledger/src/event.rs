@@ -24,25 +24,32 @@ struct Inner {
     buf: Vec<u8>,
 }
 
+/// How an event file is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One `write(2)` per line, before the caller goes on (writers, the controller).
+    Direct,
+    /// Buffered, flushed by a thread of its own every [`FLUSH_EVERY`] (readers).
+    Flushed,
+    /// Buffered, flushed only by [`Out::flush`] (files written after the run).
+    Manual,
+}
+
 /// One process's event file. Cloned handles share it (a flusher thread holds one).
 #[derive(Clone, Debug)]
 pub struct Out {
     inner: Arc<Mutex<Inner>>,
     t0: i64,
-    buffered: bool,
+    direct: bool,
 }
 
 impl Out {
-    /// Creates the file; `t0` is the run's zero on the monotonic clock. A buffered file gets a
-    /// thread that flushes it every [`FLUSH_EVERY`].
-    pub fn create(path: &Path, t0: i64, buffered: bool) -> std::io::Result<Out> {
+    /// Creates the file; `t0` is the run's zero on the monotonic clock.
+    pub fn create(path: &Path, t0: i64, mode: Mode) -> std::io::Result<Out> {
         let file = File::options().create_new(true).append(true).open(path)?;
-        let out = Out {
-            inner: Arc::new(Mutex::new(Inner { file, buf: Vec::with_capacity(1 << 16) })),
-            t0,
-            buffered,
-        };
-        if buffered {
+        let inner = Arc::new(Mutex::new(Inner { file, buf: Vec::with_capacity(1 << 16) }));
+        let out = Out { inner, t0, direct: mode == Mode::Direct };
+        if mode == Mode::Flushed {
             let flusher = out.clone();
             std::thread::Builder::new().name("ledger-flush".into()).spawn(move || loop {
                 std::thread::sleep(FLUSH_EVERY);
@@ -63,7 +70,7 @@ impl Out {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Inner { file, buf } = &mut *g;
         let _ = writeln!(buf, "{t} {kind} {args}");
-        if !self.buffered || buf.len() >= 1 << 16 {
+        if self.direct || buf.len() >= 1 << 16 {
             let _ = file.write_all(buf);
             buf.clear();
         }

@@ -9,6 +9,7 @@
 //! - [`oracle`]: the rules (`docs/reliability.md` lists them as promises).
 
 pub mod body;
+pub mod cli;
 pub mod controller;
 pub mod event;
 pub mod oracle;

@@ -14,7 +14,8 @@
 //!   is delivered or inside a loss it was told of; whole sessions skipped are reported; a
 //!   tethered reader that existed when a session began loses nothing of it (`R4.late`).
 //! - **R5** the end of a session is seen: `closed` before the next session, never a message of a
-//!   closed session, `closed` within a bound of the session's end, a fault reported once.
+//!   closed session, `closed` within a bound of the session's end, a fault and a `Closed`
+//!   returned once (not again and again: a spin).
 //! - **R6** nobody is held by the dead: no back pressure long after the last tethered reader
 //!   died, no commit long after the last reader of any kind was gone.
 //! - **R7** bounded resources: descriptors, heap and RSS at exit; no file left after `clean`; no
@@ -27,6 +28,8 @@ pub mod model;
 mod delivery;
 mod resources;
 mod timing;
+
+pub use timing::{closed_bound_us, held_bound_us};
 
 use model::{Attempt, Ledger, Src};
 use std::collections::{BTreeMap, HashMap};

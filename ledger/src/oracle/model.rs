@@ -132,6 +132,11 @@ pub enum EvKind {
         session: i32,
         n: u64,
     },
+    /// How many `Closed` results it returned in a session (first one logged as Closed).
+    Closes {
+        session: i32,
+        n: u64,
+    },
     Corrupt {
         why: String,
     },
@@ -326,8 +331,7 @@ impl Ledger {
 
     fn read_writer(&mut self, file: u32, text: &str) {
         let mut w = WriterLog { file, ..WriterLog::default() };
-        let mut seen =
-            |w: &mut WriterLog, seq: u64| w.last_seq = Some(w.last_seq.map_or(seq, |q| q.max(seq)));
+        let seen = |w: &mut WriterLog, seq: u64| w.last_seq = Some(w.last_seq.map_or(seq, |q| q.max(seq)));
         for (n, l) in lines(text) {
             let src = Src { file, line: n as u32 };
             let seq = num::<u64>(&l, "seq");
@@ -419,6 +423,7 @@ impl Ledger {
                 "closed" => EvKind::Closed { session: session.unwrap_or(0) },
                 "fault" => EvKind::Fault { session, why: l.get("why").unwrap_or("").into() },
                 "faults" => EvKind::Faults { session: session.unwrap_or(0), n: num(&l, "n").unwrap_or(0) },
+                "closes" => EvKind::Closes { session: session.unwrap_or(0), n: num(&l, "n").unwrap_or(0) },
                 "corrupt" => EvKind::Corrupt { why: l.get("why").unwrap_or("").into() },
                 "bad" => EvKind::Bad { why: l.rest.into() },
                 "merged" => EvKind::Merged { at: l.num("at").unwrap_or(0) },

@@ -24,6 +24,10 @@ pub fn held_bound_us(liveness_ms: i64) -> i64 {
 /// is a spin).
 const RECEIVERS: [&str; 4] = ["recv", "iter", "async", "stream"];
 
+/// Shapes documented to wait for the next session once they said `Closed` ("receiving again
+/// waits for it", "polling again waits for it"): `Closed` returned again and again is a spin.
+const WAITERS: [&str; 5] = ["recv", "iter", "async", "stream", "blocking"];
+
 pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     processes(g, out);
     for r in &g.readers {
@@ -35,6 +39,7 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
         let subject = g.names[r.file as usize].clone();
         let (mut unseen, mut after, mut late, mut faults, mut unexpected) =
             (vec![], vec![], vec![], vec![], vec![]);
+        let mut closes = vec![];
         for (i, v) in vs.iter().enumerate() {
             let evs = &r.evs[v.first..v.end];
             if i + 1 < vs.len() && !v.closed && !v.fault {
@@ -56,6 +61,9 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
                 match &e.kind {
                     EvKind::Faults { session, n } if *n > 1 && RECEIVERS.contains(&r.shape.as_str()) => {
                         faults.push((format!("session {session}: the fault returned {n} times"), vec![e.src]))
+                    }
+                    EvKind::Closes { session, n } if *n > 1 && WAITERS.contains(&r.shape.as_str()) => {
+                        closes.push((format!("session {session}: `Closed` returned {n} times"), vec![e.src]))
                     }
                     EvKind::Fault { session, why } => {
                         let s = session.unwrap_or(v.session);
@@ -93,6 +101,7 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
         out.many(g, "R5.after-closed", &subject, after);
         out.many(g, "R5.liveness", &subject, late);
         out.many(g, "R5.fault-once", &subject, faults);
+        out.many(g, "R5.closed-once", &subject, closes);
         out.many(g, "R0.fault", &subject, unexpected);
     }
     held_by_the_dead(g, out);
