@@ -193,7 +193,14 @@ pub fn generate(seed: u64, seconds: f64) -> Scenario {
     let mut streams = Vec::new();
     for i in 0..nstreams {
         let concurrent = rng.chance(0.3);
-        let term = *rng.weighted(&[(4, 64usize << 10), (3, 128 << 10), (2, 256 << 10), (1, 1 << 20)]);
+        let hostile = !concurrent && rng.chance(0.25);
+        // A hostile stream's terms are large: a bad length word at a dead publisher's tail can
+        // then claim up to a term of an untethered reader's buffer (review N6).
+        let term = if hostile {
+            1 << 20
+        } else {
+            *rng.weighted(&[(4, 64usize << 10), (3, 128 << 10), (2, 256 << 10), (1, 1 << 20)])
+        };
         let mtu = (*rng.pick(&[1024usize, 1408, 4096, 8192])).min(term / 8);
         streams.push(StreamSpec {
             name: format!("s{i}"),
@@ -201,7 +208,7 @@ pub fn generate(seed: u64, seconds: f64) -> Scenario {
             term,
             mtu,
             liveness_ms: rng.range(20, 51),
-            hostile: !concurrent && rng.chance(0.25),
+            hostile,
         });
     }
     let mut actors = Vec::new();
@@ -346,7 +353,9 @@ fn lifecycle(rng: &mut Rng, a: &Actor, st: &StreamSpec, start: u64, end: u64, ou
                 t,
                 if fault == "kill" { Action::Kill(proc.clone()) } else { Action::Close(proc.clone()) },
             ));
-            let mut delay = *rng.weighted(&[(3, 0u64), (4, 1), (2, 2), (1, 3)]);
+            // Writers always come back (a run without one tests little); readers may not.
+            let never = if a.role == "writer" { 0 } else { 1 };
+            let mut delay = *rng.weighted(&[(3, 0u64), (4, 1), (2, 2), (never, 3)]);
             delay = match delay {
                 0 => rng.range(0, 50),
                 1 => rng.range(50, 500),
@@ -356,7 +365,7 @@ fn lifecycle(rng: &mut Rng, a: &Actor, st: &StreamSpec, start: u64, end: u64, ou
             if fault == "kill" && a.role == "writer" && st.hostile && rng.chance(0.6) {
                 // A dead publisher's log with a bad frame past its end: its readers meet a fault
                 // with nobody to replace the session for a while.
-                out.push((t + 30, Action::Corrupt(st.name.clone())));
+                out.push((t + 5, Action::Corrupt(st.name.clone())));
                 delay = delay.max(1200);
             }
             t += delay;

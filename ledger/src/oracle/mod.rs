@@ -21,7 +21,8 @@
 //! - **R7** bounded resources: descriptors, heap and RSS at exit; no file left after `clean`; no
 //!   empty catalog records beyond one per recorder.
 //! - **R8** recordings: every recording replays genuine messages, exactly what tethered readers
-//!   delivered over its range; a tethered recorder never splits a session, lags or loses.
+//!   delivered over its range; a tethered recorder never splits a session, lags or loses; a
+//!   recording that starts after a gap follows a loss its recorder was told of.
 
 pub mod model;
 

@@ -126,6 +126,8 @@ pub enum EvKind {
     Fault {
         session: Option<i32>,
         why: String,
+        /// Heap bytes gained since the reader opened, at the fault.
+        grown: Option<i64>,
     },
     /// How many fault results a receive shape returned in a session (first one logged as Fault).
     Faults {
@@ -421,7 +423,11 @@ impl Ledger {
                     }
                 }
                 "closed" => EvKind::Closed { session: session.unwrap_or(0) },
-                "fault" => EvKind::Fault { session, why: l.get("why").unwrap_or("").into() },
+                "fault" => EvKind::Fault {
+                    session,
+                    why: l.get("why").unwrap_or("").into(),
+                    grown: l.num("heap_kb").zip(l.num("heap_open_kb")).map(|(h, o)| (h - o) * 1024),
+                },
                 "faults" => EvKind::Faults { session: session.unwrap_or(0), n: num(&l, "n").unwrap_or(0) },
                 "closes" => EvKind::Closes { session: session.unwrap_or(0), n: num(&l, "n").unwrap_or(0) },
                 "corrupt" => EvKind::Corrupt { why: l.get("why").unwrap_or("").into() },

@@ -14,6 +14,8 @@ pub const RSS_BASE_KB: i64 = 96 << 10;
 /// (assembler, receiver queue) and an untethered copy batch: no buffer may keep what it held
 /// for a frame it never delivered (review N6).
 pub const HEAP_SLACK: i64 = 256 << 10;
+/// The same, measured at a fault (no receiver queue, no second session).
+pub const FAULT_SLACK: i64 = 96 << 10;
 
 pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     for r in &g.readers {
@@ -51,6 +53,21 @@ fn bounded(g: &Ledger, r: &ReaderLog, out: &mut Fails) {
             ),
             vec![src],
         ));
+    }
+    // At a fault, an untethered reader (the one that copies frames before checking them) holds
+    // what it grew for the frame it stopped at: nothing beyond a batch and a few messages.
+    if !r.tethered {
+        let bound = FAULT_SLACK + 2 * x.max_msg + (64 << 10) + 2 * def.mtu;
+        for e in &r.evs {
+            if let EvKind::Fault { grown: Some(grown), .. } = e.kind {
+                if grown > bound {
+                    cases.push((
+                        format!("heap grew by {} KiB by the fault (bound {} KiB)", grown >> 10, bound >> 10),
+                        vec![e.src],
+                    ));
+                }
+            }
+        }
     }
     out.many(g, "R7.bounded", &g.names[r.file as usize], cases);
 }
@@ -99,44 +116,61 @@ fn recordings(g: &Ledger, f: &Facts, out: &mut Fails) {
         }
     }
     out.many(g, "R8.split", "tethered recorders", split);
+    out.many(g, "R8.gap", "recorders", unreported_gaps(&recorders, &by_id));
     out.many(g, "R8.lagged", "tethered recorders", lagged);
     same_as_readers(g, f, out);
+}
+
+/// Messages of one session a reading file delivered, `(start, end, inc, seq)` by end, with the
+/// range it owed.
+type Delivered = HashMap<i32, (Vec<(i64, i64, u32, u64)>, Option<(i64, i64)>)>;
+
+fn delivered(f: &Facts, r: &ReaderLog) -> Delivered {
+    let vs = visits(r);
+    let mut out: Delivered = HashMap::new();
+    for (i, v) in vs.iter().enumerate() {
+        let entry = out.entry(v.session).or_default();
+        entry.1 = owed_range(f, r, &vs, i);
+        for e in &r.evs[v.first..v.end] {
+            if let EvKind::Msg { inc, seq, end, .. } = e.kind {
+                let Some(end) = end.or_else(|| f.positions.get(&(inc, seq)).copied()) else { continue };
+                let start = f.committed.get(&(inc, seq)).map_or(end, |c| c.start);
+                entry.0.push((start, end, inc, seq));
+            }
+        }
+    }
+    for (msgs, _) in out.values_mut() {
+        msgs.sort_by_key(|m| m.1);
+    }
+    out
+}
+
+/// The messages of `msgs` (sorted by end) within `[lo, hi]`.
+fn within(msgs: &[(i64, i64, u32, u64)], lo: i64, hi: i64) -> BTreeSet<(u32, u64)> {
+    let first = msgs.partition_point(|m| m.1 < lo);
+    msgs[first..].iter().take_while(|m| m.1 <= hi).filter(|m| m.0 >= lo).map(|m| (m.2, m.3)).collect()
 }
 
 /// R8.same: a recording replays exactly the messages a tethered reader without losses in that
 /// session delivered over the range both cover.
 fn same_as_readers(g: &Ledger, f: &Facts, out: &mut Fails) {
-    let msgs = |r: &ReaderLog, session: i32, lo: i64, hi: i64| -> BTreeSet<(u32, u64)> {
-        let vs = visits(r);
-        vs.iter()
-            .filter(|v| v.session == session)
-            .flat_map(|v| r.evs[v.first..v.end].iter())
-            .filter_map(|e| match e.kind {
-                EvKind::Msg { inc, seq, end, .. } => {
-                    let end = end.or_else(|| f.positions.get(&(inc, seq)).copied())?;
-                    let start = f.committed.get(&(inc, seq)).map_or(end, |c| c.start);
-                    (start >= lo && end <= hi).then_some((inc, seq))
-                }
-                _ => None,
-            })
-            .collect()
-    };
+    let readers: Vec<(&ReaderLog, Delivered)> =
+        g.readers.iter().filter(|r| r.role == "reader" && r.tethered).map(|r| (r, delivered(f, r))).collect();
     let mut cases = Vec::new();
     for rec in g.readers.iter().filter(|r| r.role == "replay") {
         let Some((id, a, b)) = rec.recording else { continue };
-        let Some(session) = visits(rec).first().map(|v| v.session) else { continue };
-        for r in g.readers.iter().filter(|r| r.role == "reader" && r.tethered && r.stream == rec.stream) {
-            let vs = visits(r);
-            let Some(i) = vs.iter().position(|v| v.session == session) else { continue };
+        let replayed = delivered(f, rec);
+        let Some((&session, (rmsgs, _))) = replayed.iter().next() else { continue };
+        for (r, d) in readers.iter().filter(|(r, _)| r.stream == rec.stream) {
+            let Some((msgs, Some((from, to)))) = d.get(&session) else { continue };
             if r.evs.iter().any(|e| matches!(e.kind, EvKind::Loss { session: s, .. } if s == session)) {
                 continue;
             }
-            let Some((from, to)) = owed_range(f, r, &vs, i) else { continue };
-            let (lo, hi) = (a.max(from), b.min(to));
+            let (lo, hi) = (a.max(*from), b.min(*to));
             if lo >= hi {
                 continue;
             }
-            let (x, y) = (msgs(rec, session, lo, hi), msgs(r, session, lo, hi));
+            let (x, y) = (within(rmsgs, lo, hi), within(msgs, lo, hi));
             if x != y {
                 let only_rec = x.difference(&y).next();
                 let only_reader = y.difference(&x).next();
@@ -153,4 +187,43 @@ fn same_as_readers(g: &Ledger, f: &Facts, out: &mut Fails) {
         }
     }
     out.many(g, "R8.same", "recordings", cases);
+}
+
+/// R8.gap: a recording that starts after a gap (`gap_before`) follows a loss its recorder was
+/// told of (an untethered recorder lapped: `Lapped` over the gap). A gap without one is bytes
+/// of the stream dropped silently (review N1: a padding frame taken for a lap).
+fn unreported_gaps(
+    recorders: &[&ReaderLog],
+    by_id: &HashMap<u32, &super::model::CatalogRec>,
+) -> Vec<(String, Vec<super::model::Src>)> {
+    let mut cases = Vec::new();
+    for r in recorders {
+        let lapped: Vec<(i32, i64, i64)> = r
+            .evs
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EvKind::Loss { session, from, to, cause, .. } if cause == "Lapped" => {
+                    Some((*session, *from, *to))
+                }
+                _ => None,
+            })
+            .collect();
+        for e in &r.evs {
+            let EvKind::Recording { id } = e.kind else { continue };
+            let Some(c) = by_id.get(&id).filter(|c| c.gap > 0) else { continue };
+            let told = lapped
+                .iter()
+                .any(|&(s, from, to)| s == c.session && from <= c.start - c.gap && to >= c.start);
+            if !told {
+                cases.push((
+                    format!(
+                        "recording {id} starts at {} after a gap of {} bytes that no loss reported",
+                        c.start, c.gap
+                    ),
+                    c.src.into_iter().chain([e.src]).collect(),
+                ));
+            }
+        }
+    }
+    cases
 }

@@ -215,6 +215,18 @@ fn r5_a_fault_returned_over_and_over_and_a_fault_nobody_caused_are_caught() {
 }
 
 #[test]
+fn r5_closed_returned_again_and_again_is_caught() {
+    let r = R
+        .replace("shape=poll", "shape=recv")
+        .replace("600 closed session=7\n", "600 closed session=7\n601 closes session=7 n=1\n");
+    passes(files(CONTROLLER, W1, W2, &r));
+    assert_eq!(check(files(CONTROLLER, W1, W2, &r.replace("n=1", "n=5000"))).rules(), ["R5.closed-once"]);
+    // A poll reader asks `is_closed()`, a state: no count applies.
+    let polled = r.replace("shape=recv", "shape=poll").replace("n=1", "n=5000");
+    passes(files(CONTROLLER, W1, W2, &polled));
+}
+
+#[test]
 fn r0_a_crash_is_caught() {
     let c = CONTROLLER.replace("2000 exit proc=r0.1 status=code:0", "2000 exit proc=r0.1 status=code:101");
     assert_eq!(check(files(&c, W1, W2, R)).rules(), ["R0.crash"]);
@@ -258,7 +270,18 @@ fn r8_a_split_or_lagging_tethered_recorder_and_a_replay_that_differs_are_caught(
     f.push(("events/c0.1.log".into(), rec.into()));
     f.push(("events/replay-0.log".into(), replay(0, 0, 96, "2201 msg w=0 inc=1 seq=0 end=96\n")));
     f.push(("events/replay-1.log".into(), replay(1, 192, 288, "2201 msg w=0 inc=1 seq=2 end=288\n")));
-    assert_eq!(check(f.clone()).rules(), ["R8.lagged", "R8.split"]);
+    assert_eq!(check(f.clone()).rules(), ["R8.gap", "R8.lagged", "R8.split"]);
+    // An untethered recorder may lag and leave a gap, if its subscription reported the lap.
+    let untethered = rec
+        .replace("tethered=1", "tethered=0")
+        .replace("45 recording id=1", "44 loss session=7 from=96 to=192 cause=Lapped\n45 recording id=1");
+    let mut g = f.clone();
+    g[0].1 =
+        c.replace("pid=5 role=recorder stream=s0 tethered=1", "pid=5 role=recorder stream=s0 tethered=0");
+    g[4].1 = untethered.clone();
+    assert_eq!(check(g.clone()).rules(), Vec::<&str>::new());
+    g[4].1 = untethered.replace("44 loss session=7 from=96 to=192 cause=Lapped\n", "");
+    assert_eq!(check(g).rules(), ["R8.gap"]);
     // One recording, replayed with a message missing.
     let one = c.replace("reason=lagged", "reason=publisher-died").replace("stop=96", "stop=288");
     let one = one.lines().filter(|l| !l.contains("id=1")).collect::<Vec<_>>().join("\n") + "\n";

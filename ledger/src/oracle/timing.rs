@@ -65,7 +65,7 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
                     EvKind::Closes { session, n } if *n > 1 && WAITERS.contains(&r.shape.as_str()) => {
                         closes.push((format!("session {session}: `Closed` returned {n} times"), vec![e.src]))
                     }
-                    EvKind::Fault { session, why } => {
+                    EvKind::Fault { session, why, .. } => {
                         let s = session.unwrap_or(v.session);
                         if !g.corrupted.iter().any(|(st, id)| *st == r.stream && *id == s) {
                             unexpected.push((

@@ -104,6 +104,11 @@ pub fn mark_heap_open() {
     HEAP_OPEN.store(sys::heap_bytes(), Ordering::Relaxed);
 }
 
+/// Heap bytes now and at the open mark.
+pub fn heap_now_and_open() -> (i64, i64) {
+    (sys::heap_bytes(), HEAP_OPEN.load(Ordering::Relaxed))
+}
+
 pub fn note_message_len(len: usize) {
     MAX_MSG.fetch_max(len as i64, Ordering::Relaxed);
 }

@@ -7,8 +7,8 @@ use crate::ev;
 use shmlog::journal::Recorder;
 use std::time::Duration;
 
-/// Segment files of 1 MiB (raised to the term length): a split recording costs little disk.
-const SEGMENT: u64 = 1 << 20;
+/// Segment files of 64 KiB (raised to the term length): a split recording costs little disk.
+const SEGMENT: u64 = 1 << 16;
 
 pub fn run(ctx: &Ctx) -> i32 {
     let s = &ctx.s;

@@ -143,7 +143,17 @@ impl Tracker {
         self.faults += 1;
         if self.faults == 1 {
             let s = self.session.map_or("-".to_string(), |s| s.to_string());
-            ev!(self.out, "fault", "session={s} why={}", why.replace(' ', "-"));
+            // The heap now: a reader that grew a buffer for the bad frame it stopped at has it
+            // at this point, whatever it does with it later (review N6).
+            let (heap, open) = super::heap_now_and_open();
+            ev!(
+                self.out,
+                "fault",
+                "session={s} why={} heap_kb={} heap_open_kb={}",
+                why.replace(' ', "-"),
+                heap >> 10,
+                open >> 10
+            );
         }
         self.faults
     }
