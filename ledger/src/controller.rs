@@ -38,6 +38,8 @@ pub struct Options {
 pub struct Outcome {
     pub report: Report,
     pub run_dir: PathBuf,
+    /// The stream directory (under `/dev/shm`).
+    pub streams: PathBuf,
     pub elapsed: Duration,
     /// Timeline actions done (spawns, kills, stops, ...).
     pub actions: usize,
@@ -119,12 +121,23 @@ pub fn run(sc: &Scenario, opts: &Options) -> std::io::Result<Outcome> {
     r.end();
     r.recordings();
     let report = oracle::check(oracle::read_dir(&r.events)?);
-    let passed = report.failures.is_empty();
-    if passed && !opts.keep {
-        let _ = fs::remove_dir_all(&r.streams);
-        let _ = fs::remove_dir_all(&run_dir);
+    let outcome = Outcome {
+        report,
+        run_dir,
+        streams: r.streams.clone(),
+        elapsed: started.elapsed(),
+        actions: r.actions,
+    };
+    if outcome.report.failures.is_empty() && !opts.keep {
+        remove(&outcome);
     }
-    Ok(Outcome { report, run_dir, elapsed: started.elapsed(), actions: r.actions })
+    Ok(outcome)
+}
+
+/// Removes a run's directories.
+pub fn remove(o: &Outcome) {
+    let _ = fs::remove_dir_all(&o.streams);
+    let _ = fs::remove_dir_all(&o.run_dir);
 }
 
 fn status_text(s: std::process::ExitStatus) -> String {

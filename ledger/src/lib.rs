@@ -16,4 +16,5 @@ pub mod oracle;
 pub mod plan;
 pub mod prng;
 pub mod roles;
+pub mod shrink;
 pub mod sys;

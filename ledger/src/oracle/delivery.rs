@@ -86,7 +86,7 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
 
 /// R0.api and R1: content checked by the reader, attempt checked against its writer.
 fn whole_and_genuine(g: &Ledger, f: &Facts, r: &ReaderLog, vs: &[Visit], out: &mut Fails) {
-    let (mut corrupt, mut bad, mut phantom) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut corrupt, mut bad, mut phantom, mut failed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut in_visit = vec![None; r.evs.len()];
     for v in vs {
         for slot in &mut in_visit[v.first..v.end] {
@@ -96,6 +96,9 @@ fn whole_and_genuine(g: &Ledger, f: &Facts, r: &ReaderLog, vs: &[Visit], out: &m
     for (i, e) in r.evs.iter().enumerate() {
         match &e.kind {
             EvKind::Corrupt { why } => corrupt.push((format!("content check failed: {why}"), vec![e.src])),
+            EvKind::Bad { why } if why.starts_with("why=recorder-failed") => {
+                failed.push((why.clone(), vec![e.src]))
+            }
             EvKind::Bad { why } => bad.push((why.clone(), vec![e.src])),
             EvKind::Msg { w, inc, seq, .. } => {
                 let Some(wi) = f.by_inc.get(inc) else {
@@ -133,6 +136,7 @@ fn whole_and_genuine(g: &Ledger, f: &Facts, r: &ReaderLog, vs: &[Visit], out: &m
     out.many(g, "R1.whole", &subject, corrupt);
     out.many(g, "R1.genuine", &subject, phantom);
     out.many(g, "R0.api", &subject, bad);
+    out.many(g, "R8.failed", &subject, failed);
 }
 
 /// End position of a delivered message: its own, else what its writer or another reader said.

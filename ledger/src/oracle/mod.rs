@@ -18,11 +18,13 @@
 //!   returned once (not again and again: a spin).
 //! - **R6** nobody is held by the dead: no back pressure long after the last tethered reader
 //!   died, no commit long after the last reader of any kind was gone.
-//! - **R7** bounded resources: descriptors, heap and RSS at exit; no file left after `clean`; no
-//!   empty catalog records beyond one per recorder.
+//! - **R7** bounded resources: descriptors (`R7.fds`), RSS (`R7.rss`) and heap (`R7.heap`, at
+//!   exit and at a fault); no file left after `clean`; no empty catalog records beyond one per
+//!   recorder.
 //! - **R8** recordings: every recording replays genuine messages, exactly what tethered readers
 //!   delivered over its range; a tethered recorder never splits a session, lags or loses; a
-//!   recording that starts after a gap follows a loss its recorder was told of.
+//!   recording that starts after a gap follows a loss its recorder was told of; no recorder
+//!   stops on an error (`R8.failed`: a full catalog, a failed write).
 
 pub mod model;
 

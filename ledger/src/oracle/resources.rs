@@ -31,14 +31,14 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
 fn bounded(g: &Ledger, r: &ReaderLog, out: &mut Fails) {
     let (Some(x), Some(def)) = (&r.exit, g.streams.get(&r.stream)) else { return };
     let Some(src) = x.src else { return };
-    let mut cases = Vec::new();
+    let (mut fds, mut rss, mut cases) = (Vec::new(), Vec::new(), Vec::new());
     if x.fds > MAX_FDS {
-        cases.push((format!("{} descriptors at exit (bound {MAX_FDS})", x.fds), vec![src]));
+        fds.push((format!("{} descriptors at exit (bound {MAX_FDS})", x.fds), vec![src]));
     }
     let streams = if r.shape == "wait_any" { 2 } else { 1 };
     let rss_bound = RSS_BASE_KB + streams * 3 * def.term / 1024 * 2;
     if x.rss_kb > rss_bound {
-        cases.push((format!("{} KiB resident at exit (bound {rss_bound})", x.rss_kb), vec![src]));
+        rss.push((format!("{} KiB resident at exit (bound {rss_bound})", x.rss_kb), vec![src]));
     }
     let queued = if ["recv", "iter", "async", "stream"].contains(&r.shape.as_str()) { 64 } else { 0 };
     let heap_bound = HEAP_SLACK + (4 + queued) * x.max_msg + 2 * (64 << 10) + 2 * def.mtu * streams;
@@ -69,7 +69,10 @@ fn bounded(g: &Ledger, r: &ReaderLog, out: &mut Fails) {
             }
         }
     }
-    out.many(g, "R7.bounded", &g.names[r.file as usize], cases);
+    let subject = &g.names[r.file as usize];
+    out.many(g, "R7.fds", subject, fds);
+    out.many(g, "R7.rss", subject, rss);
+    out.many(g, "R7.heap", subject, cases);
 }
 
 /// R7.catalog and R8: what the recorders left in the journal.

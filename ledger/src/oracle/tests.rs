@@ -250,8 +250,16 @@ fn r6_a_writer_held_or_committing_long_after_its_readers_died_is_caught() {
 
 #[test]
 fn r7_a_heap_that_grew_a_leftover_file_or_many_descriptors_are_caught() {
-    assert_eq!(reader_edit("heap_kb=300", "heap_kb=2000"), ["R7.bounded"]);
-    assert_eq!(reader_edit("fds=9", "fds=900"), ["R7.bounded"]);
+    assert_eq!(reader_edit("heap_kb=300", "heap_kb=2000"), ["R7.heap"]);
+    assert_eq!(reader_edit("fds=9", "fds=900"), ["R7.fds"]);
+    assert_eq!(reader_edit("rss_kb=4000", "rss_kb=4000000"), ["R7.rss"]);
+    // An untethered reader that grew a term's worth by the time it stopped at a bad frame.
+    let c = format!("{CONTROLLER}55 corrupt stream=s0 session=7 at=288\n");
+    let r = R
+        .replace("tethered=1", "tethered=0")
+        .replace("600 closed", "60 fault session=7 why=bad heap_kb=1400 heap_open_kb=290\n600 closed");
+    assert_eq!(check(files(&c, W1, W2, &r)).rules(), ["R7.heap"]);
+    passes(files(&c, W1, W2, &r.replace("heap_kb=1400", "heap_kb=300")));
     let c = format!("{CONTROLLER}2100 leftover path=/dev/shm/x/s0.readers\n");
     assert_eq!(check(files(&c, W1, W2, R)).rules(), ["R7.files"]);
 }
