@@ -12,7 +12,7 @@ pub fn mono_us() -> i64 {
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call; CLOCK_MONOTONIC
     // always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000 + ts.tv_nsec as i64 / 1000
+    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000
 }
 
 /// Makes the kernel SIGKILL this process when its parent dies; `false` if the parent is not

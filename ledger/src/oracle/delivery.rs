@@ -57,8 +57,11 @@ pub fn visits(r: &ReaderLog) -> Vec<Visit> {
     v
 }
 
+/// Which message ends at each position of each session (stream, session, end), and where said.
+type Total = HashMap<(String, i32, i64), ((u32, u64), Src)>;
+
 pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
-    let mut total: HashMap<(String, i32, i64), ((u32, u64), Src)> = HashMap::new();
+    let mut total = Total::new();
     let mut clash = Vec::new();
     for w in &g.writers {
         for (seq, a) in &w.attempts {
@@ -179,7 +182,7 @@ fn one_total_order(
     f: &Facts,
     r: &ReaderLog,
     vs: &[Visit],
-    total: &mut HashMap<(String, i32, i64), ((u32, u64), Src)>,
+    total: &mut Total,
     out: &mut Fails,
 ) {
     let mut cases = Vec::new();

@@ -77,6 +77,9 @@ impl Report {
     }
 }
 
+/// A message's place: start and end position, writer incarnation and sequence number.
+pub type Span = (i64, i64, u32, u64);
+
 /// A session of a stream, as its writers' files tell it.
 #[derive(Clone, Debug)]
 pub struct Session {
@@ -107,8 +110,8 @@ pub struct Facts {
     pub order: BTreeMap<String, Vec<i32>>,
     pub by_inc: HashMap<u32, usize>,
     pub committed: HashMap<(u32, u64), Committed>,
-    /// Committed messages of each session: (start, end, inc, seq), by end.
-    pub per_session: HashMap<(String, i32), Vec<(i64, i64, u32, u64)>>,
+    /// Committed messages of each session, by end.
+    pub per_session: HashMap<(String, i32), Vec<Span>>,
     /// The end position of every message whose end anyone logged (writer first, then readers).
     pub positions: HashMap<(u32, u64), i64>,
 }

@@ -2,7 +2,7 @@
 
 use super::delivery::{owed_range, visits};
 use super::model::{EvKind, Ledger, ReaderLog};
-use super::{Facts, Fails};
+use super::{Facts, Fails, Span};
 use std::collections::{BTreeSet, HashMap};
 
 /// Descriptors a reader may hold at exit: its event file, the std streams, its subscriptions'
@@ -126,7 +126,7 @@ fn recordings(g: &Ledger, f: &Facts, out: &mut Fails) {
 
 /// Messages of one session a reading file delivered, `(start, end, inc, seq)` by end, with the
 /// range it owed.
-type Delivered = HashMap<i32, (Vec<(i64, i64, u32, u64)>, Option<(i64, i64)>)>;
+type Delivered = HashMap<i32, (Vec<Span>, Option<(i64, i64)>)>;
 
 fn delivered(f: &Facts, r: &ReaderLog) -> Delivered {
     let vs = visits(r);
@@ -149,7 +149,7 @@ fn delivered(f: &Facts, r: &ReaderLog) -> Delivered {
 }
 
 /// The messages of `msgs` (sorted by end) within `[lo, hi]`.
-fn within(msgs: &[(i64, i64, u32, u64)], lo: i64, hi: i64) -> BTreeSet<(u32, u64)> {
+fn within(msgs: &[Span], lo: i64, hi: i64) -> BTreeSet<(u32, u64)> {
     let first = msgs.partition_point(|m| m.1 < lo);
     msgs[first..].iter().take_while(|m| m.1 <= hi).filter(|m| m.0 >= lo).map(|m| (m.2, m.3)).collect()
 }
