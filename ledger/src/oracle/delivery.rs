@@ -177,14 +177,7 @@ fn once_in_order(g: &Ledger, f: &Facts, r: &ReaderLog, vs: &[Visit], out: &mut F
 }
 
 /// R3: one end position per message, and one message per end position, across everyone.
-fn one_total_order(
-    g: &Ledger,
-    f: &Facts,
-    r: &ReaderLog,
-    vs: &[Visit],
-    total: &mut Total,
-    out: &mut Fails,
-) {
+fn one_total_order(g: &Ledger, f: &Facts, r: &ReaderLog, vs: &[Visit], total: &mut Total, out: &mut Fails) {
     let mut cases = Vec::new();
     for v in vs {
         for e in &r.evs[v.first..v.end] {
