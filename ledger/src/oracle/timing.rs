@@ -84,6 +84,9 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
                     continue;
                 };
                 let (Some(ended), Some(exit)) = (s.end_t, p.exit_t) else { continue };
+                // From the session's end, or from the reader's last word in it if it was still
+                // delivering (a slow reader drains a backlog first).
+                let ended = ended.max(evs.last().map_or(ended, |e| e.t));
                 let awake = exit - ended - p.stopped_within(ended, exit);
                 if ended < exit && awake > closed_bound_us(liveness) {
                     late.push((
