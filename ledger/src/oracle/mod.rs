@@ -2,8 +2,9 @@
 //! Checked after every process of the run has ended, from the event files alone. Rules (the
 //! ids name them in reports; `docs/reliability.md` states them as the project's promises):
 //!
-//! - **R0** no process crashed; no fault outside a session the controller corrupted; no receive
-//!   shape broke a documented promise the reader could check itself (`bad` lines).
+//! - **R0** no process crashed (`R0.crash`) or failed to open (`R0.start`); no fault outside a
+//!   session the controller corrupted; no receive shape broke a documented promise the reader
+//!   could check itself (`R0.api`: `bad` lines).
 //! - **R1** whole and genuine: every delivered message checks by content, and is an attempt its
 //!   writer committed (or may have: the one after its last line, if it was killed).
 //! - **R2** exactly once, in order: no message twice per reader; positions increase within a

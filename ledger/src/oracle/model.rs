@@ -90,6 +90,8 @@ pub struct WriterLog {
     pub held: Vec<(i64, i64, String, Src)>,
     /// Commit times, in order.
     pub oks: Vec<(i64, u64, Src)>,
+    /// Why it could not open its publication, if it could not.
+    pub nostart: Option<(String, Src)>,
 }
 
 impl WriterLog {
@@ -147,6 +149,10 @@ pub enum EvKind {
     },
     Merged {
         at: i64,
+    },
+    /// It could not open what it reads.
+    NoStart {
+        why: String,
     },
     Recording {
         id: u32,
@@ -369,6 +375,7 @@ impl Ledger {
                     src,
                 )),
                 "exit" => w.graceful = true,
+                "nostart" => w.nostart = Some((l.get("why").unwrap_or("").into(), src)),
                 _ => {}
             }
         }
@@ -433,6 +440,7 @@ impl Ledger {
                 "corrupt" => EvKind::Corrupt { why: l.get("why").unwrap_or("").into() },
                 "bad" => EvKind::Bad { why: l.rest.into() },
                 "merged" => EvKind::Merged { at: l.num("at").unwrap_or(0) },
+                "nostart" => EvKind::NoStart { why: l.get("why").unwrap_or("").into() },
                 "recording" => EvKind::Recording { id: num(&l, "id").unwrap_or(0) },
                 "exit" => {
                     r.exit = Some(ExitInfo {

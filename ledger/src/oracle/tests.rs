@@ -233,6 +233,8 @@ fn r5_closed_returned_again_and_again_is_caught() {
 fn r0_a_crash_is_caught() {
     let c = CONTROLLER.replace("2000 exit proc=r0.1 status=code:0", "2000 exit proc=r0.1 status=code:101");
     assert_eq!(check(files(&c, W1, W2, R)).rules(), ["R0.crash"]);
+    let w = W2.replace("1010 start role=writer session=8", "1010 nostart why=permission-denied");
+    assert!(check(files(CONTROLLER, W1, &w, R)).rules().contains(&"R0.start"));
 }
 
 #[test]

@@ -30,6 +30,7 @@ const WAITERS: [&str; 5] = ["recv", "iter", "async", "stream", "blocking"];
 
 pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     processes(g, out);
+    starts(g, out);
     for r in &g.readers {
         if r.role != "reader" {
             continue;
@@ -108,6 +109,25 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
         out.many(g, "R0.fault", &subject, unexpected);
     }
     held_by_the_dead(g, out);
+}
+
+/// R0.start: every process opened what it writes or reads (a `clean` under load, say, must not
+/// make a publisher or subscription fail to open).
+fn starts(g: &Ledger, out: &mut Fails) {
+    let mut cases: Vec<(String, Vec<Src>)> = Vec::new();
+    for w in &g.writers {
+        if let Some((why, src)) = &w.nostart {
+            cases.push((format!("{} could not open its publication: {why}", w.proc), vec![*src]));
+        }
+    }
+    for r in &g.readers {
+        for e in &r.evs {
+            if let EvKind::NoStart { why } = &e.kind {
+                cases.push((format!("{} could not open: {why}", r.proc), vec![e.src]));
+            }
+        }
+    }
+    out.many(g, "R0.start", "processes", cases);
 }
 
 /// R0.crash: every process ended by itself with status 0, or by the controller's SIGKILL.
