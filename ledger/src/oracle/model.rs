@@ -92,6 +92,8 @@ pub struct WriterLog {
     pub oks: Vec<(i64, u64, Src)>,
     /// Why it could not open its publication, if it could not.
     pub nostart: Option<(String, Src)>,
+    /// Claims it held open on purpose: from, to (its next line, or its end).
+    pub holds: Vec<(i64, i64)>,
 }
 
 impl WriterLog {
@@ -340,10 +342,15 @@ impl Ledger {
     fn read_writer(&mut self, file: u32, text: &str) {
         let mut w = WriterLog { file, ..WriterLog::default() };
         let seen = |w: &mut WriterLog, seq: u64| w.last_seq = Some(w.last_seq.map_or(seq, |q| q.max(seq)));
+        let mut holding = None;
         for (n, l) in lines(text) {
             let src = Src { file, line: n as u32 };
             let seq = num::<u64>(&l, "seq");
+            if let Some(from) = holding.take() {
+                w.holds.push((from, l.t));
+            }
             match l.kind {
+                "hold" => holding = Some(l.t),
                 "creating" => {
                     w.creating_t = Some(l.t);
                     w.proc = l.get("proc").unwrap_or("").into();
@@ -378,6 +385,9 @@ impl Ledger {
                 "nostart" => w.nostart = Some((l.get("why").unwrap_or("").into(), src)),
                 _ => {}
             }
+        }
+        if let Some(from) = holding {
+            w.holds.push((from, i64::MAX)); // to its end (the controller's exit line)
         }
         self.writers.push(w);
     }

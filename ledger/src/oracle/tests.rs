@@ -251,6 +251,13 @@ fn r6_a_writer_held_or_committing_long_after_its_readers_died_is_caught() {
     passes(files(&c, W1, &soon, &r));
     let held = W2.replace("1400 exit", "3900000 held from=1200 to=3800000 why=back_pressured\n3900000 exit");
     assert_eq!(check(files(&c, W1, &held, &r)).rules(), ["R6.held"]);
+    // Unless another writer of the stream held a claim open until shortly before.
+    let c2 = format!("{c}10 spawn proc=w9.1 pid=9 role=writer stream=s0 tethered=0\n3900000 exit proc=w9.1 status=code:0\n");
+    let other = "10 creating role=writer proc=w9.1 stream=s0 w=9 inc=9 kind=concurrent\n11 start role=writer session=8\n1100 hold\n3000000 ok seq=0 end=384 len=50\n3800000 exit\n";
+    let mut f = files(&c2, W1, &held, &r);
+    f.push(("events/w9.1.log".into(), other.into()));
+    let report = check(f);
+    assert!(!report.broke("R6.held"), "{:#?}", report.failures);
 }
 
 #[test]

@@ -176,12 +176,25 @@ fn held_by_the_dead(g: &Ledger, out: &mut Fails) {
         let end = me.exit_t.unwrap_or(i64::MAX);
         let awake = |a: i64, b: i64| b - a - me.stopped_within(a, b);
         let anyone_stopped = |a: i64, b: i64| of_stream.iter().any(|p| p.stopped_within(a, b) > 0);
+        // Another writer of the stream holding a claim open holds this one back, a window past
+        // it, for as long as it holds it (or, killed inside it, until its hole is padded).
+        let held_open: Vec<(i64, i64)> = g
+            .writers
+            .iter()
+            .filter(|o| o.stream == w.stream && o.inc != w.inc)
+            .flat_map(|o| {
+                let end = g.procs.get(&o.proc).and_then(|p| p.exit_t).unwrap_or(i64::MAX);
+                o.holds.iter().map(move |&(a, b)| (a, b.min(end)))
+            })
+            .collect();
+        let last_hold_end = |b: i64| held_open.iter().filter(|h| h.0 <= b).map(|h| h.1.min(b)).max();
         for &(from, to, ref why, src) in &w.held {
             if why != "back_pressured" {
                 continue;
             }
             for (g0, g1) in gaps(&tethered, start, end) {
                 let (a, b) = (from.max(g0), to.min(g1));
+                let g0 = g0.max(last_hold_end(b).unwrap_or(g0));
                 if b > a && awake(g0, b) > bound && !anyone_stopped(g0, b) {
                     held.push((
                         format!("back-pressured until {b} µs; no tethered reader alive since {g0} µs"),

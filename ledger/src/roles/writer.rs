@@ -271,7 +271,9 @@ fn attempt<P: Writes>(ctx: &Ctx, p: &mut P, op: Op, msg: &[u8], rng: &mut crate:
                     Outcome::Aborted("drop")
                 }
                 Op::Hold => {
-                    // Held a while, so that a kill or a stop can land inside a claim.
+                    // Held a while, so that a kill or a stop can land inside a claim. Said first:
+                    // a claim held open holds the stream's other writers back (a window past it).
+                    ev!(ctx.out, "hold");
                     ctx.nap(Duration::from_millis(rng.range(5, 150)));
                     Outcome::Committed(claim.commit())
                 }
