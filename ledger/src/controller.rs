@@ -235,7 +235,12 @@ impl Run<'_> {
             files.push(self.events.join(format!("{proc}~2.log")));
         }
         let stderr = File::create(self.run_dir.join("stderr").join(format!("{proc}.txt")));
-        let exe = std::env::current_exe().expect("the controller's own executable");
+        // A role of another language (the Python bindings') is a program named by `exec=`,
+        // started the same way and speaking the same event lines (`roles`).
+        let exe = match kv.str("exec") {
+            "" => std::env::current_exe().expect("the controller's own executable"),
+            program => PathBuf::from(program),
+        };
         let child = Command::new(exe)
             .args(["role", role, &settings])
             .stdin(Stdio::piped())

@@ -5,7 +5,9 @@
 //!
 //! A role written in another language (the Python bindings, a bridge) takes its place by
 //! speaking the same event lines (`crate::event`) and the same stdin rule: the controller and
-//! the oracle know roles only by what they write.
+//! the oracle know roles only by what they write. In a scenario, `exec=/path/to/program` among a
+//! spawn's settings makes the controller start `program role <kind> <settings>` instead of
+//! itself (the settings then hold `exec=` too; a program ignores what it does not know).
 
 mod reader;
 mod recorder;
