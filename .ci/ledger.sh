@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole-system randomized test (crate shmlog-ledger, ledger/; docs/verification.md): writers,
+# readers of every receive shape, recorders and replay-merge as real processes, killed, stopped
+# and restarted on a seeded timeline; one ledger of events, one oracle. The fixed seeds, then
+# random seeds (printed) while the budget lasts, at least one: about 150 s on 2 cores.
+# LEDGER_MINUTES=N: the long mode, for before a release. Rules listed in
+# ledger/known-failures.txt are reported, not failed, until their fixes land.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p shmlog-ledger
+if [ -n "${LEDGER_MINUTES:-}" ]; then
+  target/release/shmlog-ledger ci --minutes "$LEDGER_MINUTES"
+else
+  target/release/shmlog-ledger ci --budget "${LEDGER_BUDGET:-150}"
+fi
