@@ -216,6 +216,8 @@ fn a_session_that_ends_before_a_slow_reader_gets_there_is_still_read_whole() {
     let got = read(&mut slow, 50);
     assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), (0..50).collect::<Vec<_>>(), "the second whole");
     assert_eq!(slow.session_id(), Some(session));
+    // The poll that finds the end closes the session (until the next call).
+    assert_eq!(slow.poll(|_: &[u8], _: &Header| panic!("past the end"), 1), 0);
     assert!(slow.is_closed() && slow.is_end_of_stream());
     assert_eq!(slow.take_loss(), None);
     drop((slow, helper));

@@ -231,9 +231,7 @@ impl Follower {
     #[cold]
     #[inline(never)]
     fn empty_poll_cold(&mut self) {
-        if self.settle() {
-            return;
-        }
+        let settled = self.settle();
         self.take_reader_losses();
         let counter = self.slots.sessions();
         let moved = std::mem::replace(&mut self.counter_seen, counter) != counter;
@@ -241,7 +239,7 @@ impl Follower {
         // A new publisher takes its number just before its log appears: until it does (or the
         // session is given up as vanished), look on every poll.
         let looking = matches!(self.state, State::Waiting(_)) && self.vanishing.is_some();
-        if moved || over || looking {
+        if settled || moved || over || looking {
             let _ = self.check();
             return;
         }
@@ -259,8 +257,8 @@ impl Follower {
         }
     }
 
-    /// Leaves a closed session, once it was reported: the next call may move on. Then tries to
-    /// join a new session. `true` if it left one.
+    /// Leaves a closed session, once it was reported: the follower waits for the next one, which
+    /// the next poll or wait joins. `true` if it left one.
     pub fn settle(&mut self) -> bool {
         if !matches!(self.state, State::Closed(..)) {
             return false;
@@ -269,7 +267,6 @@ impl Follower {
             unreachable!("matched above")
         };
         self.state = State::Waiting(slot);
-        let _ = self.try_join();
         true
     }
 
@@ -577,14 +574,11 @@ impl Follower {
         }
     }
 
-    /// `true` when the session read last is over and everything it committed was read, until
-    /// the next call that may move on to another session.
+    /// `true` when the session read last is over, everything it committed was read, and a poll
+    /// (or a wait) found it so, until the next call, which moves on: true between exactly two
+    /// calls per session, so a loop that asks after every call sees it once.
     pub fn is_closed(&self) -> bool {
-        match &self.state {
-            State::Reading(s) => s.over(),
-            State::Closed(..) => true,
-            _ => false,
-        }
+        matches!(self.state, State::Closed(..))
     }
 
     /// Position after the last fragment consumed (in a closed session: where it ended; 0 before
