@@ -55,6 +55,10 @@
 #                                         after it: u delivers bytes zeroed during the copy.
 #      unblock_unlocked                   the unblocker runs without the unblock lock: k6's two
 #                                         unblockers pad one hole at once.
+#      ignore_owed_readers                a writer does not count the readers its session is owed
+#                                         to (waiting when it began): o's waiter joins late;
+#      no_owed_fence                      a waiting reader does not fence between its waiting word
+#                                         and its re-read of the session counter: o.
 #    Every knob is a function of `sync::protocol` (src/sync.rs), the one place the names appear.
 #
 # Builds go to target/loom so the normal build cache is not invalidated. LTO is off for these
@@ -152,6 +156,8 @@ mutant stale_ceiling stream::loom_concurrent_models::k4_
 mutant rotate_unchecked stream::loom_concurrent_models::k4_
 mutant unblock_unlocked stream::loom_concurrent_models::k6_
 mutant skip_copy_check stream::loom_models::u_
+mutant ignore_owed_readers stream::loom_models::o_
+mutant no_owed_fence stream::loom_models::o_
 
 wait
 bad=0

@@ -39,8 +39,11 @@
 //!   stream's next session number) and atomically replaces the old file name; subscriptions
 //!   finish the old session (to its end-of-stream position, or to what was committed when its
 //!   publisher died) and then read the new one from its first message
-//!   ([`SubscriptionBuilder::later_sessions`]). A subscription joins a session only when it is
-//!   polled or waits (a subscription nobody polls stays unjoined).
+//!   ([`SubscriptionBuilder::later_sessions`]). A subscription reports the end of a session once
+//!   ([`Subscription::is_closed`], [`Polled::Closed`], [`RecvError::Closed`]) before it delivers
+//!   anything of the next, and a subscription that exists when a session begins is owed all of
+//!   it: the session's publisher counts it at the session's start until it joins (which it does
+//!   when it is polled or waits), so a tethered one loses nothing of it.
 //! - **Loss is never silent.** Messages a subscription cannot read (a later session joined past
 //!   its start, whole sessions it never saw, a session left at a fault) are reported, one
 //!   [`Loss`] each, in order with the messages: [`Subscription::take_loss`],

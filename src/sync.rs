@@ -278,6 +278,22 @@ pub(crate) mod protocol {
         !mutant("unblock_over_live")
     }
 
+    /// A writer's scan counts the readers its session is owed to (waiting for a later session, or
+    /// still in an older one) at the session's start, until they join.
+    /// Mutant: `ignore_owed_readers`.
+    #[inline(always)]
+    pub(crate) fn count_owed_readers() -> bool {
+        !mutant("ignore_owed_readers")
+    }
+
+    /// A waiting reader's SeqCst fence between its waiting word and its re-read of the stream's
+    /// session counter (pairs with the writer's recompute fence).
+    /// Mutant: `no_owed_fence`.
+    #[inline(always)]
+    pub(crate) fn owed_fence() -> bool {
+        !mutant("no_owed_fence")
+    }
+
     /// Every mutant name, for `.ci/loom.sh` and for refusing a misspelt one.
     #[cfg(any(shmlog_loom, shmlog_mutants))]
     pub(crate) const NAMES: &[&str] = &[
@@ -302,5 +318,7 @@ pub(crate) mod protocol {
         "unblock_unlocked",
         "unblock_over_live",
         "skip_copy_check",
+        "ignore_owed_readers",
+        "no_owed_fence",
     ];
 }

@@ -40,7 +40,7 @@ pub fn heap_slots(count: usize) -> (Shared, Slots<Shared>) {
 
 /// Slot `index` of the table in `region`, claimed for `pid` (its lock is the caller's model).
 pub fn claimed_slot(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> {
-    let slot = SlotMut::new(Arc::clone(region), slot_offset(index), index);
+    let mut slot = SlotMut::new(Arc::clone(region), slot_offset(index), index);
     slot.claim(region, pid, 0);
     slot
 }

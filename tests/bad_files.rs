@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::raw::{self, meta, slots};
-use support::{iterations, Rng, ShmDir};
+use support::{iterations, thread_cpu, Rng, ShmDir};
 
 /// Entry point of the peer processes; does nothing in a normal test run.
 #[test]
@@ -366,11 +366,14 @@ fn random_damage_to_live_files_never_panics() {
             };
             fill_random(path, offset, rng.range(1, 64) as usize, &mut rng);
         }
-        let mut last = sub.position();
+        // Within a session (a damaged end-of-stream word may close it: a subscription between
+        // sessions has none, and position 0).
+        let mut last = (sub.session_id(), sub.position());
         for round in 0..200 {
             delivered += sub.poll(|_: &[u8], _: &Header| {}, 50);
-            assert!(sub.position() >= last, "#{i}: position went backwards");
-            last = sub.position();
+            let now = (sub.session_id(), sub.position());
+            assert!(now.0 != last.0 || now.1 >= last.1, "#{i}: position went backwards");
+            last = now;
             if round % 10 == 0 {
                 let _ = p.offer(&msg);
                 let _ = sub.is_connected();
@@ -406,12 +409,14 @@ fn truncating_a_mapped_log_kills_its_reader_with_sigbus() {
     println!("[truncated mapping] the reader died by SIGBUS, as documented");
 }
 
-/// A damaged frame under a `Receiver` and an `AsyncReceiver`: each receive says `Fault` at once,
-/// with the publisher alive (it used to spin without sleeping until the publisher was gone, the
-/// timeout ignored, since a fault wakes the doorbell wait but a poll delivers nothing past it).
+/// A damaged frame under a `Receiver` (review N4): the receive says `Fault` at once, once; the
+/// next one sleeps to its timeout instead of saying it again (a caller's loop spun at 100 % CPU
+/// on it, forever once the publisher was gone). When the publisher goes, the receiver reports
+/// what was committed past the fault as lost, then `Closed`, once, and then waits for the next
+/// session, which an `AsyncReceiver` over it receives from its first message.
 #[test]
-fn receivers_report_a_damaged_frame_at_once() {
-    use shmlog::{AsyncReceiver, Bytes, Receiver, RecvError};
+fn receivers_report_a_damaged_frame_once_then_close_and_follow_the_next_session() {
+    use shmlog::{AsyncReceiver, Bytes, LossCause, Receiver, RecvError};
     let dir = ShmDir::new("badrecv");
     let log = raw::log_path(dir.path(), "r");
     let mut p = create(dir.path(), "r").unwrap();
@@ -421,27 +426,34 @@ fn receivers_report_a_damaged_frame_at_once() {
     let position = rx.subscription().position();
     p.offer(b"two").unwrap();
     raw::write_at(&log, position as u64 + 20, &12345i32.to_le_bytes()); // a term id of elsewhere
-                                                                        // On a thread, so that a receive that never returns fails the test instead of hanging it.
-    let (done, finished) = std::sync::mpsc::channel();
-    let receiving = std::thread::spawn(move || {
-        for _ in 0..3 {
-            match rx.recv_timeout(Duration::from_secs(3600)) {
-                Err(RecvError::Fault(why)) => assert!(!why.is_empty()),
-                other => panic!("wanted a fault, got {other:?}"),
-            }
-        }
-        done.send(()).unwrap();
-        rx
-    });
-    finished
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the receives returned at once, not at their timeout");
-    let rx = receiving.join().unwrap();
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Err(RecvError::Fault(why)) => assert!(!why.is_empty()),
+        other => panic!("wanted a fault, got {other:?}"),
+    }
+    // Said once: the next receive sleeps to its timeout (little CPU), it does not return at once.
+    let (wall, cpu) = (Instant::now(), thread_cpu());
+    assert_eq!(rx.recv_timeout(Duration::from_millis(300)), Err(RecvError::Timeout));
+    assert!(wall.elapsed() >= Duration::from_millis(300), "returned before its timeout");
+    assert!(thread_cpu() - cpu < Duration::from_millis(150), "it spun: {:?} of CPU", thread_cpu() - cpu);
+    // The publisher goes: what it committed past the fault is lost, then the session is closed.
+    drop(p);
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Err(RecvError::Lost(loss)) => assert_eq!((loss.cause, loss.from), (LossCause::Fault, position)),
+        other => panic!("wanted the fault's loss, got {other:?}"),
+    }
+    assert_eq!(rx.recv_timeout(Duration::from_secs(30)), Err(RecvError::Closed));
+    assert_eq!(
+        rx.recv_timeout(Duration::from_millis(50)),
+        Err(RecvError::Timeout),
+        "closed once, then waits"
+    );
+    // A new session: the receiver, waiting since before it began, gets it from its first message.
     let mut arx = AsyncReceiver::new(rx).unwrap();
+    let mut p = create(dir.path(), "r").unwrap();
+    p.offer(b"three").unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     runtime.block_on(async {
         let got = tokio::time::timeout(Duration::from_secs(30), arx.recv()).await;
-        assert!(matches!(got, Ok(Err(RecvError::Fault(_)))), "{got:?}");
+        assert_eq!(got.expect("received in time").unwrap(), b"three".to_vec());
     });
-    drop(p);
 }

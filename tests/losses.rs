@@ -69,28 +69,47 @@ fn read(sub: &mut Subscription, count: usize) -> Vec<(u64, i64)> {
 }
 
 /// A subscription opened before its publisher, which polls only after the publisher has sent to
-/// another reader that kept up: it reads the session from its first message. Before, it joined
-/// at the slowest reader (the fast one, far ahead) and missed the first messages without a word.
+/// another reader that kept up: it reads the session from its first message. It is a reader the
+/// new session is owed to from the moment it opened: the publisher, counting it at the session's
+/// start until it joins, is held a window past the start (before, it ran on and the late reader
+/// missed the start: without a word, then with a loss report).
 #[test]
 fn a_session_that_begins_while_a_reader_waits_is_read_from_its_first_message() {
     let dir = ShmDir::new("loss-from-start");
     let mut late = subscription(&dir, "s");
     let mut p = publication(&dir, "s");
     let mut fast = subscription(&dir, "s");
-    p.wait_for_readers(1, T30).unwrap();
-    send(&mut p, &mut fast, 0, 500); // less than a term: the log holds all of it
-    let got = read(&mut late, 500);
-    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), (0..500).collect::<Vec<_>>());
+    assert!(p.is_connected(), "the waiting subscription counts from the start");
+    let per_term = (TERM as i64 / FRAMED) as u64;
+    let mut sent = 0;
+    loop {
+        match p.offer(&message(sent)) {
+            Ok(_) => sent += 1,
+            Err(shmlog::OfferError::BackPressured) => break,
+            Err(e) => panic!("{e}"),
+        }
+        while fast.poll(|_: &[u8], _: &Header| {}, 1024) > 0 {}
+    }
+    assert!(sent < per_term, "held within a term of the start by the reader that did not look: {sent}");
+    assert_eq!(p.position(), sent as i64 * FRAMED);
+    // Once it looks, everything flows, and it reads the session whole.
+    let reading = std::thread::scope(|s| {
+        let reader = s.spawn(|| read(&mut late, 3 * per_term as usize));
+        send(&mut p, &mut fast, sent, 3 * per_term - sent);
+        reader.join().unwrap()
+    });
+    assert_eq!(reading.iter().map(|g| g.0).collect::<Vec<_>>(), (0..3 * per_term).collect::<Vec<_>>());
     assert_eq!(late.take_loss(), None, "nothing was missed");
 }
 
-/// The same reader looks only after the publisher ran two terms past the session's start: the log
-/// no longer holds its first messages. It is told exactly which (session, from 0 to where it
-/// starts), and starts at the oldest message the log holds.
+/// An untethered reader waiting for a session is owed it too, but does not hold its publisher:
+/// looking only after the publisher ran two terms past the session's start, the log no longer
+/// holds its first messages. It is told exactly which (session, from 0 to where it starts), and
+/// starts at the oldest message the log holds.
 #[test]
 fn a_reader_that_looks_too_late_is_told_exactly_what_it_missed() {
     let dir = ShmDir::new("loss-late");
-    let mut late = subscription(&dir, "s");
+    let mut late = untethered(&dir, "s");
     let mut p = publication(&dir, "s");
     let mut fast = subscription(&dir, "s");
     p.wait_for_readers(1, T30).unwrap();
@@ -108,6 +127,10 @@ fn a_reader_that_looks_too_late_is_told_exactly_what_it_missed() {
     assert!(got[0].1 >= p.position() - TERM as i64, "the oldest message the log holds");
     assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), (first..first + 10).collect::<Vec<_>>());
     assert!(loss.to_string().contains(&format!("0..{}", loss.to)), "{loss}");
+}
+
+fn untethered(dir: &ShmDir, name: &str) -> Subscription {
+    Subscription::builder(name).dir(dir.path()).tethered(false).open().unwrap()
 }
 
 /// `later_sessions(JoinAt::Latest)`: the reader skips to the live position, and what it skipped is
@@ -193,6 +216,8 @@ fn a_session_that_ends_before_a_slow_reader_gets_there_is_still_read_whole() {
     let got = read(&mut slow, 50);
     assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), (0..50).collect::<Vec<_>>(), "the second whole");
     assert_eq!(slow.session_id(), Some(session));
+    // The poll that finds the end closes the session (until the next call).
+    assert_eq!(slow.poll(|_: &[u8], _: &Header| panic!("past the end"), 1), 0);
     assert!(slow.is_closed() && slow.is_end_of_stream());
     assert_eq!(slow.take_loss(), None);
     drop((slow, helper));
@@ -237,8 +262,9 @@ fn a_session_whose_log_vanished_is_reported_missed() {
 fn receivers_report_a_loss_once_between_the_messages_around_it() {
     let per_term = (TERM as i64 / FRAMED) as u64;
     let dir = ShmDir::new("loss-receivers");
-    let mut rx = Receiver::new(subscription(&dir, "s"), Bytes);
-    let mut arx = AsyncReceiver::new(Receiver::new(subscription(&dir, "s"), Bytes)).unwrap();
+    // Untethered, so that the publisher runs two terms past them before they look.
+    let mut rx = Receiver::new(untethered(&dir, "s"), Bytes);
+    let mut arx = AsyncReceiver::new(Receiver::new(untethered(&dir, "s"), Bytes)).unwrap();
     let mut p = publication(&dir, "s");
     let mut fast = subscription(&dir, "s");
     p.wait_for_readers(1, T30).unwrap();
@@ -259,7 +285,7 @@ fn receivers_report_a_loss_once_between_the_messages_around_it() {
         let first = seq_of(&arx.recv().await.unwrap());
         assert_eq!(seq_of(&arx.recv().await.unwrap()), first + 1);
     });
-    let mut it = Receiver::new(subscription(&dir, "t"), Bytes);
+    let mut it = Receiver::new(untethered(&dir, "t"), Bytes);
     let mut q = publication(&dir, "t");
     let mut fast = subscription(&dir, "t");
     q.wait_for_readers(1, T30).unwrap();

@@ -34,7 +34,6 @@ fn n1_recorder_splits_at_aborted_claims() {
 }
 
 #[test]
-#[ignore = "waits for the fix of N4 (Receiver, its iterator and AsyncReceiver spin at a fault)"]
 fn n4_receivers_spin_at_a_fault() {
     run("n4-receivers-spin-at-a-fault.txt", "R5.fault-once");
 }
@@ -58,19 +57,16 @@ fn n6_bad_length_grows_untethered_buffer() {
 }
 
 #[test]
-#[ignore = "waits for the lead's session following (issue 31 item 6: a restart without Closed)"]
 fn restart_without_closed() {
     run("restart-without-closed.txt", "R5.closed");
 }
 
 #[test]
-#[ignore = "waits for the lead's session following (issue 31 item 6: a fast reader misses a restarted session)"]
 fn fast_reader_misses_restarted_session() {
     run("fast-reader-misses-restarted-session.txt", "R4.late");
 }
 
 #[test]
-#[ignore = "waits for the lead's session following (Closed is returned again at once on every receive)"]
 fn closed_returned_again() {
     run("closed-returned-again.txt", "R5.closed-once");
 }

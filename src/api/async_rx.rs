@@ -54,7 +54,8 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
 
     /// The next message: `Err(RecvError::Lost)` first if messages were missed before it (once
     /// per loss), `Err(RecvError::Closed)` once the session is closed and everything it sent was
-    /// received (a new publisher's session is joined by itself: receiving again waits for it).
+    /// received, once per session (a new publisher's session is joined by itself: receiving again
+    /// waits for it).
     pub async fn recv(&mut self) -> Result<T, RecvError<C::Error>> {
         poll_fn(|cx| self.poll_recv(cx)).await
     }
@@ -85,15 +86,16 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
                     return Poll::Pending;
                 }
             }
-            // The steps of a doorbell sleep, the sleep itself left to the waiter thread.
-            let armed = self.bell.arm_readers();
-            let exact = doorbell::barrier();
-            if self.rx.subscription().readable() {
+            // The steps of a doorbell sleep, the sleep itself left to the waiter thread. Wake
+            // the task at the latest at its next liveness check (or soon, if the barrier was
+            // refused): polls notice a dead publisher only when they run.
+            let sub = self.rx.subscription();
+            let interval = sub.liveness_interval();
+            let Some((armed, wait)) =
+                doorbell::prepare_sleep(&self.bell, Doorbell::arm_readers, || sub.readable(), interval)
+            else {
                 continue;
-            }
-            // Wake the task at the latest at its next liveness check (or soon, if the barrier
-            // was refused): polls notice a dead publisher only when they run.
-            let wait = if exact { self.rx.subscription().liveness_interval() } else { doorbell::NAP };
+            };
             self.armed = Some(armed);
             self.waiter.register(Sleeper {
                 bell: Some((Arc::clone(&self.bell), armed)),
@@ -105,8 +107,9 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     }
 }
 
-/// Each message (or a decode error, or a loss report: [`RecvError::Decode`],
-/// [`RecvError::Lost`]) until the session is closed.
+/// Each message (or a decode error, a loss report, a fault: [`RecvError::Decode`],
+/// [`RecvError::Lost`], [`RecvError::Fault`]) until the session is closed. Polled again after its
+/// end, the stream goes on with the next session.
 impl<T, C: Codec<T>> Stream for AsyncReceiver<T, C>
 where
     Self: Unpin,
@@ -163,12 +166,12 @@ impl<T, C: Codec<T>> AsyncSender<T, C> {
                 Err(OfferError::BackPressured) => {}
                 other => return Poll::Ready(other.map_err(SendError::Offer)),
             }
-            let armed = bell.arm_writer();
-            let exact = doorbell::barrier();
-            if publication.has_room() {
+            let interval = publication.liveness_interval();
+            let Some((armed, wait)) =
+                doorbell::prepare_sleep(bell, Doorbell::arm_writer, || publication.has_room(), interval)
+            else {
                 continue;
-            }
-            let wait = if exact { publication.liveness_interval() } else { doorbell::NAP };
+            };
             waiter.register(Sleeper {
                 bell: Some((Arc::clone(bell), armed)),
                 waker: cx.waker().clone(),

@@ -40,15 +40,17 @@ pub enum RecvError<E> {
     /// Nothing arrived in time; the session goes on.
     Timeout,
     /// The session is over (its publisher closed it or died) and everything it sent was
-    /// received. A new publisher's session is joined by itself; receiving again waits for it.
+    /// received; said once per session. A new publisher's session is joined by itself:
+    /// receiving again waits for it (sleeping).
     Closed,
     /// A message arrived that the codec could not decode (it is dropped; the next one follows).
     Decode(E),
     /// Messages were missed before the next one (see [`crate::Loss`]); reported once, in order.
     Lost(Loss),
     /// The session's next frame failed validation (corrupt or foreign data, see
-    /// [`Subscription::fault`]): nothing more of this session will come. Every receive says so
-    /// at once (never a wait to the timeout, never a spin) until a new session is joined.
+    /// [`Subscription::fault`]): nothing more of this session will come. Said once; receiving
+    /// again waits (never spins) until the session closes (`Closed`, after a `Lost` for what was
+    /// committed past the fault, once its publisher is gone) or a new session starts.
     Fault(&'static str),
 }
 
@@ -195,16 +197,23 @@ impl<T, C: Codec<T>> Receiver<T, C> {
                 self.partial.clear();
                 return Err(RecvError::Lost(loss));
             }
+            // Once per session, after its last message and its losses; the next receive waits
+            // for the next session.
+            if self.subscription.take_closed() {
+                self.partial.clear();
+                return Err(RecvError::Closed);
+            }
             if self.fill() > 0 {
                 continue;
             }
-            // A fault is news to the doorbell (the wait would return at once) but a poll
-            // delivers nothing past it: say so instead of spinning to the timeout.
-            if let Some(why) = self.subscription.fault() {
+            // A fault is news once: said here, then waits sleep until the session closes (its
+            // publisher gone) or a new one starts.
+            if let Some(why) = self.subscription.take_fault() {
+                self.partial.clear();
                 return Err(RecvError::Fault(why));
             }
             if self.subscription.is_closed() {
-                return Err(RecvError::Closed);
+                continue; // its losses first, then `Closed`
             }
             let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
             if !self.subscription.wait_readable(left) {
@@ -218,7 +227,8 @@ impl<T, C: Codec<T>> Receiver<T, C> {
         self.recv_timeout(Duration::ZERO)
     }
 
-    /// The next message, waiting as long as it takes; `Closed` when the session ends.
+    /// The next message, waiting as long as it takes; `Closed` when the session ends (once: the
+    /// call after it waits for the next session).
     pub fn recv(&mut self) -> Result<T, RecvError<C::Error>> {
         self.recv_timeout(Duration::MAX)
     }
@@ -241,7 +251,9 @@ impl<T, C: Codec<T>> Receiver<T, C> {
 }
 
 /// Every message until the session closes, each as it arrives (blocking); a message the codec
-/// cannot decode comes as `Err(RecvError::Decode)`, missed messages as `Err(RecvError::Lost)`.
+/// cannot decode comes as `Err(RecvError::Decode)`, missed messages as `Err(RecvError::Lost)`, a
+/// damaged session once as `Err(RecvError::Fault)`. Iterating again after the end waits for the
+/// next session and goes on with it (`loop { for m in &mut rx { .. } }` follows every session).
 impl<T, C: Codec<T>> Iterator for Receiver<T, C> {
     type Item = Result<T, RecvError<C::Error>>;
 

@@ -81,7 +81,9 @@ impl ConcurrentPublication {
             writers: LogWriters { file, own: Some(slot) },
         };
         let session_id = log.session_id();
-        let writer = ConcurrentWriter::new(log, slot, slots, liveness).with_doorbell();
+        let mut writer = ConcurrentWriter::new(log, slot, slots, liveness).with_doorbell();
+        // Readers a crash left behind would count as owed the session: sweep them now.
+        writer.check_readers();
         Ok(Self { writer, settings, path, slot, session_id, _not_sync: PhantomData })
     }
 

@@ -212,7 +212,10 @@ impl Publication {
         let session_id = log.session_id();
         let (slot_file, slots) = readers;
         let liveness = Paced::new(slot_file, b.liveness_interval);
-        let writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?.with_doorbell();
+        let mut writer = Writer::new(log, slots, liveness).map_err(|e| e.at(&path))?.with_doorbell();
+        // Readers the last session's crash left behind would count as owed this one: sweep them
+        // now, so that only live readers are waited for.
+        writer.check_readers();
         Ok(Self {
             writer,
             file,

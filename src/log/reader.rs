@@ -527,9 +527,11 @@ pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 }
 
 /// The first position at or after `from` (and below `newest`, the writer's position) where a
-/// committed message starts, found by walking the frames from the start of `from`'s term; `newest`
-/// if there is none. For refused joins: a position a retry can use. Reads only length words and
-/// headers, never lends bytes.
+/// message starts, committed or still being written (the frame after a message's end that the
+/// writer has not committed yet: a message, or padding, starts there), found by walking the
+/// frames from the start of `from`'s term; `newest` if there is none. For joins at the oldest
+/// message and refused joins: a position a retry can use. Reads only length words and headers,
+/// never lends bytes.
 pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
     let terms = log.terms();
     let mut at = terms.term_begin(from.max(0));
@@ -540,7 +542,9 @@ pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64
         let term = term_window(log, &cursor);
         let frame = match next_frame(log, &term, cursor.offset, cursor.term_id) {
             Ok(Some(frame)) => frame,
-            _ => return newest, // still being written, or not a valid frame
+            // Still being written, after a message's end: the next message starts here.
+            Ok(None) if at >= from && after_end => return at,
+            _ => return newest, // still being written inside a message, or not a valid frame
         };
         let starts = frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0;
         if at >= from && after_end && starts {

@@ -52,11 +52,9 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         let window = log.geometry().window;
         let max_message = max_message_len(log.term_length());
         let start = log.producer_position().unwrap_or(0);
-        Self {
-            appender: ConcurrentAppender::new(log, slot),
-            core: WriterCore::new(slots, liveness, window, start, max_message),
-            claim: None,
-        }
+        let mut core = WriterCore::new(slots, liveness, window, start, max_message);
+        core.flow.owe_to_waiting_readers(log.session_seq());
+        Self { appender: ConcurrentAppender::new(log, slot), core, claim: None }
     }
 
     /// Rings the stream's doorbell after every commit from now on, and at once.

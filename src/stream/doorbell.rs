@@ -155,27 +155,19 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
-    /// end?) or the writer rings, at most `timeout`. The three steps of a sleep in one call (the
-    /// subscription takes them one by one over all the streams it waits for).
+    /// end?) or the writer rings, at most `timeout` ([`sleep_until`] on this bell alone).
     #[cfg(any(test, shmlog_loom))]
     pub fn wait_for_writer(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
-        let armed = self.arm_readers();
-        self.wait(armed, ready, timeout)
+        sleep_until(&[Some(self)], ready, timeout).rung
     }
 
     /// The writer: sleeps until `ready()` (is there room now?) or a reader rings, at most
     /// `timeout`.
     pub fn wait_for_readers(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
-        let armed = self.arm_writer();
-        self.wait(armed, ready, timeout)
-    }
-
-    fn wait(&self, armed: Armed, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
-        let timeout = if barrier() { timeout } else { timeout.min(NAP) };
-        if protocol::doorbell_recheck() && ready() {
-            return Rung::Ready;
+        match prepare_sleep(self, Doorbell::arm_writer, ready, timeout) {
+            Some((armed, timeout)) => sleep(&[(self, armed)], None, timeout),
+            None => Rung::Ready,
         }
-        sleep(&[(self, armed)], None, timeout)
     }
 
     /// A reader's first step of a sleep: arms the readers' bell for the writer's next ring. Then
@@ -237,6 +229,75 @@ impl<R: RegionMut> Doorbell<R> {
             self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
         }
     }
+}
+
+/// How a [`sleep_until`] ended, and which bells rang.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slept {
+    pub rung: Rung,
+    /// Bit `i` for bell `i` that rang while armed (bit 63 also stands for every bell past it).
+    pub rang: u64,
+}
+
+/// A reader's sleep on the readers' bells of `bells` (`None`: a stream with no bell to sleep
+/// on), in the steps of the module docs: arms each, issues the [`barrier`], looks once more
+/// (`ready`), and only then [`sleep`]s, at most `timeout` (at most [`NAP`] if the barrier was
+/// refused, or if no bell is there at all). Every blocking way for a reader to wait goes
+/// through here; the async receiver takes the same first steps ([`prepare_sleep`]) and leaves
+/// the sleep to its waiter thread.
+pub fn sleep_until<R: RegionMut>(
+    bells: &[Option<&Doorbell<R>>],
+    ready: impl FnOnce() -> bool,
+    timeout: Duration,
+) -> Slept {
+    let bit = |i: usize| 1u64 << i.min(63);
+    match bells {
+        [Some(bell)] => {
+            let Some((armed, timeout)) = prepare_sleep(bell, Doorbell::arm_readers, ready, timeout) else {
+                return Slept { rung: Rung::Ready, rang: 0 };
+            };
+            let rung = sleep(&[(*bell, armed)], None, timeout);
+            Slept { rung, rang: if bell.rang(armed) { 1 } else { 0 } }
+        }
+        _ if bells.iter().all(Option::is_none) => {
+            std::thread::sleep(timeout.min(NAP));
+            Slept { rung: Rung::TimedOut, rang: 0 }
+        }
+        _ => {
+            let armed: Vec<_> = bells
+                .iter()
+                .enumerate()
+                .filter_map(|(i, b)| b.map(|bell| (i, bell, bell.arm_readers())))
+                .collect();
+            let timeout = if barrier() { timeout } else { timeout.min(NAP) };
+            if protocol::doorbell_recheck() && ready() {
+                return Slept { rung: Rung::Ready, rang: 0 };
+            }
+            let words: Vec<_> = armed.iter().map(|&(_, bell, a)| (bell, a)).collect();
+            let rung = sleep(&words, None, timeout);
+            let rang = armed.iter().filter(|(_, bell, a)| bell.rang(*a)).fold(0, |m, &(i, ..)| m | bit(i));
+            Slept { rung, rang }
+        }
+    }
+}
+
+/// The first steps of a sleep on `bell`: arms it with `arm` ([`Doorbell::arm_readers`] or
+/// [`Doorbell::arm_writer`]), issues the [`barrier`] and looks once more. `None` if `ready`
+/// (do not sleep); otherwise the armed bell and how long the sleep may last (`timeout`, or
+/// [`NAP`] if the barrier was refused). The caller then [`sleep`]s, or hands the armed bell to
+/// a thread that sleeps for it.
+pub fn prepare_sleep<R: RegionMut>(
+    bell: &Doorbell<R>,
+    arm: impl FnOnce(&Doorbell<R>) -> Armed,
+    ready: impl FnOnce() -> bool,
+    timeout: Duration,
+) -> Option<(Armed, Duration)> {
+    let armed = arm(bell);
+    let timeout = if barrier() { timeout } else { timeout.min(NAP) };
+    if protocol::doorbell_recheck() && ready() {
+        return None;
+    }
+    Some((armed, timeout))
 }
 
 /// The sleeper's barrier, after arming every bell it will sleep on and before its last look at

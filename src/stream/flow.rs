@@ -16,7 +16,7 @@
 //! consumer position below. For a concurrent log "the writer's own" is the shared tail re-read
 //! after the position was loaded, which no honest reader is ever past.
 
-use super::slots::{SessionReaders, Slots};
+use super::slots::{Owed, SessionReaders, Slots};
 use crate::log::Log;
 use crate::region::Region;
 use crate::sync::protocol;
@@ -31,6 +31,9 @@ pub struct FlowControl {
     /// limit falls back to it so the publisher reports NotConnected rather than running on.
     consumer_max: i64,
     readers: SessionReaders,
+    /// The session's number and start, for counting the readers it is owed to (see
+    /// [`Slots::scan_rising`]); `None` in models of flow control alone.
+    owed: Option<Owed>,
 }
 
 impl FlowControl {
@@ -41,7 +44,15 @@ impl FlowControl {
             limit: position,
             consumer_max: position,
             readers: SessionReaders::default(),
+            owed: None,
         }
+    }
+
+    /// Counts, from now on, the readers the session numbered `seq` (starting at position 0) is
+    /// owed to: tethered readers that wait for a later session or still read an older one hold
+    /// the writer at the session's start until they join it.
+    pub fn owe_to_waiting_readers(&mut self, seq: i32) {
+        self.owed = Some(Owed { seq, start: 0 });
     }
 
     /// The cached limit: offers starting below it are admitted.
@@ -98,7 +109,7 @@ impl FlowControl {
         if protocol::recompute_fence() {
             fence(Ordering::SeqCst);
         }
-        self.readers = slots.scan_rising(session, None, producer, ceiling);
+        self.readers = slots.scan_rising(session, None, self.owed, producer, ceiling);
         let hold = oldest_pending().unwrap_or(i64::MAX);
         match (self.readers.min, self.readers.max) {
             (Some(min), Some(max)) => {
@@ -138,7 +149,7 @@ mod tests {
         let region = Arc::new(HeapRegion::new(file_length(4)));
         let slots = Slots::initialize(Arc::clone(&region), 4);
         let slot = |i| {
-            let mine = SlotMut::new(Arc::clone(&region), slot_offset(i), i);
+            let mut mine = SlotMut::new(Arc::clone(&region), slot_offset(i), i);
             mine.claim(&region, 1, 0);
             mine
         };
@@ -172,7 +183,7 @@ mod tests {
         assert_eq!(fc.recompute(&slots, 9, 1 << 20), (1 << 20) + 1024, "a window past the writer");
         assert!(fc.connected());
         assert_eq!(fc.readers(), SessionReaders { untethered: 1, ..SessionReaders::default() });
-        let near = SlotMut::new(Arc::clone(&region), slot_offset(1), 1);
+        let mut near = SlotMut::new(Arc::clone(&region), slot_offset(1), 1);
         near.claim(&region, 2, 0);
         near.activate(9, 4096);
         assert_eq!(fc.recompute(&slots, 9, 1 << 20), 4096 + 1024, "the tethered reader alone bounds it");
@@ -187,7 +198,7 @@ mod tests {
     fn a_forged_position_cannot_move_the_limit_past_a_live_reader() {
         let region = Arc::new(HeapRegion::new(file_length(2)));
         let slots = Slots::initialize(Arc::clone(&region), 2);
-        let (live, forged) = (
+        let (mut live, mut forged) = (
             SlotMut::new(Arc::clone(&region), slot_offset(0), 0),
             SlotMut::new(Arc::clone(&region), slot_offset(1), 1),
         );
@@ -249,26 +260,26 @@ mod tests {
     #[test]
     fn a_concurrent_recompute_counts_an_honest_reader_past_the_tail_it_loaded() {
         let (log, slots, slot_region) = concurrent_log_at(64);
-        let reader = SlotMut::new(Arc::clone(&slot_region), slot_offset(0), 0);
+        let mut reader = SlotMut::new(Arc::clone(&slot_region), slot_offset(0), 0);
         reader.claim(&slot_region, 1, 0);
         reader.activate(9, 64);
         let mut fc = FlowControl::new(512, 0);
         let limit = fc.recompute_concurrent(&slots, &log, 0);
         assert_eq!(
             fc.readers(),
-            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 0, untethered: 0 },
+            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 0, untethered: 0, owed: 0 },
             "the reader at 64 is behind the tail (64) read after its position"
         );
         assert!(fc.connected());
         assert_eq!(limit, 512, "a window past the tail loaded before the fence, not past the reader");
         // A word past the tail re-read after it is still no honest reader's.
-        let forged = SlotMut::new(Arc::clone(&slot_region), slot_offset(1), 1);
+        let mut forged = SlotMut::new(Arc::clone(&slot_region), slot_offset(1), 1);
         forged.claim(&slot_region, 2, 0);
         forged.activate(9, 4096);
         assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64 + 512);
         assert_eq!(
             fc.readers(),
-            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1, untethered: 0 }
+            SessionReaders { count: 1, min: Some(64), max: Some(64), ignored: 1, untethered: 0, owed: 0 }
         );
         reader.free();
         assert_eq!(fc.recompute_concurrent(&slots, &log, 64), 64, "the furthest position read");

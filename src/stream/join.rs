@@ -103,8 +103,14 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
         let in_log = position >= oldest && position <= newest && position % FRAME_ALIGNMENT as i64 == 0;
         let available = in_log
             && match rule {
-                JoinAt::Position(_) | JoinAt::Earliest => {
-                    position == newest || reader::message_starts_at(log, position)
+                JoinAt::Position(_) => position == newest || reader::message_starts_at(log, position),
+                // The oldest message may still be being written (a session's first, with the
+                // writer held at its start by readers it is owed to): a message starts there once
+                // it is committed, in the active term, never cleaned before we pass it.
+                JoinAt::Earliest => {
+                    position == newest
+                        || reader::message_starts_at(log, position)
+                        || (reader::frame_pending_at(log, position) && reader::frame_boundary(log, position))
                 }
                 // The frame being written where the slowest reader caught up (an open claim, or an
                 // offer caught mid-copy) is readable once committed and never cleaned (it is in the
@@ -184,7 +190,7 @@ mod tests {
     }
 
     fn slot(table: &Table, index: usize) -> SlotMut<Shared> {
-        let mine = SlotMut::new(Arc::clone(&table.file), slot_offset(index), index);
+        let mut mine = SlotMut::new(Arc::clone(&table.file), slot_offset(index), index);
         mine.claim(&table.file, 1, 0);
         mine
     }

@@ -146,11 +146,15 @@ impl SlotFile {
         is_same_file(&self.file, &self.path).map_err(|e| Error::io("inspect", &self.path, e))
     }
 
-    /// Claims a free slot of `slots` for this process: takes its lock, maps its page alone
-    /// read-write and marks it claimed (raising the high-water mark through a short-lived
+    /// Claims a free slot of `slots` for this process (an `untethered` reader's, or not): takes
+    /// its lock, maps its page alone read-write and marks it claimed (raising the high-water mark through a short-lived
     /// mapping of the header). `Ok(None)` if every slot is held, or if the file was removed
     /// meanwhile (the caller reopens).
-    pub fn claim<R: Region>(&self, slots: &Slots<R>) -> Result<Option<SlotMut<MmapRegion>>, Error> {
+    pub fn claim<R: Region>(
+        &self,
+        slots: &Slots<R>,
+        untethered: bool,
+    ) -> Result<Option<SlotMut<MmapRegion>>, Error> {
         let Some(index) = slots.lock_free(self)? else { return Ok(None) };
         let mapped = MmapRegion::map(&self.file, slot_offset(index) as u64, s::SLOT_LEN).and_then(|slot| {
             Ok((slot, MmapRegion::map(&self.file, 0, s::HEADER_LEN)?, self.map_doorbell()?))
@@ -162,7 +166,8 @@ impl SlotFile {
                 return Err(Error::io("map reader slot", &self.path, e));
             }
         };
-        let slot = SlotMut::new(page, 0, index).with_bell(bell);
+        let mut slot = SlotMut::new(page, 0, index).with_bell(bell);
+        slot.set_untethered(untethered);
         slot.claim(&header, std::process::id() as i64, now_ns());
         drop(header);
         // Holding a slot lock keeps `remove_if_abandoned` from removing the file from now on; if

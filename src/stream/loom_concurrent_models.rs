@@ -67,7 +67,7 @@ use crate::layout::log_meta::{Geometry, NO_PENDING};
 use crate::layout::slots::{self as s, slot_offset};
 use crate::log::loom_models::{check_place, check_with, message, Shared, Tally, SESSION_ID};
 use crate::log::{Log, LogInit};
-use crate::region::LoomRegion;
+use crate::region::{LoomRegion, RegionMut};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 use std::sync::Arc;
@@ -121,9 +121,12 @@ fn slot_region() -> Shared {
         s::READERS_PASSED,
     ]
     .map(|f| s::DOORBELL + f);
-    let i32_words: Vec<usize> = [s::VERSION, s::SLOT_COUNT, s::READY].into_iter().chain(bell).collect();
+    let i32_words: Vec<usize> =
+        [s::VERSION, s::SLOT_COUNT, s::READY, s::SESSIONS].into_iter().chain(bell).collect();
     let region = Arc::new(LoomRegion::new(s::file_length(1), &[], &i32_words, &i64_words));
     Slots::initialize(Arc::clone(&region), 1);
+    // The session (number 1) was running before any reader of the models claimed its slot.
+    region.store_i32(s::SESSIONS, 1, Ordering::Relaxed);
     region
 }
 
@@ -230,7 +233,7 @@ struct ModelReader {
 impl ModelReader {
     /// The reader of the session, joined through slot 0 before any writer starts.
     fn join(region: &Shared, slots: &Shared) -> Self {
-        let slot = SlotMut::new(Arc::clone(slots), slot_offset(0), 0);
+        let mut slot = SlotMut::new(Arc::clone(slots), slot_offset(0), 0);
         slot.claim(slots, 7, 0);
         let log = Log::open_any_term(Arc::clone(region)).expect("an initialised log");
         let table = Slots::open(Arc::clone(slots)).expect("an initialised slot table");

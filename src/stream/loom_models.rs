@@ -63,7 +63,7 @@ use crate::log::loom_models::{
     check, check_place, message, new_plain_log, new_racy_log, Shared, Tally, SESSION_ID,
 };
 use crate::log::Log;
-use crate::region::LoomRegion;
+use crate::region::{LoomRegion, RegionMut};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 use std::sync::Arc;
@@ -90,7 +90,8 @@ fn slot_region(count: usize) -> Shared {
         s::READERS_PASSED,
     ]
     .map(|f| s::DOORBELL + f);
-    let i32_words: Vec<usize> = [s::VERSION, s::SLOT_COUNT, s::READY].into_iter().chain(bell).collect();
+    let i32_words: Vec<usize> =
+        [s::VERSION, s::SLOT_COUNT, s::READY, s::SESSIONS].into_iter().chain(bell).collect();
     let region = LoomRegion::new(s::file_length(count), &[], &i32_words, &i64_words);
     Arc::new(region.with_futexes(&[s::DOORBELL + s::READERS_BELL, s::DOORBELL + s::WRITER_BELL]))
 }
@@ -100,14 +101,17 @@ fn bell(region: &Shared) -> Doorbell<Shared> {
     Doorbell::new(Arc::clone(region), s::DOORBELL)
 }
 
-/// The slot table of `count` slots in `region`.
+/// The slot table of `count` slots in `region`, whose session counter says the models' session
+/// (number 1) was running before any of their readers claimed a slot.
 fn new_slots(region: &Shared, count: usize) -> Slots<Shared> {
-    Slots::initialize(Arc::clone(region), count)
+    let slots = Slots::initialize(Arc::clone(region), count);
+    region.store_i32(s::SESSIONS, 1, crate::sync::Ordering::Relaxed);
+    slots
 }
 
 /// Slot `index` of the table in `region`, claimed (its lock is the model's business).
 fn claimed(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> {
-    let slot = SlotMut::new(Arc::clone(region), slot_offset(index), index);
+    let mut slot = SlotMut::new(Arc::clone(region), slot_offset(index), index);
     slot.claim(region, pid, 0);
     slot
 }
@@ -404,6 +408,72 @@ fn d2_join_slowest_while_writing() {
 #[test]
 fn d3_join_latest_while_writing() {
     join_while_writing("d3_join_latest_while_writing", JoinAt::Latest);
+}
+
+/// A reader that waits for a session when the session begins is owed all of it
+/// (`Slots::scan_rising`, `SlotMut::owe_sessions_after`). The session's publisher takes its
+/// number from the stream's counter and writes five messages through three terms, held only by
+/// a first reader that keeps up (as in `d2`). Meanwhile a second reader claims a slot and says
+/// which sessions are owed to it: if it read the counter from before the publisher's number, the
+/// session is owed to it and it joins it at the oldest message the log holds (what a follower
+/// does for such a session), which must be the session's start, and reads every message; if it
+/// read the new number, it joins by its own rule (the slowest reader) and reads from there.
+/// Either way the writer never laps it. `ignore_owed_readers` (the writer does not count the
+/// waiting reader) and `no_owed_fence` (the reader does not fence between its waiting word and
+/// its re-read of the counter) must fail it.
+#[test]
+fn o_a_reader_waiting_when_a_session_begins_is_owed_all_of_it() {
+    let tally = Tally::default();
+    let seen = tally.clone();
+    let name = "o_a_reader_waiting_when_a_session_begins_is_owed_all_of_it";
+    check(name, move || {
+        let term = 128;
+        let (log, region) = new_plain_log(term, 3);
+        assert_eq!(log.session_seq(), 1);
+        let window = log.geometry().window as i64;
+        let slots = slot_region(2);
+        let table = new_slots(&slots, 2);
+        region_before_the_session(&slots);
+        let first = claimed(&slots, 0, 7);
+        first.activate(SESSION_ID, 0);
+        let sent = layout(&[16; 5], term as i64);
+        let end = sent.last().unwrap().end;
+        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+        let writer_slots = Arc::clone(&slots);
+        let writer = thread::spawn(move || {
+            // The publisher takes its number, then (after creating its log) writes.
+            assert_eq!(table.next_session(), 1);
+            let mut writer = writer(log, &writer_slots, 2);
+            for m in &payloads {
+                let position = offer(&mut writer, m);
+                first.set_position(position);
+            }
+        });
+        let mut slot = SlotMut::new(Arc::clone(&slots), slot_offset(1), 1);
+        slot.claim(&*slots, 8, 0);
+        let known = slot.owe_sessions_after(&Slots::open(Arc::clone(&slots)).unwrap());
+        let owed = known < 1;
+        let rule = if owed { JoinAt::Earliest } else { JoinAt::Slowest };
+        let mut joiner = SlotReader::join(&region, &slots, slot, rule, term as i64 + window + MAX_FRAME);
+        let at = joiner.reader.join_position();
+        joiner.read_to(end, 2);
+        writer.join().unwrap();
+        if owed {
+            let st = Slots::open(Arc::clone(&slots)).unwrap().sessions();
+            assert_eq!(at, 0, "owed the session, joined at {at}, known {known}, counter now {st}");
+        }
+        let want: Vec<Sent> = sent.iter().filter(|m| m.start >= at).cloned().collect();
+        assert_eq!(joiner.got, want, "joined at {at}");
+        seen.add(format_args!("owed {owed}, joined at {at:>3}"));
+    });
+    let seen = tally.report(name);
+    assert!(seen.keys().any(|s| s.starts_with("owed true")), "never owed: {seen:?}");
+    assert!(seen.keys().any(|s| s.starts_with("owed false")), "always owed: {seen:?}");
+}
+
+/// Sets the stream's session counter of the slot file in `region` to 0: no session yet.
+fn region_before_the_session(region: &Shared) {
+    region.store_i32(s::SESSIONS, 0, crate::sync::Ordering::Relaxed);
 }
 
 #[test]

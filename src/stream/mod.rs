@@ -21,6 +21,8 @@ pub(crate) mod dir;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod files;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod follow;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod liveness;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod name;

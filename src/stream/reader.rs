@@ -105,7 +105,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     pub fn join<R: Region>(
         log: Log<L>,
         slots: &Slots<R>,
-        slot: SlotMut<S>,
+        mut slot: SlotMut<S>,
         rule: JoinAt,
         copy: bool,
     ) -> Result<Self, (SlotMut<S>, JoinRefused)> {
@@ -113,6 +113,11 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             Ok(position) => position,
             Err(refused) => return Err((slot, refused)),
         };
+        // Leaving this session later, the slot waits for the sessions after it.
+        slot.knows_sessions_to(log.session_seq());
+        // A writer that counted us as owed at the session's start (and sleeps, held there) may
+        // go on from where we joined.
+        slot.ring_writer();
         let g = log.geometry();
         let largest = framed_length(max_message_len(g.term_length), g.mtu - HEADER_LEN) as i64;
         Ok(Self {

@@ -57,6 +57,19 @@ pub struct SessionReaders {
     /// Active untethered readers of the session: never in `count`, `min` or `max` (flow control
     /// passes over them), but the writer is connected while it has one.
     pub untethered: usize,
+    /// Tethered readers the session is owed to that have not joined it yet (waiting for a
+    /// session, or still reading an older one): in `count`, and in `min` at the session's start
+    /// (see [`Slots::scan_rising`]).
+    pub owed: usize,
+}
+
+/// Who a writer's scan counts beside its session's readers: the readers owed the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owed {
+    /// The session's number among the stream's (the log's `SESSION_SEQ`).
+    pub seq: i32,
+    /// The session's first position, where an owed reader will join.
+    pub start: i64,
 }
 
 /// A snapshot of one slot, for tools.
@@ -236,7 +249,7 @@ impl<R: Region> Slots<R> {
     /// Liveness is not checked here (that costs system calls); a dead reader counts until a sweep
     /// frees its slot.
     pub fn scan(&self, session: i32, exclude: Option<usize>, ceiling: i64) -> SessionReaders {
-        self.scan_rising(session, exclude, ceiling, || ceiling)
+        self.scan_rising(session, exclude, None, ceiling, || ceiling)
     }
 
     /// [`Slots::scan`] with a ceiling that may rise while the scan runs: a position past
@@ -246,10 +259,22 @@ impl<R: Region> Slots<R> {
     /// below that tail before it published the position, and the acquire load of the position
     /// carries that), so a reader that a fast read took past the tail loaded before the scan still
     /// counts, and a word past the tail re-read is still ignored.
+    ///
+    /// With `owed`, a writer's scan also counts the live readers its session is owed to: a
+    /// tethered slot waiting for a session numbered after the one its state word names, or still
+    /// reading another (an older) session, counts as a reader at `owed.start` until it joins. A
+    /// subscription that exists when a session begins thus holds that session's publisher at the
+    /// start until it joins there, and loses nothing of it (`stream::follow`). Which slots are
+    /// owed the session is settled by the order of two steps on each side: a reader stores its
+    /// waiting word, fences, and re-reads the stream's session counter
+    /// ([`SlotMut::owe_sessions_after`]); a publisher takes its number from that counter, and its
+    /// scans fence before they read the slots (`FlowControl::recompute`). Either the scan sees
+    /// the waiting word, or the reader sees the new number and does not take the session as owed.
     pub fn scan_rising(
         &self,
         session: i32,
         exclude: Option<usize>,
+        owed: Option<Owed>,
         mut ceiling: i64,
         mut raise: impl FnMut() -> i64,
     ) -> SessionReaders {
@@ -260,10 +285,28 @@ impl<R: Region> Slots<R> {
             }
             let word = self.state_word(i);
             let (sid, state) = unpack_state(word);
+            let untethered = state_flags(word) & s::FLAG_UNTETHERED != 0;
             if state != s::STATE_ACTIVE || sid != session {
+                let Some(owed) = owed else { continue };
+                let owes = match state {
+                    // A waiting slot's word names the newest session its reader knows of.
+                    s::STATE_WAITING => owed.seq.wrapping_sub(sid) > 0,
+                    // Another session's reader: of an older one (a live writer's session is
+                    // the stream's newest), and every later session is owed to it.
+                    s::STATE_ACTIVE => protocol::count_owed_readers(),
+                    _ => false,
+                };
+                if owes && untethered {
+                    found.untethered += 1;
+                } else if owes && protocol::count_owed_readers() {
+                    found.owed += 1;
+                    found.count += 1;
+                    found.min = Some(found.min.map_or(owed.start, |m| m.min(owed.start)));
+                    found.max = Some(found.max.map_or(owed.start, |m| m.max(owed.start)));
+                }
                 continue;
             }
-            if state_flags(word) & s::FLAG_UNTETHERED != 0 {
+            if untethered {
                 // Flow control passes over it: its position is neither read nor trusted.
                 found.untethered += 1;
                 continue;
@@ -339,6 +382,9 @@ pub struct SlotMut<S> {
     bell: Option<Doorbell<S>>,
     /// Flag bits every activation puts in the state word ([`s::FLAG_UNTETHERED`]).
     flags: i64,
+    /// The newest of the stream's sessions its reader knows of: what its waiting word names, so
+    /// that a publisher of a later session counts it as owed ([`Slots::scan_rising`]).
+    known: i32,
 }
 
 impl<S: RegionMut> SlotMut<S> {
@@ -348,7 +394,7 @@ impl<S: RegionMut> SlotMut<S> {
     /// so that publishing a position, once per poll, needs no check.
     pub fn new(region: S, base: usize, index: usize) -> Self {
         assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN && base % 8 == 0, "a whole slot");
-        Self { region, base, index, bell: None, flags: 0 }
+        Self { region, base, index, bell: None, flags: 0, known: 0 }
     }
 
     /// Makes every later activation untethered (or tethered again): the writer's flow control
@@ -395,11 +441,14 @@ impl<S: RegionMut> SlotMut<S> {
         self.index
     }
 
-    /// Marks the slot claimed by `pid` and not yet reading, then raises the high-water mark
-    /// through `header` so the writer's scans reach it.
-    pub fn claim<H: RegionMut>(&self, header: &H, pid: i64, now_ns: i64) {
+    /// Marks the slot claimed by `pid` and not yet reading, waiting for sessions after the one
+    /// the stream's counter (in `header`) names now, then raises the high-water mark through
+    /// `header` so the writer's scans reach it. The caller then settles which sessions are owed
+    /// to it with [`SlotMut::owe_sessions_after`].
+    pub fn claim<H: RegionMut>(&mut self, header: &H, pid: i64, now_ns: i64) {
         let r = &self.region;
-        store_state(r, self.base, 0, s::STATE_WAITING, Ordering::Release);
+        self.known = header.load_i32(s::SESSIONS, Ordering::Acquire);
+        store_state(r, self.base, self.known, s::STATE_WAITING | self.flags, Ordering::Release);
         r.store_i64(self.base + s::PID, pid, Ordering::Relaxed);
         r.store_i64(self.base + s::CLAIMED_NS, now_ns, Ordering::Relaxed);
         r.store_i64(self.base + s::LOSSES, 0, Ordering::Relaxed);
@@ -416,9 +465,40 @@ impl<S: RegionMut> SlotMut<S> {
         store_state(r, self.base, session, s::STATE_ACTIVE | self.flags, Ordering::SeqCst);
     }
 
-    /// Back to claimed-but-not-reading (a join that must be retried, or a finished session).
+    /// Back to claimed-but-not-reading (a join that must be retried, or a finished session),
+    /// owed every session after the newest it knows of.
     pub fn deactivate(&self) {
-        store_state(&self.region, self.base, 0, s::STATE_WAITING, Ordering::Release);
+        store_state(&self.region, self.base, self.known, s::STATE_WAITING | self.flags, Ordering::Release);
+    }
+
+    /// Notes that its reader knows of the stream's sessions up to number `seq` (it joined that
+    /// one): the next [`SlotMut::deactivate`] says so.
+    pub fn knows_sessions_to(&mut self, seq: i32) {
+        if seq.wrapping_sub(self.known) > 0 {
+            self.known = seq;
+        }
+    }
+
+    /// A reader that waits for a session: says in its (waiting) state word which sessions are
+    /// owed to it — those numbered after the stream's counter now — and returns that number.
+    /// The reader's half of the order that [`Slots::scan_rising`] describes: store, fence,
+    /// re-read the counter, until the counter stands still across the fence. A session numbered
+    /// up to the returned one was running before the reader waited (joined by the reader's own
+    /// rule); any later one finds this slot waiting and counts it.
+    pub fn owe_sessions_after<R: Region>(&mut self, slots: &Slots<R>) -> i32 {
+        let mut seen = slots.sessions();
+        loop {
+            self.known = seen;
+            store_state(&self.region, self.base, seen, s::STATE_WAITING | self.flags, Ordering::SeqCst);
+            if protocol::owed_fence() {
+                crate::sync::fence(Ordering::SeqCst);
+            }
+            let now = slots.sessions();
+            if now == seen {
+                return seen;
+            }
+            seen = now;
+        }
     }
 
     /// Frees the slot: its owner leaves (and then drops its lock).
@@ -454,7 +534,7 @@ mod tests {
     }
 
     fn claimed(t: &Table, index: usize, pid: i64) -> SlotMut<Arc<HeapRegion>> {
-        let mine = slot(t, index);
+        let mut mine = slot(t, index);
         mine.claim(&t.region, pid, 0);
         mine
     }
@@ -473,14 +553,14 @@ mod tests {
         let r = t.scan(7, None, 4096);
         assert_eq!(
             r,
-            SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0, untethered: 0 }
+            SessionReaders { count: 2, min: Some(1024), max: Some(4096), ignored: 0, untethered: 0, owed: 0 }
         );
         assert_eq!(t.scan(7, Some(1), 4096).min, Some(4096));
         assert_eq!(t.high_water(), 6);
         // A position past the writer's is impossible for an honest reader: ignored, and counted.
         assert_eq!(
             t.scan(7, None, 4000),
-            SessionReaders { count: 1, min: Some(1024), max: Some(1024), ignored: 1, untethered: 0 }
+            SessionReaders { count: 1, min: Some(1024), max: Some(1024), ignored: 1, untethered: 0, owed: 0 }
         );
         b.free();
         assert_eq!(t.scan(7, None, 4096).count, 1);

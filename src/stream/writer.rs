@@ -42,11 +42,14 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         let geometry = log.geometry();
         let session_id = log.session_id();
         let max_position = log.terms().max_position();
+        let seq = log.session_seq();
         let appender = Appender::new(log)?;
         let max_message = max_message_len(geometry.term_length);
+        let mut core = WriterCore::new(slots, liveness, geometry.window, appender.position(), max_message);
+        core.flow.owe_to_waiting_readers(seq);
         Ok(Self {
             one_frame_max: appender.max_payload().min(max_message),
-            core: WriterCore::new(slots, liveness, geometry.window, appender.position(), max_message),
+            core,
             appender,
             session_id,
             max_position,

@@ -78,6 +78,7 @@ pub fn reader(cfg: &Settings, ctx: &Ctx) -> ! {
     let mut bad: Option<String> = None;
     let mut report_at: Option<i32> = None;
     let mut reading = None;
+    let mut ended = std::collections::BTreeSet::new();
     let mut tick = Instant::now();
     loop {
         ctx.check_deadline();
@@ -96,7 +97,7 @@ pub fn reader(cfg: &Settings, ctx: &Ctx) -> ! {
                 .replace(' ', "_"),
             );
         }
-        if sub.session_id() != reading {
+        if sub.session_id().is_some() && sub.session_id() != reading {
             reading = sub.session_id();
             ctx.emit("joined", &format!("session={} at={}", reading.unwrap_or(0), sub.position()));
         }
@@ -106,7 +107,13 @@ pub fn reader(cfg: &Settings, ctx: &Ctx) -> ! {
                 None => ctx.fail(&format!("unknown command {cmd}")),
             }
         }
-        if report_at.is_some() && report_at == sub.session_id() && sub.is_end_of_stream() {
+        // A closed session is left by the next poll: note its end while it is still ours.
+        if sub.is_end_of_stream() {
+            if let Some(id) = sub.session_id() {
+                ended.insert(id);
+            }
+        }
+        if report_at.is_some_and(|id| ended.contains(&id)) {
             {
                 for (id, s) in &sessions {
                     ctx.emit(

@@ -424,7 +424,8 @@ fn subscriber(cfg: &Settings, ctx: &Ctx) -> ! {
     let mut last_check = Instant::now();
     let mut polls = 0u64;
     loop {
-        if sub.session_id() != v.borrow().session {
+        // Between sessions (the last one closed, the next not joined yet) there is none.
+        if sub.session_id().is_some() && sub.session_id() != v.borrow().session {
             let mut vb = v.borrow_mut();
             if let Some(old) = vb.session {
                 ctx.emit(
@@ -437,7 +438,7 @@ fn subscriber(cfg: &Settings, ctx: &Ctx) -> ! {
                     ),
                 );
             }
-            let sid = sub.session_id().expect("a subscription never leaves a session for none");
+            let sid = sub.session_id().expect("checked above");
             let from_start = sub.join_position() == Some(0);
             vb.begin_session(sid, from_start);
             sessions_joined += 1;
