@@ -3,8 +3,8 @@
 //!
 //! Each writer keeps its own cached limit (recomputed from the reader slots and the writers'
 //! pending words when it reaches it); the reservation itself checks the shared tail against it
-//! (`log::concurrent`). A held-back writer sweeps dead readers and pads dead writers' holes at
-//! most once per liveness interval (`log::unblock`).
+//! (`log::concurrent`). A held-back writer, or one at a checkpoint (`stream::flow`), sweeps dead
+//! readers and pads dead writers' holes at most once per liveness interval (`log::unblock`).
 
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
@@ -159,10 +159,14 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// of dead readers and writers) lets it on.
     #[cold]
     fn admit_slow(&mut self, position: i64) -> Result<(), OfferError> {
-        if position < self.recompute_limit() {
+        if self.core.sweep_due() {
+            self.sweep();
+        } else if self.core.flow.at_checkpoint(position) {
+            // The readers let it on: go on to the next checkpoint without reading the slots.
+            self.core.flow.next_checkpoint(position);
             return Ok(());
         }
-        if self.core.liveness.sweep_due() && self.sweep() && position < self.recompute_limit() {
+        if position < self.recompute_limit() {
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);
