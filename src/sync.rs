@@ -278,6 +278,15 @@ pub(crate) mod protocol {
         !mutant("unblock_over_live")
     }
 
+    /// The unblocker issues a release fence before it writes any byte of a dead writer's hole
+    /// or of the next partition, after the tail load that found the hole: an untethered reader
+    /// that copied one of those bytes then sees that tail (`log::reader::lapped`).
+    /// Mutant: `no_unblock_fence`.
+    #[inline(always)]
+    pub(crate) fn unblock_fence() -> bool {
+        !mutant("no_unblock_fence")
+    }
+
     /// Every mutant name, for `.ci/loom.sh` and for refusing a misspelt one.
     #[cfg(any(shmlog_loom, shmlog_mutants))]
     pub(crate) const NAMES: &[&str] = &[
@@ -302,5 +311,6 @@ pub(crate) mod protocol {
         "unblock_unlocked",
         "unblock_over_live",
         "skip_copy_check",
+        "no_unblock_fence",
     ];
 }
