@@ -287,6 +287,14 @@ pub(crate) mod protocol {
         !mutant("no_unblock_fence")
     }
 
+    /// A log's statistics counters are added to with a compare-and-swap, so increments of several
+    /// writers at once all count (`Log::count`).
+    /// Mutant: `lossy_count` (a load then a store).
+    #[inline(always)]
+    pub(crate) fn exact_count() -> bool {
+        !mutant("lossy_count")
+    }
+
     /// Every mutant name, for `.ci/loom.sh` and for refusing a misspelt one.
     #[cfg(any(shmlog_loom, shmlog_mutants))]
     pub(crate) const NAMES: &[&str] = &[
@@ -312,5 +320,6 @@ pub(crate) mod protocol {
         "unblock_over_live",
         "skip_copy_check",
         "no_unblock_fence",
+        "lossy_count",
     ];
 }

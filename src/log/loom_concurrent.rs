@@ -23,6 +23,9 @@
 //!   position it would reserve at (before its CAS), at the same position a live writer S then
 //!   reserves; S is slow (yields between every step). The unblocker sees a dead writer's pending
 //!   word on a frame that is S's, and must wait for S: the reader gets S's message whole.
+//! - `k7_writers_count_exactly`: two writers of a concurrent log add to the same statistics
+//!   counter at once (`Log::count`, as their recomputes and refusals do); both increments count.
+//!   The mutant `lossy_count` (a load then a store) loses one.
 //! - `u2_untethered_reader_beside_the_unblocker`: terms 0 and 1 are full; writer D rotates into
 //!   term 2, reserves its first frame and dies before zeroing its share of the next partition
 //!   (term 0's); the unblocker pads D's hole and zeroes that share; meanwhile an untethered
@@ -334,4 +337,17 @@ fn u2_untethered_reader_beside_the_unblocker() {
     });
     let outcomes = tally.report("u2_untethered_reader_beside_the_unblocker");
     assert!(outcomes.contains_key("lapped") && outcomes.contains_key("kept up"), "{outcomes:?}");
+}
+
+#[test]
+fn k7_writers_count_exactly() {
+    use super::Counter;
+    check("k7_writers_count_exactly", || {
+        let (log, region) = concurrent_log();
+        let other = Log::open_any_term(Arc::clone(&region)).unwrap();
+        let t = thread::spawn(move || other.count(Counter::BackPressureEvents, 1));
+        log.count(Counter::BackPressureEvents, 2);
+        t.join().unwrap();
+        assert_eq!(log.counter(Counter::BackPressureEvents), 3, "an increment was lost");
+    });
 }

@@ -228,12 +228,19 @@ impl<R: RegionMut> Log<R> {
         true
     }
 
-    /// Adds `n` to a counter.
+    /// Adds `n` to a counter, exactly, however many writers of a concurrent log count at once
+    /// (a compare-and-swap; a load and a store lost increments). Never on an offer's fast path:
+    /// the counters count recomputes, sweeps and refusals.
     pub fn count(&self, counter: Counter, n: u64) {
         let (r, at) = (&self.region, self.meta + counter.field());
-        // Single writer: a load and a store are enough and cheaper than an atomic add.
-        let v = r.load_i64(at, Ordering::Relaxed);
-        r.store_i64(at, v.wrapping_add(n as i64), Ordering::Relaxed);
+        let mut v = r.load_i64(at, Ordering::Relaxed);
+        if !crate::sync::protocol::exact_count() {
+            return r.store_i64(at, v.wrapping_add(n as i64), Ordering::Relaxed);
+            // the mutant
+        }
+        while let Err(now) = r.compare_exchange_i64(at, v, v.wrapping_add(n as i64)) {
+            v = now;
+        }
     }
 }
 
