@@ -228,15 +228,15 @@ impl<R: RegionMut> Log<R> {
         true
     }
 
-    /// Adds `n` to a counter, exactly, however many writers of a concurrent log count at once
-    /// (a compare-and-swap; a load and a store lost increments). Never on an offer's fast path:
-    /// the counters count recomputes, sweeps and refusals.
+    /// Adds `n` to a counter, exactly: with a compare-and-swap in a concurrent log, whose writers
+    /// count in the same words at once (a load then a store lost increments); with a load and a
+    /// store in an exclusive one, whose one writer is the only process that counts. Never on an
+    /// offer's fast path: the counters count recomputes, sweeps and refusals.
     pub fn count(&self, counter: Counter, n: u64) {
         let (r, at) = (&self.region, self.meta + counter.field());
         let mut v = r.load_i64(at, Ordering::Relaxed);
-        if !crate::sync::protocol::exact_count() {
+        if !self.concurrent || !crate::sync::protocol::exact_count() {
             return r.store_i64(at, v.wrapping_add(n as i64), Ordering::Relaxed);
-            // the mutant
         }
         while let Err(now) = r.compare_exchange_i64(at, v, v.wrapping_add(n as i64)) {
             v = now;

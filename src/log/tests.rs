@@ -460,7 +460,20 @@ fn untethered_copy_survives_garbage_and_copies_what_was_committed() {
 fn counters_are_exact_under_concurrent_writers() {
     use super::Counter;
     const EACH: i64 = 1_000_000;
-    let (region, _app) = new_log(T, 1408, 0);
+    let geometry = Geometry { term_length: T, page_size: 4096, mtu: 1408, window: T / 2 };
+    let region = Arc::new(HeapRegion::new(geometry.file_length()));
+    let init = LogInit {
+        geometry,
+        initial_term_id: 0,
+        session_id: 77,
+        stream_id: 5,
+        pid: 1,
+        created_ns: 0,
+        name: "t",
+        concurrent: true,
+        session_seq: 1,
+    };
+    Log::initialize(Arc::clone(&region), &init);
     let start = Arc::new(std::sync::Barrier::new(4));
     let threads: Vec<_> = (0..4)
         .map(|_| {
