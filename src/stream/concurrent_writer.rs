@@ -159,14 +159,17 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// of dead readers and writers) lets it on.
     #[cold]
     fn admit_slow(&mut self, position: i64) -> Result<(), OfferError> {
-        if self.core.sweep_due() {
-            self.sweep();
-        } else if self.core.flow.at_checkpoint(position) {
-            // The readers let it on: go on to the next checkpoint without reading the slots.
-            self.core.flow.next_checkpoint(position);
-            return Ok(());
+        // Stopped by the readers' limit (not at a checkpoint short of it): read the slots again.
+        if !self.core.flow.at_checkpoint(position) {
+            self.recompute_limit();
         }
-        if position < self.recompute_limit() {
+        // Every stop asks whether a sweep is due, held back or not.
+        if self.core.sweep_due() && self.sweep() {
+            self.recompute_limit();
+        }
+        if self.core.flow.at_checkpoint(position) {
+            // The readers let it on: on to the next checkpoint (without reading the slots).
+            self.core.flow.next_checkpoint(position);
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);

@@ -189,15 +189,18 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         if position.saturating_add(framed) >= self.max_position {
             return Err(OfferError::MaxPositionExceeded);
         }
-        // Not connected: no reader counted, none to sweep.
-        if self.core.connected() && self.core.sweep_due() {
-            self.sweep();
-        } else if self.core.flow.at_checkpoint(position) {
-            // The readers let it on: go on to the next checkpoint without reading the slots.
-            self.core.flow.next_checkpoint(position);
-            return Ok(());
+        // Stopped by the readers' limit (not at a checkpoint short of it): read the slots again.
+        if !self.core.flow.at_checkpoint(position) {
+            self.recompute_limit();
         }
-        if position < self.recompute_limit() {
+        // Every stop of a connected writer asks whether a sweep is due, held back or not (not
+        // connected: no reader counted, none to sweep).
+        if self.core.connected() && self.core.sweep_due() && self.sweep() > 0 {
+            self.recompute_limit();
+        }
+        if self.core.flow.at_checkpoint(position) {
+            // The readers let it on: on to the next checkpoint (without reading the slots).
+            self.core.flow.next_checkpoint(position);
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);
