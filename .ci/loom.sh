@@ -44,7 +44,9 @@
 #      release_before_clean               a concurrent writer clears its pending position before
 #                                         zeroing its share of the next partition: k1, k5;
 #      unblock_over_live                  the unblocker pads a frame a live (stopped) writer owns:
-#                                         k3. (relaxed_commit must also fail k1-k6.)
+#                                         k3. (relaxed_commit must also fail k1-k6; not u2, whose
+#                                         frames are committed before its threads start, nor k7,
+#                                         which reads no frame.)
 #      stale_ceiling                      a concurrent writer compares reader positions with the
 #                                         tail it loaded before its fence (T2): k4 sees
 #                                         NotConnected while its reader reads;
@@ -52,7 +54,13 @@
 #                                         term it holds: k4's second rotator resets the tail the
 #                                         first one's reservation moved (k1 does not see it);
 #      skip_copy_check                    an untethered reader trusts its copy without the check
-#                                         after it: u delivers bytes zeroed during the copy.
+#                                         after it: u and u2 deliver bytes zeroed during the copy.
+#      no_unblock_fence                   the unblocker pads a dead writer's hole and zeroes the
+#                                         next partition with no release fence first: u2's
+#                                         untethered reader copies its zeroes, yet its check reads
+#                                         a tail from before the dead writer's reservation.
+#      lossy_count                        a log's statistics counters are added to with a load
+#                                         then a store: k7's two writers lose an increment.
 #      unblock_unlocked                   the unblocker runs without the unblock lock: k6's two
 #                                         unblockers pad one hole at once.
 #      ignore_owed_readers                a writer does not count the readers its session is owed
@@ -134,8 +142,8 @@ run_mutant() {
 }
 
 step "mutants, two at a time"
-mutant relaxed_commit log::loom_models log::loom_concurrent stream::loom_models::d stream::loom_models::g_ \
-    stream::loom_concurrent_models
+mutant relaxed_commit log::loom_models log::loom_concurrent::k1_ log::loom_concurrent::k2_ \
+    log::loom_concurrent::k3_ stream::loom_models::d stream::loom_models::g_ stream::loom_concurrent_models
 mutant skip_clean log::loom_models::c2_ stream::loom_models::d1_
 mutant relaxed_position stream::loom_models::d
 mutant no_join_fence stream::loom_models::d2_ stream::loom_models::d3_
@@ -155,9 +163,11 @@ mutant unblock_over_live log::loom_concurrent::k3_
 mutant stale_ceiling stream::loom_concurrent_models::k4_
 mutant rotate_unchecked stream::loom_concurrent_models::k4_
 mutant unblock_unlocked stream::loom_concurrent_models::k6_
-mutant skip_copy_check stream::loom_models::u_
 mutant ignore_owed_readers stream::loom_models::o_
 mutant no_owed_fence stream::loom_models::o_
+mutant skip_copy_check stream::loom_models::u_ log::loom_concurrent::u2_
+mutant no_unblock_fence log::loom_concurrent::u2_
+mutant lossy_count log::loom_concurrent::k7_
 
 wait
 bad=0

@@ -294,6 +294,23 @@ pub(crate) mod protocol {
         !mutant("no_owed_fence")
     }
 
+    /// The unblocker issues a release fence before it writes any byte of a dead writer's hole
+    /// or of the next partition, after the tail load that found the hole: an untethered reader
+    /// that copied one of those bytes then sees that tail (`log::reader::lapped`).
+    /// Mutant: `no_unblock_fence`.
+    #[inline(always)]
+    pub(crate) fn unblock_fence() -> bool {
+        !mutant("no_unblock_fence")
+    }
+
+    /// A log's statistics counters are added to with a compare-and-swap, so increments of several
+    /// writers at once all count (`Log::count`).
+    /// Mutant: `lossy_count` (a load then a store).
+    #[inline(always)]
+    pub(crate) fn exact_count() -> bool {
+        !mutant("lossy_count")
+    }
+
     /// Every mutant name, for `.ci/loom.sh` and for refusing a misspelt one.
     #[cfg(any(shmlog_loom, shmlog_mutants))]
     pub(crate) const NAMES: &[&str] = &[
@@ -320,5 +337,7 @@ pub(crate) mod protocol {
         "skip_copy_check",
         "ignore_owed_readers",
         "no_owed_fence",
+        "no_unblock_fence",
+        "lossy_count",
     ];
 }

@@ -347,3 +347,48 @@ fn too_many_writers_says_who_holds_the_slots_and_a_dead_writers_slot_is_freed_by
     assert_eq!(got, [b"claimed!".to_vec()]);
     others.clear();
 }
+
+/// The review's N7 e: a concurrent log's tail counter whose offset is off the 32-byte grid (a
+/// corrupt or hostile file: no writer stores one). Writers took it as the start of their next
+/// frame: a debug build tripped an assertion of the region layer, a release build masked the
+/// offset onto the grid and wrote over the frame before it. Now every writer reports the log
+/// corrupt, and readers go on with what was committed. Run in both builds (`cargo test` and
+/// `cargo test --release`).
+#[test]
+fn a_misaligned_tail_is_corruption_not_an_assertion_or_a_masked_write() {
+    use std::os::unix::fs::FileExt;
+    let dir = ShmDir::new("misaligned-tail");
+    let term = 64 * 1024;
+    let mut p = Publication::builder("mis").dir(dir.path()).term_length(term).open_concurrent().unwrap();
+    let mut other = p.try_clone().unwrap();
+    let mut sub = Subscription::builder("mis").dir(dir.path()).open().unwrap();
+    p.wait_for_readers(1, Duration::from_secs(10)).unwrap();
+    for i in 0..3u8 {
+        p.offer(&[i; 40]).unwrap();
+    }
+    // Term 0's tail counter, the first word of the metadata after the three terms: 8 past its
+    // offset (three frames of 96 bytes: 288 -> 296).
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(p.path()).unwrap();
+    let at = 3 * term as u64;
+    let mut raw = [0u8; 8];
+    file.read_exact_at(&mut raw, at).unwrap();
+    let tail = i64::from_le_bytes(raw);
+    assert_eq!(tail & 0xFFFF_FFFF, 288);
+    file.write_all_at(&(tail + 8).to_le_bytes(), at).unwrap();
+    for writer in [&mut p, &mut other] {
+        assert_eq!(writer.offer(b"after").unwrap_err(), OfferError::Corrupt);
+        assert_eq!(writer.try_claim(8).err(), Some(OfferError::Corrupt));
+    }
+    let mut got = Vec::new();
+    while sub.poll(|m: &[u8], _: &shmlog::Header| got.push(m.to_vec()), 16) > 0 {}
+    assert_eq!(got, (0..3u8).map(|i| vec![i; 40]).collect::<Vec<_>>(), "what was committed, and only that");
+    // A reader joining at the tail is told the log is corrupt; one joining at a message start
+    // (the other reader's place, or the oldest) reads what was committed.
+    let latest = Subscription::builder("mis").dir(dir.path()).join_at(shmlog::JoinAt::Latest).open();
+    assert!(matches!(latest, Err(shmlog::Error::Corrupt { .. })), "{latest:?}");
+    for (join, expected) in [(shmlog::JoinAt::Slowest, 0), (shmlog::JoinAt::Earliest, 3)] {
+        let mut late = Subscription::builder("mis").dir(dir.path()).join_at(join).open().unwrap();
+        assert_eq!(late.poll(|_: &[u8], _: &shmlog::Header| {}, 16), expected, "{join:?}");
+        assert_eq!(late.fault(), None);
+    }
+}

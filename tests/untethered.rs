@@ -221,3 +221,97 @@ fn processes_eight_untethered_readers_killed_and_stopped_at_random() {
     println!("sent {sent}; {} untethered survivors, {lapped} of them lapped", done.len() - 1);
     assert!(lapped > 0, "no untethered reader was lapped: the test did not test");
 }
+
+/// What the N5 test offers through: either kind of publication.
+enum Writer {
+    Exclusive(Publication),
+    Concurrent(shmlog::ConcurrentPublication),
+}
+
+impl Writer {
+    fn offer(&mut self, m: &[u8]) -> Result<i64, shmlog::OfferError> {
+        match self {
+            Writer::Exclusive(p) => p.offer(m),
+            Writer::Concurrent(p) => p.offer(m),
+        }
+    }
+
+    fn wait_for_readers(&mut self, n: usize) {
+        match self {
+            Writer::Exclusive(p) => p.wait_for_readers(n, T60),
+            Writer::Concurrent(p) => p.wait_for_readers(n, T60),
+        }
+        .unwrap()
+    }
+}
+
+/// How long after its only reader, untethered, was killed a publisher offering every `pace`
+/// (zero: at full speed) goes on hearing `Ok`: it must learn, through its offers alone, that
+/// nobody reads. The reader is a real process, SIGKILLed and reaped (its slot lock is gone).
+fn offers_after_the_only_reader_died(dir: &ShmDir, name: &str, p: &mut Writer, pace: Duration) -> Duration {
+    let mut reader = Peer::spawn("untethered", "ut_reader", &reader_cfg(dir, name, true, 8160));
+    reader.expect("ready", T60);
+    p.wait_for_readers(1);
+    let m = support::untethered_roles::message(0, 64);
+    for _ in 0..1_000 {
+        // Connected: an untethered reader never holds the publisher back.
+        p.offer(&m).expect("an offer with a live untethered reader");
+    }
+    reader.kill();
+    let killed = Instant::now();
+    let mut offers = 0u64;
+    loop {
+        match p.offer(&m) {
+            Ok(_) => offers += 1,
+            Err(shmlog::OfferError::NotConnected) => break,
+            Err(e) => panic!("offer after the kill: {e}"),
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "still connected 5 s after the only reader died ({offers} offers accepted since)"
+        );
+        if !pace.is_zero() {
+            std::thread::sleep(pace); // the publisher's own pace, not a synchronisation
+        }
+    }
+    println!(
+        "pace {pace:?}: NotConnected {:?} after the kill, {offers} offers accepted meanwhile",
+        killed.elapsed()
+    );
+    killed.elapsed()
+}
+
+/// The review's N5: with only untethered readers nothing holds the publisher, and it swept dead
+/// readers only when held, so a killed reader kept it "connected" for good. Now a publisher
+/// looks at the clock at checkpoints (paced by its own rate, none on the offer's fast path) and
+/// sweeps once per liveness interval, held or not. The bound asserted, 5 s, is generous: the
+/// sweep is due 20 ms (the liveness interval) after the last one, and a steady publisher reaches
+/// a checkpoint within an eighth of that; the rest is for a 2-core machine shared with builds.
+fn killed_untethered_reader_disconnects(concurrent: bool) {
+    let _one = exclusive();
+    let dir = ShmDir::new(if concurrent { "ut-n5c" } else { "ut-n5" });
+    let name = "n5";
+    let builder = Publication::builder(name)
+        .dir(dir.path())
+        .term_length(TERM)
+        .liveness_interval(Duration::from_millis(20));
+    let mut p = if concurrent {
+        Writer::Concurrent(builder.open_concurrent().unwrap())
+    } else {
+        Writer::Exclusive(builder.create().unwrap())
+    };
+    // A steady publisher (one offer a millisecond), then one at full speed.
+    for pace in [Duration::from_millis(1), Duration::ZERO] {
+        offers_after_the_only_reader_died(&dir, name, &mut p, pace);
+    }
+}
+
+#[test]
+fn processes_killed_untethered_reader_disconnects_the_publisher() {
+    killed_untethered_reader_disconnects(false);
+}
+
+#[test]
+fn processes_killed_untethered_reader_disconnects_a_concurrent_publisher() {
+    killed_untethered_reader_disconnects(true);
+}

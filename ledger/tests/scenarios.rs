@@ -39,19 +39,16 @@ fn n4_receivers_spin_at_a_fault() {
 }
 
 #[test]
-#[ignore = "waits for the fix of N5 (a killed untethered reader keeps the publisher connected)"]
 fn n5_dead_untethered_reader_keeps_publisher_connected() {
     run("n5-dead-untethered-reader-keeps-publisher-connected.txt", "R6.");
 }
 
 #[test]
-#[ignore = "waits for the fix of N5 (a killed untethered reader keeps the publisher connected)"]
 fn n5_found_by_seed_5() {
     run("n5-found-by-seed-5.txt", "R6.");
 }
 
 #[test]
-#[ignore = "waits for the fix of N6 (a garbage length word grows an untethered reader's buffer)"]
 fn n6_bad_length_grows_untethered_buffer() {
     run("n6-bad-length-grows-untethered-buffer.txt", "R7.heap");
 }

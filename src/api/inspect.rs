@@ -309,7 +309,11 @@ fn reader_infos(
         };
         let session_id = (state == ReaderState::Active).then_some(v.session_id);
         let lag = match current {
-            Some((session, producer, _)) if session_id == Some(session) => Some(producer - v.position),
+            // Saturating: both words come from shared memory (a forged one must not panic a
+            // debug build).
+            Some((session, producer, _)) if session_id == Some(session) => {
+                Some(producer.saturating_sub(v.position))
+            }
             _ => None,
         };
         out.push(ReaderInfo {
@@ -731,6 +735,26 @@ mod tests {
         assert!(st.log.is_none());
         assert_eq!(st.readers.len(), 2);
         assert!(st.readers.iter().all(|r| r.lag.is_none() && !r.slowest));
+    }
+
+    /// The review's N7 d: a slot's position word is whatever a process wrote there, and the lag
+    /// was `producer - position`, which a forged word overflowed (a panic in debug builds,
+    /// where this test runs with `cargo test`).
+    #[test]
+    fn a_forged_position_word_does_not_overflow_the_lag() {
+        use std::os::unix::fs::FileExt;
+        let dir = TempDir::new("inspect");
+        let mut publication = publication(dir.path(), "s");
+        let _sub = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        assert!(publication.is_connected());
+        publication.offer(&[1u8; 100]).unwrap();
+        let slots = fs::OpenOptions::new().write(true).open(dir.path().join("s.readers")).unwrap();
+        let word = (crate::layout::slots::slot_offset(0) + s::POSITION) as u64;
+        slots.write_at(&i64::MIN.to_le_bytes(), word).unwrap();
+        let st = streams(dir.path()).unwrap().pop().unwrap();
+        assert_eq!(st.readers[0].position, i64::MIN);
+        assert_eq!(st.readers[0].lag, Some(i64::MAX), "saturated, not wrapped or a panic");
+        assert!(st.readers[0].holds_back);
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub enum Refused {
     Limit { position: i64 },
     /// The stream reached `term_length * 2^31`.
     MaxPosition,
-    /// The tail counters never described a position (corruption).
+    /// The tail counters never described a position, or one off the frame grid (corruption).
     BadTail,
 }
 
@@ -176,7 +176,13 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         let start = (raw as u32) as usize;
         let end = start + framed;
         let position = known.term_begin + start as i64;
-        if tail_term_id(raw) != known.term_id || end > known.partition.len() || position >= limit {
+        // Off the grid (`framed` is on it): no writer stores such a tail; the general loop
+        // reports it.
+        if tail_term_id(raw) != known.term_id
+            || end > known.partition.len()
+            || position >= limit
+            || end % FRAME_ALIGNMENT != 0
+        {
             return None;
         }
         if protocol::pending_before_reserve() {
@@ -215,6 +221,11 @@ impl<R: RegionMut> ConcurrentAppender<R> {
                 continue; // a rotation is under way: the count or the tail is about to change
             }
             let start = tail_offset(raw, t);
+            if start % FRAME_ALIGNMENT != 0 {
+                // No writer stores a tail off the frame grid: a corrupt or hostile file. Never
+                // write at it (the region layer would mask it onto the grid, over a frame).
+                return Err(Refused::BadTail);
+            }
             let term_begin = (count as i64) << terms.bits;
             let position = term_begin + start as i64;
             if position >= limit {

@@ -23,13 +23,23 @@
 //!   position it would reserve at (before its CAS), at the same position a live writer S then
 //!   reserves; S is slow (yields between every step). The unblocker sees a dead writer's pending
 //!   word on a frame that is S's, and must wait for S: the reader gets S's message whole.
+//! - `k7_writers_count_exactly`: two writers of a concurrent log add to the same statistics
+//!   counter at once (`Log::count`, as their recomputes and refusals do); both increments count.
+//!   The mutant `lossy_count` (a load then a store) loses one.
+//! - `u2_untethered_reader_beside_the_unblocker`: terms 0 and 1 are full; writer D rotates into
+//!   term 2, reserves its first frame and dies before zeroing its share of the next partition
+//!   (term 0's); the unblocker pads D's hole and zeroes that share; meanwhile an untethered
+//!   reader copies term 0's first frame and checks the copy (`copy_frames`, `lapped`). A copy
+//!   the check calls intact must be the message laid there, and both outcomes must occur. The
+//!   mutant `no_unblock_fence` (no release fence in the unblocker's pad) fails it: the reader
+//!   copies a zeroed payload yet its check reads a tail from before D's reservation.
 
 use super::concurrent::{ConcurrentAppender, Refused, Reservation};
 use super::loom_models::{check_place, check_with, message, Shared, Tally, SESSION_ID};
 use super::reader::{read, Action};
 use super::unblock;
 use super::{Log, LogInit};
-use crate::layout::frame::FRAME_ALIGNMENT;
+use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
 use crate::layout::log_meta::{self as meta, Geometry, NO_PENDING};
 use crate::region::{LoomRegion, RegionMut};
 use loom::sync::atomic::{fence, AtomicBool, Ordering};
@@ -50,8 +60,14 @@ fn check(name: &str, model: impl Fn() + Sync + Send + 'static) {
 
 /// A fresh concurrent log of 128-byte terms and its region.
 fn concurrent_log() -> (Log<Shared>, Shared) {
+    concurrent_log_with(false)
+}
+
+/// [`concurrent_log`], its region modelling racy reads (`racy`) for untethered readers.
+fn concurrent_log_with(racy: bool) -> (Log<Shared>, Shared) {
     let geometry = Geometry { term_length: TERM, page_size: 4096, mtu: 64, window: TERM / 2 };
-    let region = Arc::new(LoomRegion::for_log(&geometry));
+    let region = LoomRegion::for_log(&geometry);
+    let region = Arc::new(if racy { region.with_racy_reads() } else { region });
     let init = LogInit {
         geometry,
         initial_term_id: i32::MAX - 1,
@@ -267,4 +283,71 @@ fn k3_stopped_writer_is_never_unblocked_over() {
         ));
     });
     tally.report("k3");
+}
+
+#[test]
+fn u2_untethered_reader_beside_the_unblocker() {
+    use super::reader::{copy_frames, lapped, Cursor};
+    let tally = Tally::default();
+    let seen = tally.clone();
+    // The preemption bound of `LOOM_MAX_PREEMPTIONS` (2 in CI), not this file's 1.
+    super::loom_models::check("u2_untethered_reader_beside_the_unblocker", move || {
+        let (log, region) = concurrent_log_with(true);
+        let alive = Arc::new([AtomicBool::new(true), AtomicBool::new(true)]);
+        // Terms 0 and 1 full of 64-byte frames, before anyone else runs.
+        let laid: Vec<Vec<u8>> = (0..4).map(|i| message(i, 16)).collect();
+        let mut w = writer(&region, 1);
+        for (i, m) in laid.iter().enumerate() {
+            assert_eq!(offer(&mut w, m), 64 * (i as i64 + 1));
+        }
+        let mut d = writer(&region, 0);
+        let dies = Arc::clone(&alive);
+        let td = thread::spawn(move || {
+            // Rotates into term 2 and reserves its first frame: the tail of term 2 moves past
+            // offset 0, but D dies before zeroing its share of term 0's partition.
+            let r = reserve(&mut d, 16, TERM / 2);
+            assert_eq!(r.position, 2 * TERM as i64 + 64);
+            let _died_with = r;
+            dies[0].store(false, Ordering::SeqCst);
+        });
+        let unblocker_log = Log::open_any_term(Arc::clone(&region)).unwrap();
+        let flags = Arc::clone(&alive);
+        let tu = thread::spawn(move || {
+            td.join().unwrap();
+            while unblocker_log.writer_pending(0) != NO_PENDING {
+                unblock::resolve_dead(&unblocker_log, |slot| flags[slot].load(Ordering::SeqCst));
+                thread::yield_now();
+            }
+        });
+        // The untethered reader, at term 0's first frame: copy, then check.
+        let cursor = Cursor::new(&log, 0);
+        let (mut buf, mut frames) = (Vec::new(), Vec::new());
+        let fault = copy_frames(&log, &cursor, 1, usize::MAX, &mut buf, &mut frames);
+        let outcome = if lapped(&log, &cursor) {
+            "lapped"
+        } else {
+            assert_eq!(fault, None, "a copy the check calls intact has a broken frame");
+            assert_eq!(frames.len(), 1, "the committed frame, copied");
+            let f = frames[0];
+            assert_eq!(&buf[f.at + HEADER_LEN..f.at + f.len], &laid[0][..], "a copy the check calls intact");
+            "kept up"
+        };
+        tu.join().unwrap();
+        seen.add(outcome);
+    });
+    let outcomes = tally.report("u2_untethered_reader_beside_the_unblocker");
+    assert!(outcomes.contains_key("lapped") && outcomes.contains_key("kept up"), "{outcomes:?}");
+}
+
+#[test]
+fn k7_writers_count_exactly() {
+    use super::Counter;
+    check("k7_writers_count_exactly", || {
+        let (log, region) = concurrent_log();
+        let other = Log::open_any_term(Arc::clone(&region)).unwrap();
+        let t = thread::spawn(move || other.count(Counter::BackPressureEvents, 1));
+        log.count(Counter::BackPressureEvents, 2);
+        t.join().unwrap();
+        assert_eq!(log.counter(Counter::BackPressureEvents), 3, "an increment was lost");
+    });
 }

@@ -228,12 +228,19 @@ impl<R: RegionMut> Log<R> {
         true
     }
 
-    /// Adds `n` to a counter.
+    /// Adds `n` to a counter, exactly: with a compare-and-swap in a concurrent log, whose writers
+    /// count in the same words at once (a load then a store lost increments); with a load and a
+    /// store in an exclusive one, whose one writer is the only process that counts. Never on an
+    /// offer's fast path: the counters count recomputes, sweeps and refusals.
     pub fn count(&self, counter: Counter, n: u64) {
         let (r, at) = (&self.region, self.meta + counter.field());
-        // Single writer: a load and a store are enough and cheaper than an atomic add.
-        let v = r.load_i64(at, Ordering::Relaxed);
-        r.store_i64(at, v.wrapping_add(n as i64), Ordering::Relaxed);
+        let mut v = r.load_i64(at, Ordering::Relaxed);
+        if !self.concurrent || !crate::sync::protocol::exact_count() {
+            return r.store_i64(at, v.wrapping_add(n as i64), Ordering::Relaxed);
+        }
+        while let Err(now) = r.compare_exchange_i64(at, v, v.wrapping_add(n as i64)) {
+            v = now;
+        }
     }
 }
 

@@ -381,10 +381,13 @@ impl CopiedFrame {
 
 /// An untethered reader's copy: the committed frames from `cursor` on (up to the end of its
 /// term, `max_data` data frames, and `max_bytes` bytes after the first frame) copied whole into
-/// `buf` (from its start; it only grows), and listed in `frames`. Every word and byte is read racily, since the writer may be
-/// reusing the partition meanwhile: nothing copied may be trusted before [`lapped`], called
-/// after this, says the writer had not begun to. Every length is validated before it is used,
-/// so whatever a lapped read returns yields a stop, never an out-of-bounds access or a panic.
+/// `buf` (from its start), and listed in `frames`. Every word and byte is read racily, since the
+/// writer may be reusing the partition meanwhile: nothing copied may be trusted before
+/// [`lapped`], called after this, says the writer had not begun to. Every length is validated
+/// before it is used, so whatever a lapped read returns yields a stop, never an out-of-bounds
+/// access or a panic; and `buf` grows only for a data frame whose header was validated and that
+/// fits the log's MTU (padding is listed, not copied), so it never holds more than `max_bytes`
+/// and one frame: what a poll may deliver, whatever a garbage length word says.
 /// Returns the validation failure that stopped the copy, if any (a fault only if not lapped).
 pub fn copy_frames<R: Region>(
     log: &Log<R>,
@@ -396,6 +399,7 @@ pub fn copy_frames<R: Region>(
 ) -> Option<&'static str> {
     frames.clear();
     let term = term_window(log, cursor);
+    let mtu = log.geometry().mtu;
     let mut offset = cursor.offset;
     let (mut data, mut used) = (0, 0);
     while data < max_data && offset < term.len() && (frames.is_empty() || used < max_bytes) {
@@ -409,21 +413,30 @@ pub fn copy_frames<R: Region>(
             Ok(None) => break,
             Err(what) => return Some(what),
         };
-        // The buffer only grows (no zeroing per poll); the frame lands at `used`, header first.
-        let at = used;
-        if buf.len() < at + aligned {
-            buf.resize(at + aligned, 0);
-        }
-        let frame_bytes = &mut buf[at..at + aligned];
-        term.copy_out_racy(offset, &mut frame_bytes[..HEADER_LEN]);
-        frame_bytes[..REST_OFFSET].copy_from_slice(&(len as i32).to_le_bytes());
+        // The header first, on the stack, with the length as validated: nothing grows before
+        // it names this place and a known frame type.
+        let mut header = [0u8; HEADER_LEN];
+        term.copy_out_racy(offset, &mut header);
+        header[..REST_OFFSET].copy_from_slice(&(len as i32).to_le_bytes());
         let mut bytes = [0u8; REST_LEN];
-        bytes.copy_from_slice(&frame_bytes[REST_OFFSET..HEADER_LEN]);
+        bytes.copy_from_slice(&header[REST_OFFSET..]);
         let rest = HeaderRest::decode(&bytes);
         if let Err(what) = frame::check_rest(&rest, offset, cursor.term_id) {
             return Some(what);
         }
+        // The frame lands at `used`, header first (a pad is listed at `used`, never copied).
+        let at = used;
         if rest.frame_type != TYPE_PAD {
+            if aligned > mtu {
+                // No writer makes a data frame longer than the MTU (it fragments).
+                return Some("data frame longer than the log's MTU");
+            }
+            // The buffer keeps its length from poll to poll (no zeroing per poll).
+            if buf.len() < at + aligned {
+                buf.resize(at + aligned, 0);
+            }
+            let frame_bytes = &mut buf[at..at + aligned];
+            frame_bytes[..HEADER_LEN].copy_from_slice(&header);
             if aligned > HEADER_LEN {
                 // `offset + HEADER_LEN` is a grid point inside the term: the frame fits it.
                 term.copy_out_racy(offset + HEADER_LEN, &mut frame_bytes[HEADER_LEN..]);

@@ -27,7 +27,7 @@ use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN, REST_OFFSET, TYPE_PAD, U
 use crate::layout::log_meta::{self as meta, clean_chunk, PARTITION_COUNT};
 use crate::region::{Region, RegionMut, Window};
 use crate::sync::protocol;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 
 /// What an unblocker did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -150,6 +150,15 @@ fn pad<R: RegionMut>(log: &Log<R>, at: i64, extent: usize) -> bool {
     let index = terms.partition(at);
     let term = Window::new(log.region(), log.partition(index));
     let rest = rest_from(&data_template(log, terms.term_id(at)), offset, UNFRAGMENTED, TYPE_PAD);
+    // Every write below may reuse a partition an untethered reader copies from: the header in
+    // the term of the hole, the zeroes in the next partition (the term two before the hole's).
+    // The dead writer's tail CAS reached us through the acquire load of the tail that found
+    // the hole (`resolve_dead`); this fence passes it on to a reader that copies one of the
+    // bytes written below and then issues its acquire fence (`log::reader::lapped`,
+    // `docs/untethered.md`). A compiler barrier on x86-64.
+    if protocol::unblock_fence() {
+        fence(Ordering::Release);
+    }
     // SAFETY: the frame's writer is dead (its kernel lock is gone) and no live writer owns it
     // (checked by the caller), so nobody else writes it; we are the only unblocker (the caller
     // holds the unblock lock); readers read nothing of it until the positive length below.

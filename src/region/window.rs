@@ -81,7 +81,9 @@ impl<'r, R: Region> Window<'r, R> {
         self.mask + 1
     }
 
-    /// Region offset of the grid point `at`; callers pass grid offsets inside the window.
+    /// Region offset of the grid point `at`; callers pass grid offsets inside the window (an
+    /// offset that comes from a shared word is checked before it gets here: a concurrent
+    /// writer's tail, `log::concurrent`). The mask keeps even a caller's bug inside the window.
     #[inline(always)]
     fn point(&self, at: usize) -> usize {
         debug_assert!(

@@ -3,8 +3,8 @@
 //!
 //! Each writer keeps its own cached limit (recomputed from the reader slots and the writers'
 //! pending words when it reaches it); the reservation itself checks the shared tail against it
-//! (`log::concurrent`). A held-back writer sweeps dead readers and pads dead writers' holes at
-//! most once per liveness interval (`log::unblock`).
+//! (`log::concurrent`). A held-back writer, or one at a checkpoint (`stream::flow`), sweeps dead
+//! readers and pads dead writers' holes at most once per liveness interval (`log::unblock`).
 
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
@@ -157,10 +157,17 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// of dead readers and writers) lets it on.
     #[cold]
     fn admit_slow(&mut self, position: i64) -> Result<(), OfferError> {
-        if position < self.recompute_limit() {
-            return Ok(());
+        // Stopped by the readers' limit (not at a checkpoint short of it): read the slots again.
+        if !self.core.flow.at_checkpoint(position) {
+            self.recompute_limit();
         }
-        if self.core.liveness.sweep_due() && self.sweep() && position < self.recompute_limit() {
+        // Every stop asks whether a sweep is due, held back or not.
+        if self.core.sweep_due() && self.sweep() {
+            self.recompute_limit();
+        }
+        if self.core.flow.at_checkpoint(position) {
+            // The readers let it on: on to the next checkpoint (without reading the slots).
+            self.core.flow.next_checkpoint(position);
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);

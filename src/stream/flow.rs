@@ -11,6 +11,14 @@
 //! slots. Either the recompute sees the reader, or the reader sees a producer position at least
 //! as new as the one the recompute used, and refuses join positions more than a term behind it.
 //!
+//! Dead readers that hold nobody back (untethered ones, or any behind a reader that keeps up)
+//! would never stop a writer, and a writer sweeps only when it stops (a sweep costs system
+//! calls). So the cached limit also stops at *checkpoints*, a step past the writer's position
+//! (paced by its liveness to about an eighth of a liveness interval, at most 32 KiB), where the
+//! writer asks whether a sweep is due (one clock read) and, if not, moves to the next checkpoint
+//! without reading the slots. The offer's fast path is unchanged: the same comparison with the
+//! cached limit.
+//!
 //! Nothing read from a slot is trusted: a position past the writer's own (a stray or forged word)
 //! is ignored and counted, so it can neither move the limit past a live reader nor stick in the
 //! consumer position below. For a concurrent log "the writer's own" is the shared tail re-read
@@ -26,7 +34,12 @@ use crate::sync::{fence, Ordering};
 #[derive(Debug)]
 pub struct FlowControl {
     window: i64,
+    /// The cached limit: `allowed`, or the next checkpoint if that comes first.
     limit: i64,
+    /// What the readers allowed at the last recompute.
+    allowed: i64,
+    /// How far past the writer's position the next checkpoint lies.
+    step: i64,
     /// Highest reader position ever seen (Aeron's consumer position): with no reader left, the
     /// limit falls back to it so the publisher reports NotConnected rather than running on.
     consumer_max: i64,
@@ -42,6 +55,8 @@ impl FlowControl {
         Self {
             window: window as i64,
             limit: position,
+            allowed: position,
+            step: i64::MAX,
             consumer_max: position,
             readers: SessionReaders::default(),
             owed: None,
@@ -59,6 +74,25 @@ impl FlowControl {
     #[inline(always)]
     pub fn limit(&self) -> i64 {
         self.limit
+    }
+
+    /// `true` if the cached limit stopped a writer at `position` short of what the readers
+    /// allowed at the last recompute: a checkpoint, not back pressure.
+    #[inline]
+    pub fn at_checkpoint(&self, position: i64) -> bool {
+        position < self.allowed
+    }
+
+    /// Sets how far past the writer's position checkpoints lie from now on (positive).
+    pub fn set_step(&mut self, step: i64) {
+        self.step = step.max(1);
+    }
+
+    /// Moves the cached limit to the next checkpoint past `position`, within what the readers
+    /// allowed at the last recompute (no slot is read: positions only rise, and a joiner's
+    /// proof holds within the window of that recompute).
+    pub fn next_checkpoint(&mut self, position: i64) {
+        self.limit = self.allowed.min(position.saturating_add(self.step));
     }
 
     /// Readers counted at the last recompute.
@@ -111,7 +145,7 @@ impl FlowControl {
         }
         self.readers = slots.scan_rising(session, None, self.owed, producer, ceiling);
         let hold = oldest_pending().unwrap_or(i64::MAX);
-        match (self.readers.min, self.readers.max) {
+        self.allowed = match (self.readers.min, self.readers.max) {
             (Some(min), Some(max)) => {
                 // Readers past `producer` (a concurrent log's tail re-read after the fence) count,
                 // but move the limit no further than a window past `producer`: what a joiner
@@ -123,15 +157,14 @@ impl FlowControl {
                     (min, max)
                 };
                 self.consumer_max = self.consumer_max.max(max);
-                self.limit = min.min(hold).saturating_add(self.window);
+                min.min(hold).saturating_add(self.window)
             }
             // Only untethered readers: nobody holds the writer back, so it runs a window past
             // its own position (and recomputes there, to learn of a tethered joiner in time).
-            _ if self.readers.untethered > 0 => {
-                self.limit = producer.min(hold).saturating_add(self.window);
-            }
-            _ => self.limit = self.consumer_max.min(hold.saturating_add(self.window)),
-        }
+            _ if self.readers.untethered > 0 => producer.min(hold).saturating_add(self.window),
+            _ => self.consumer_max.min(hold.saturating_add(self.window)),
+        };
+        self.next_checkpoint(producer);
         self.limit
     }
 }
@@ -192,6 +225,26 @@ mod tests {
         far.free();
         fc.recompute(&slots, 9, 1 << 20);
         assert!(!fc.connected(), "no reader left");
+    }
+
+    #[test]
+    fn checkpoints_stop_the_writer_short_of_what_the_readers_allow() {
+        let region = Arc::new(HeapRegion::new(file_length(1)));
+        let slots = Slots::initialize(Arc::clone(&region), 1);
+        let mut loose = SlotMut::new(Arc::clone(&region), slot_offset(0), 0);
+        loose.claim(&region, 1, 0);
+        loose.set_untethered(true);
+        loose.activate(9, 0);
+        let mut fc = FlowControl::new(1024, 0);
+        fc.set_step(256);
+        assert_eq!(fc.recompute(&slots, 9, 4096), 4096 + 256, "the first checkpoint");
+        assert!(fc.at_checkpoint(4096 + 256), "the readers allow more: a checkpoint, not back pressure");
+        fc.next_checkpoint(4096 + 256);
+        assert_eq!(fc.limit(), 4096 + 512);
+        fc.next_checkpoint(4096 + 900);
+        assert_eq!(fc.limit(), 4096 + 1024, "never past what the readers allowed");
+        assert!(!fc.at_checkpoint(4096 + 1024), "there it recomputes");
+        loose.free();
     }
 
     #[test]

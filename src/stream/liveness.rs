@@ -233,17 +233,41 @@ impl SlotLocks for SlotFile {
 /// readers' liveness from the slot file's locks.
 pub type FileWriter = Writer<MmapRegion, MmapRegion, Paced>;
 
-/// The publisher's liveness: the slot file's locks, asked at most once per interval.
+/// The shortest step between a writer's checkpoints (`stream::flow`): one frame of the smallest
+/// size, so a slow writer looks at the clock at every append.
+pub const MIN_CHECKPOINT_STEP: i64 = 32;
+/// The longest: a writer at full speed looks at the clock at least once per 32 KiB appended
+/// (1 024 of the smallest messages).
+pub const MAX_CHECKPOINT_STEP: i64 = 32 << 10;
+
+/// The publisher's liveness: the slot file's locks, asked at most once per interval, and the
+/// pace of its checkpoints.
 #[derive(Debug)]
 pub struct Paced {
     pub(crate) slot_file: SlotFile,
     interval: Duration,
     last_sweep: Option<Instant>,
+    /// When the writer last asked `sweep_due`, and the step to its next checkpoint.
+    last_ask: Option<Instant>,
+    step: i64,
 }
 
 impl Paced {
     pub fn new(slot_file: SlotFile, interval: Duration) -> Self {
-        Self { slot_file, interval, last_sweep: None }
+        Self { slot_file, interval, last_sweep: None, last_ask: None, step: MAX_CHECKPOINT_STEP }
+    }
+}
+
+/// The step to a writer's next checkpoint, from the last one and the time since it was set: a
+/// writer back within an eighth of the liveness interval doubles it (up to the longest), one that
+/// took longer comes back after one frame. So a writer at a steady pace asks at least every
+/// quarter of an interval (a step that took longer than an eighth followed one that took less),
+/// and one at full speed once per longest step; a writer that slows down abruptly asks again
+/// within one longest step.
+fn next_step(step: i64, since_last_ask: Option<Duration>, interval: Duration) -> i64 {
+    match since_last_ask {
+        Some(d) if d < interval / 8 => step.saturating_mul(2).min(MAX_CHECKPOINT_STEP),
+        _ => MIN_CHECKPOINT_STEP,
     }
 }
 
@@ -262,11 +286,17 @@ impl SlotLocks for Paced {
 impl Liveness for Paced {
     fn sweep_due(&mut self) -> bool {
         let now = Instant::now();
+        self.step = next_step(self.step, self.last_ask.map(|t| now.duration_since(t)), self.interval);
+        self.last_ask = Some(now);
         let due = self.last_sweep.is_none_or(|t| now.duration_since(t) >= self.interval);
         if due {
             self.last_sweep = Some(now);
         }
         due
+    }
+
+    fn checkpoint_step(&self) -> i64 {
+        self.step
     }
 }
 
@@ -297,6 +327,10 @@ impl Liveness for ConcurrentPaced {
     fn sweep_due(&mut self) -> bool {
         self.readers.sweep_due()
     }
+
+    fn checkpoint_step(&self) -> i64 {
+        self.readers.checkpoint_step()
+    }
 }
 
 impl WriterLiveness for ConcurrentPaced {
@@ -306,5 +340,21 @@ impl WriterLiveness for ConcurrentPaced {
 
     fn with_unblock_lock<T>(&self, f: impl FnOnce() -> T) -> Option<T> {
         self.writers.with_unblock_lock(f)
+    }
+}
+
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_follow_the_writers_pace() {
+        let interval = Duration::from_millis(80);
+        let quick = Some(Duration::from_millis(1));
+        let slow = Some(Duration::from_millis(10));
+        assert_eq!(next_step(64, quick, interval), 128, "back quickly: twice as far");
+        assert_eq!(next_step(MAX_CHECKPOINT_STEP, quick, interval), MAX_CHECKPOINT_STEP);
+        assert_eq!(next_step(MAX_CHECKPOINT_STEP, slow, interval), MIN_CHECKPOINT_STEP, "slowed down");
+        assert_eq!(next_step(MAX_CHECKPOINT_STEP, None, interval), MIN_CHECKPOINT_STEP, "first ask");
     }
 }

@@ -597,4 +597,101 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     pub fn log(&self) -> &Log<L> {
         &self.log
     }
+
+    /// Bytes allocated for an untethered reader's copies (`None`: tethered), for the tests of
+    /// its bound (the review's N6).
+    #[cfg(any(test, shmlog_fuzz))]
+    pub fn untethered_buffer_capacity(&self) -> Option<usize> {
+        self.untethered.as_ref().map(|u| u.buf.capacity())
+    }
+}
+
+#[cfg(all(test, not(shmlog_loom)))]
+mod tests {
+    use super::*;
+    use crate::layout::frame::{HeaderRest, CURRENT_VERSION, TYPE_DATA, UNFRAGMENTED};
+    use crate::layout::log_meta::Geometry;
+    use crate::stream::writer::Writer;
+    use crate::sync::Ordering;
+    use crate::testing::{claimed_slot, heap_log, heap_slots, AllAlive, Shared};
+    use std::sync::Arc;
+
+    const T: usize = 64 * 1024;
+    const TERM_ID: i32 = 7;
+
+    /// A writer over a fresh log of 64 KiB terms, and an untethered reader joined at its start.
+    fn untethered_pair() -> (Shared, Writer<Shared, Shared, AllAlive>, Reader<Shared, Shared>) {
+        let geometry = Geometry { term_length: T, page_size: 4096, mtu: 1408, window: T / 2 };
+        let (region, log) = heap_log(geometry, TERM_ID, 41);
+        let (slot_region, slots) = heap_slots(1);
+        let mut slot = claimed_slot(&slot_region, 0, 1);
+        slot.set_untethered(true);
+        let view = Log::open_any_term(Arc::clone(&region)).expect("a valid log");
+        let reader = Reader::join(view, &slots, slot, JoinAt::Earliest, false).expect("joins");
+        assert!(reader.is_untethered());
+        let writer = Writer::new(log, slots, AllAlive).expect("a fresh log");
+        (region, writer, reader)
+    }
+
+    /// Polls one fragment at a time until nothing more comes; returns the fragments delivered.
+    fn drain(reader: &mut Reader<Shared, Shared>) -> usize {
+        let mut got = 0;
+        while reader.poll(|_, _| got += 1, 1) > 0 {}
+        got
+    }
+
+    /// The review's N6: one garbage length word (a lapped read, or a hostile writer of the log)
+    /// grew the buffer to the length it named, before the header was checked, for good. Now the
+    /// header is checked first, and a data frame must fit the MTU: the buffer keeps the size of
+    /// what was delivered, and the reader reports a fault.
+    #[test]
+    fn a_garbage_length_word_does_not_grow_the_untethered_buffer() {
+        for hostile_header in [false, true] {
+            let (region, mut writer, mut reader) = untethered_pair();
+            for _ in 0..4 {
+                writer.offer(&[5u8; 32]).unwrap();
+            }
+            assert_eq!(drain(&mut reader), 4);
+            let at = writer.position() as usize;
+            let base = writer.log().partition_base(0);
+            if hostile_header {
+                // A header that names its place, as a writer of the log could forge.
+                let rest = HeaderRest {
+                    version: CURRENT_VERSION,
+                    flags: UNFRAGMENTED,
+                    frame_type: TYPE_DATA,
+                    term_offset: at as i32,
+                    session_id: 41,
+                    stream_id: writer.log().stream_id(),
+                    term_id: TERM_ID,
+                    reserved_value: 0,
+                };
+                // SAFETY: a heap region only this thread touches.
+                unsafe { region.copy_in(base + at + 4, &rest.encode()) };
+            }
+            region.store_i32(base + at, (T - at) as i32, Ordering::Release);
+            assert_eq!(drain(&mut reader), 0);
+            assert!(reader.fault().is_some(), "a frame no writer makes is a fault");
+            let capacity = reader.untethered_buffer_capacity().unwrap();
+            assert!(capacity <= 256, "the buffer grew to {capacity} bytes for a garbage length word");
+        }
+    }
+
+    /// Honest padding at the end of a term is listed, not copied: it does not grow the buffer
+    /// either (a pad of nearly 8 KiB here, the frames delivered 64 bytes each).
+    #[test]
+    fn end_of_term_padding_does_not_grow_the_untethered_buffer() {
+        let (_region, mut writer, mut reader) = untethered_pair();
+        while writer.position() < (T - 7 * 1024) as i64 {
+            writer.offer(&[6u8; 32]).unwrap();
+            assert_eq!(drain(&mut reader), 1);
+        }
+        // Does not fit the rest of the term: padded to its end, then written in the next.
+        writer.offer(&[7u8; 8000]).unwrap();
+        assert_eq!(drain(&mut reader), 0, "one poll over the pad (the next term's frames follow)");
+        assert_eq!(reader.position(), T as i64, "the pad was consumed");
+        let capacity = reader.untethered_buffer_capacity().unwrap();
+        assert!(capacity <= 256, "the buffer grew to {capacity} bytes over a pad");
+        assert!(drain(&mut reader) > 0 && reader.fault().is_none());
+    }
 }

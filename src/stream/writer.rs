@@ -2,7 +2,7 @@
 //! region, so the loom models, the fuzz targets and the ThreadSanitizer test run this very code.
 //!
 //! Admission below the flow-control limit (recomputed lazily from the reader slots, and at every
-//! rotation), the sweep of dead readers when held back, the pad-rotate-retry of a message that
+//! rotation), the sweep of dead readers when held back or at a checkpoint (`flow`), the pad-rotate-retry of a message that
 //! does not fit the term, and the one pending claim live here; the publication around it owns the
 //! files.
 
@@ -192,14 +192,18 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
         if position.saturating_add(framed) >= self.max_position {
             return Err(OfferError::MaxPositionExceeded);
         }
-        if position < self.recompute_limit() {
-            return Ok(());
+        // Stopped by the readers' limit (not at a checkpoint short of it): read the slots again.
+        if !self.core.flow.at_checkpoint(position) {
+            self.recompute_limit();
         }
-        if self.core.connected()
-            && self.core.liveness.sweep_due()
-            && self.sweep() > 0
-            && position < self.recompute_limit()
-        {
+        // Every stop of a connected writer asks whether a sweep is due, held back or not (not
+        // connected: no reader counted, none to sweep).
+        if self.core.connected() && self.core.sweep_due() && self.sweep() > 0 {
+            self.recompute_limit();
+        }
+        if self.core.flow.at_checkpoint(position) {
+            // The readers let it on: on to the next checkpoint (without reading the slots).
+            self.core.flow.next_checkpoint(position);
             return Ok(());
         }
         self.appender.log().count(Counter::BackPressureEvents, 1);

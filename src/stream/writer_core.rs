@@ -11,9 +11,17 @@ use crate::sync::LightBarrier;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
 pub trait Liveness: SlotLocks {
-    /// Whether a held-back writer may sweep dead readers now: a sweep costs system calls, so
-    /// it runs at most once per liveness interval.
+    /// Whether the writer may sweep dead readers now: a sweep costs system calls, so it runs at
+    /// most once per liveness interval.
     fn sweep_due(&mut self) -> bool;
+
+    /// How many bytes of log a writer that nothing holds back may append before it asks
+    /// [`Liveness::sweep_due`] again (its next checkpoint, `flow`): what bounds the time a dead
+    /// reader that holds nobody back (an untethered one) stays counted. The default, no
+    /// checkpoints, is for models whose liveness never changes.
+    fn checkpoint_step(&self) -> i64 {
+        i64::MAX
+    }
 }
 
 /// The reader-facing half of a writer.
@@ -33,7 +41,9 @@ pub struct WriterCore<S, K> {
 impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
     /// Flow control with a window of `window` bytes from position `start`, over `slots`.
     pub fn new(slots: Slots<S>, liveness: K, window: usize, start: i64, max_message: usize) -> Self {
-        Self { flow: FlowControl::new(window, start), slots, liveness, max_message, ring: None }
+        let mut flow = FlowControl::new(window, start);
+        flow.set_step(liveness.checkpoint_step());
+        Self { flow, slots, liveness, max_message, ring: None }
     }
 
     /// Rings the stream's doorbell after every commit from now on, and once at once: readers
@@ -70,6 +80,15 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
             log.count(Counter::ReadersEvicted, evicted as u64);
         }
         evicted
+    }
+
+    /// Whether a writer the cached limit stopped should sweep now: asked at every stop, held
+    /// back or at a checkpoint (`flow`), so a dead reader is swept within a bounded time whatever
+    /// holds the writer. Paces the next checkpoints.
+    pub fn sweep_due(&mut self) -> bool {
+        let due = self.liveness.sweep_due();
+        self.flow.set_step(self.liveness.checkpoint_step());
+        due
     }
 
     /// Publishes a recomputed `limit` and the readers it counted in `log`'s gauges and counters

@@ -79,8 +79,10 @@ impl Previous {
                     rates.streams.insert(
                         st.name.clone(),
                         StreamRates {
-                            bytes_per_sec: (log.position - pos) as f64 / secs,
-                            back_pressure_per_sec: (log.back_pressure_events - bp) as f64 / secs,
+                            // Wrapping: every word here comes from shared memory (a forged
+                            // one must not panic a debug build), and counters wrap.
+                            bytes_per_sec: log.position.wrapping_sub(pos) as f64 / secs,
+                            back_pressure_per_sec: log.back_pressure_events.wrapping_sub(bp) as f64 / secs,
                         },
                     );
                 }
@@ -89,7 +91,9 @@ impl Previous {
             for r in &st.readers {
                 let key = (st.name.clone(), r.slot, r.pid, r.session_id);
                 if let (Some(secs), Some(&pos)) = (elapsed, self.readers.get(&key)) {
-                    rates.readers.insert((st.name.clone(), r.slot), (r.position - pos) as f64 / secs);
+                    rates
+                        .readers
+                        .insert((st.name.clone(), r.slot), r.position.wrapping_sub(pos) as f64 / secs);
                 }
                 readers.insert(key, r.position);
             }
@@ -157,7 +161,7 @@ pub fn bytes(n: u64) -> String {
 fn age(created_ns: i64) -> String {
     let now =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
-    let secs = (now - created_ns) as f64 / 1e9;
+    let secs = now.saturating_sub(created_ns) as f64 / 1e9;
     if secs < 0.0 {
         "in the future".to_owned()
     } else if secs < 120.0 {
@@ -657,6 +661,38 @@ mod tests {
         let json = bridge_json(&b);
         assert_eq!(json["source_losses"].as_u64(), Some(2));
         assert_eq!(json["losses"][1]["cause"].as_str(), Some("source:9:sessions_missed:3"));
+    }
+
+    /// The review's N7 d: positions, counters and creation times are words of shared memory;
+    /// forged ones made the rates and ages overflow (a panic in debug builds, where this test
+    /// runs with `cargo test`).
+    #[test]
+    fn forged_words_do_not_overflow_rates_or_ages() {
+        let dir = std::env::temp_dir().join(format!("shmlog-stat-forged-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut p = shmlog::Publication::builder("s").dir(&dir).term_length(64 * 1024).create().unwrap();
+        let _sub = shmlog::Subscription::builder("s").dir(&dir).open().unwrap();
+        assert!(p.is_connected());
+        p.offer(b"x").unwrap();
+        let forged = |min: bool| {
+            let mut list = streams(&dir).unwrap();
+            let files = list[0].files.as_mut().unwrap();
+            let v = if min { i64::MIN } else { i64::MAX };
+            let log = files.log.as_mut().unwrap();
+            (log.position, log.back_pressure_events, log.created_ns) = (v, v, v);
+            files.readers[0].position = v;
+            list
+        };
+        let mut previous = Previous::default();
+        let t0 = Instant::now();
+        assert!(previous.update(&forged(true), t0).is_none());
+        let rates = previous.update(&forged(false), t0 + Duration::from_secs(1)).unwrap();
+        assert_eq!(rates.streams["s"].bytes_per_sec, -1.0, "wrapped: MAX - MIN is -1");
+        let mut text = String::new();
+        log_text(&mut text, forged(true)[0].files.as_ref().unwrap().log.as_ref().unwrap(), None);
+        assert!(text.contains("h ago"), "{text}");
+        drop((p, _sub));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
