@@ -22,11 +22,11 @@ def test_bytes_like_offers_and_properties(stream_dir, name):
         assert [sub.recv(5), sub.recv(5), sub.recv(5)] == [b"bytes", b"bytearray", b"memoryview"]
         assert sub.position == p3
         assert sub.session_id == pub.session_id
-        assert sub.is_connected and not sub.is_closed
+        assert sub.is_connected and not sub.closed
         assert "session" in repr(sub) and "session" in repr(pub)
     with pytest.raises(shmlog.Closed):
         sub.recv(5)
-    assert sub.is_closed
+    assert not sub.is_connected and not sub.closed
 
 
 def test_poll_and_handler_errors(stream_dir, name):
