@@ -69,11 +69,7 @@ impl Inner {
     }
 
     fn report(&mut self, loss: Loss) {
-        if self.losses.len() >= MAX_LOSSES {
-            self.losses.pop_front();
-            self.losses_dropped += 1;
-        }
-        self.losses.push_back(loss);
+        report(&mut self.losses, &mut self.losses_dropped, loss);
     }
 
     /// The receiver for blocking calls (taking it back from asyncio if it was there).
@@ -111,6 +107,44 @@ impl Inner {
                 Err(RecvError::Decode(never)) => match never {},
             }
         }
+    }
+}
+
+/// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
+fn report(losses: &mut VecDeque<Loss>, dropped: &mut u64, loss: Loss) {
+    if losses.len() >= MAX_LOSSES {
+        losses.pop_front();
+        *dropped += 1;
+    }
+    losses.push_back(loss);
+}
+
+impl Inner {
+    /// Up to `limit` messages the receiver has now into `out`, and the answer that stopped the
+    /// batch, if any; `None` if the receiver is gone. (`take` in a loop, with one look at the
+    /// mode per batch instead of per message.)
+    fn take_batch(&mut self, out: &mut Vec<Py<PyBytes>>, limit: usize) -> Option<Option<Pending>> {
+        if let Some(p) = self.pending.take() {
+            return Some(Some(p));
+        }
+        self.blocking()?;
+        let Self { mode: Mode::Blocking(rx), returned, losses, losses_dropped, .. } = self else {
+            return None;
+        };
+        while out.len() < limit {
+            match rx.try_recv() {
+                Ok(m) => {
+                    *returned += 1;
+                    out.push(m);
+                }
+                Err(RecvError::Lost(loss)) => report(losses, losses_dropped, loss),
+                Err(RecvError::Timeout) => break,
+                Err(RecvError::Closed) => return Some(Some(Pending::End)),
+                Err(RecvError::Fault(why)) => return Some(Some(Pending::Fault(why))),
+                Err(RecvError::Decode(never)) => match never {},
+            }
+        }
+        Some(None)
     }
 }
 
@@ -206,22 +240,18 @@ impl PySubscription {
         &self,
         py: Python<'_>,
         inner: &mut Inner,
-        out: &Bound<'_, PyList>,
+        out: &mut Vec<Py<PyBytes>>,
         limit: usize,
     ) -> PyResult<()> {
-        while out.len() < limit {
-            match inner.take() {
-                Some(Got::Message(m)) => out.append(m)?,
-                Some(Got::Nothing) => break,
-                Some(Got::Answer(a)) if out.is_empty() => return Err(self.answer(py, a)),
-                Some(Got::Answer(a)) => {
-                    inner.pending = Some(a);
-                    break;
-                }
-                None => return Err(self.handle.closed_error(py)),
+        match inner.take_batch(out, limit) {
+            None => Err(self.handle.closed_error(py)),
+            Some(None) => Ok(()),
+            Some(Some(a)) if out.is_empty() => Err(self.answer(py, a)),
+            Some(Some(a)) => {
+                inner.pending = Some(a);
+                Ok(())
             }
         }
-        Ok(())
     }
 }
 
@@ -325,16 +355,16 @@ impl PySubscription {
             None => None,
             Some(t) => Some(util::deadline("timeout", Some(t))?.unwrap_or_else(far_future)),
         };
-        let out = PyList::empty(py);
+        let mut out = Vec::new();
         self.handle.with(py, |inner| loop {
-            self.take_many(py, inner, &out, limit)?;
+            self.take_many(py, inner, &mut out, limit)?;
             if !out.is_empty() {
                 return Ok(());
             }
             let Some(slice) = util::slice(deadline) else { return Ok(()) };
             self.wait_slice(py, inner, slice)?;
         })?;
-        Ok(out)
+        PyList::new(py, out)
     }
 
     /// Calls `handler(message)` for each message there now, at most `limit`; returns how many.
@@ -557,14 +587,14 @@ impl PySubscription {
     /// whose poll hands the armed doorbell to the process's waiter thread. The next call takes
     /// it back.
     fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
+        let mut out = Vec::new();
         self.handle.with(py, |inner| {
             let Some(wake) = &inner.wake else {
                 return Err(PyRuntimeError::new_err("_async_fd() must be called first"));
             };
             let waker = wake.waker();
             loop {
-                self.take_many(py, inner, &out, limit.max(1))?;
+                self.take_many(py, inner, &mut out, limit.max(1))?;
                 if !out.is_empty() {
                     return Ok(());
                 }
@@ -579,7 +609,8 @@ impl PySubscription {
                     Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(()),
                     Poll::Ready(Ok(m)) => {
                         inner.returned += 1;
-                        return out.append(m);
+                        out.push(m);
+                        return Ok(());
                     }
                     Poll::Ready(Err(RecvError::Lost(loss))) => inner.report(loss),
                     Poll::Ready(Err(RecvError::Closed)) => return Err(self.answer(py, Pending::End)),
@@ -590,7 +621,7 @@ impl PySubscription {
                 }
             }
         })?;
-        Ok(out)
+        PyList::new(py, out)
     }
 }
 
