@@ -61,6 +61,15 @@ struct Inner {
     wake: Option<SocketWake>,
 }
 
+/// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
+fn report(losses: &mut VecDeque<Loss>, dropped: &mut u64, loss: Loss) {
+    if losses.len() >= MAX_LOSSES {
+        losses.pop_front();
+        *dropped += 1;
+    }
+    losses.push_back(loss);
+}
+
 impl Inner {
     /// `true` if a receive now returns at once without polling the log: a message in the
     /// receiver's queue, or an answer kept for it.
@@ -108,18 +117,7 @@ impl Inner {
             }
         }
     }
-}
 
-/// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
-fn report(losses: &mut VecDeque<Loss>, dropped: &mut u64, loss: Loss) {
-    if losses.len() >= MAX_LOSSES {
-        losses.pop_front();
-        *dropped += 1;
-    }
-    losses.push_back(loss);
-}
-
-impl Inner {
     /// Up to `limit` messages the receiver has now into `out`, and the answer that stopped the
     /// batch, if any; `None` if the receiver is gone. (`take` in a loop, with one look at the
     /// mode per batch instead of per message.)
