@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""shmlog from Python against what Python users pick today, in the same run.
+"""shmlog from Python against pyzmq, measured the same way for both, in one run.
 
-Two processes on one host, a Python publisher and a Python subscriber:
-  * throughput: 64-byte messages one way, as fast as they go (measured at the subscriber, from
-    its first message to its last);
-  * latency: 64-byte messages at 1 000 msg/s, one way (the publisher's CLOCK_MONOTONIC stamp in
-    the message, read again by the subscriber when it has the message), p50 / p90 / p99.
-Transports: shmlog (blocking iteration: the receiver sleeps on the stream's doorbell), pyzmq PUB/SUB over ipc://, and
-multiprocessing.Queue. Ratios are printed against pyzmq, with the issue's goals (throughput
->= 5x pyzmq, p50 latency <= 0.5x pyzmq).
+Every test runs a Python publisher process and Python subscriber processes on one host, with
+64-byte messages one way, and each transport once per round, alternating which goes first:
 
-  python bench.py            # full run (about a minute)
-  python bench.py --smoke    # a few thousand messages each: checks the script runs (CI)
+  * throughput: as fast as they go, one message per call (`offer` / `for msg in sub`; pyzmq
+    `send` / `recv`), and shmlog with its batch calls (`offer_many` / `recv_many`).
+    Throughput = messages received / (the subscriber's time at its last message - the
+    publisher's time at its first send): the whole transfer, not the tail a late reader sees.
+  * latency at 10 000 msg/s: one-way, the publisher's CLOCK_MONOTONIC stamp in the message read
+    again by the subscriber when it has the message; p50 / p99, and the subscriber's CPU.
+  * fan-out: 8 subscribers at 1 000 msg/s; p50 / p99 over all of them, and their CPU in all.
+
+pyzmq is PUB/SUB over ipc:// without high-water-mark drops (every message is delivered, as
+with shmlog). The goals (issue 34): throughput >= 5x pyzmq one message per call and >= 8x with
+batch calls, p50 <= 0.3x, fan-out p50 <= 0.5x and subscriber CPU <= pyzmq's.
+
+  python bench.py                # full run: 3 rounds (a few minutes)
+  python bench.py --rounds 5
+  python bench.py --smoke        # CI: checks that every path runs; figures too short to judge
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import argparse
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import struct
 import sys
 import tempfile
@@ -35,6 +43,9 @@ except ImportError:  # the comparison is skipped, said so in the output
 
 SIZE = 64
 STAMP = struct.Struct("<QQ")  # sequence number, send time (ns, CLOCK_MONOTONIC)
+BATCH = 256
+MARKER = b"W"  # pyzmq's slow-joiner markers, not messages
+now = time.perf_counter_ns  # CLOCK_MONOTONIC: one clock for every process of the host
 
 
 def message(seq: int, stamp: int = 0) -> bytes:
@@ -45,187 +56,261 @@ def pace(rate: float, seq: int, start: int) -> int:
     """Waits for message `seq`'s slot (sleeping, then spinning the last 200 us); its time."""
     due = start + int(seq * 1e9 / rate)
     while True:
-        now = time.perf_counter_ns()
-        if now >= due:
-            return now
-        if due - now > 200_000:
-            time.sleep((due - now - 200_000) / 1e9)
+        t = now()
+        if t >= due:
+            return t
+        if due - t > 200_000:
+            time.sleep((due - t - 200_000) / 1e9)
 
 
-# ---- senders (run in a child process) --------------------------------------------------------
+# ---- one test's plan ---------------------------------------------------------------------------
 
 
-def shmlog_sender(name, dir, n, rate, ready):
+class Plan:
+    """What a publisher sends and its subscribers measure."""
+
+    def __init__(self, n: int, rate: float = 0.0, readers: int = 1, batch: bool = False):
+        self.n, self.rate, self.readers, self.batch = n, rate, readers, batch
+
+
+def report(out, t_last: int, lat: list, cpu: float, wall: float):
+    out.put((t_last, lat, cpu, wall))
+
+
+# ---- shmlog --------------------------------------------------------------------------------------
+
+
+def shmlog_publisher(name, dir, plan: Plan, created, go, first):
     pub = shmlog.Publication(name, dir)
-    pub.wait_connected(timeout=30)
-    ready.set()
-    msg = message(0)
-    start = time.perf_counter_ns()
-    for i in range(n):
-        if rate:
-            msg = message(i, pace(rate, i, start))
-        try:
-            pub.offer(msg)
-        except shmlog.BackPressured:
-            pub.offer_blocking(msg, timeout=30)
+    created.set()
+    pub.wait_for_readers(plan.readers, timeout=60)
+    go.wait(60)
+    if plan.batch:
+        msgs = [message(0)] * BATCH
+        first.value = now()
+        sent = 0
+        while sent < plan.n:
+            sent += pub.offer_many(msgs[: min(BATCH, plan.n - sent)], timeout=None)
+    elif plan.rate:
+        start = first.value = now()
+        for i in range(plan.n):
+            pub.offer_blocking(message(i, pace(plan.rate, i, start)), timeout=30)
+    else:
+        msg = message(0)
+        first.value = now()
+        for _ in range(plan.n):
+            try:
+                pub.offer(msg)
+            except shmlog.BackPressured:
+                pub.offer_blocking(msg, timeout=30)
     pub.close()
 
 
-def zmq_sender(endpoint, n, rate, ready, joined):
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.PUB)
-    s.setsockopt(zmq.SNDHWM, 0)  # never drop: every message is delivered, as with the others
-    s.connect(endpoint)
-    # PUB/SUB's slow joiner: send markers until the subscriber has seen one.
-    while not joined.is_set():
-        s.send(b"W")
-        joined.wait(0.001)
-    ready.set()
-    msg = message(0)
-    start = time.perf_counter_ns()
-    for i in range(n):
-        if rate:
-            msg = message(i, pace(rate, i, start))
-        s.send(msg)
-    s.close(linger=-1)
-    ctx.term()
-
-
-def queue_sender(q, n, rate, ready):
-    ready.set()
-    msg = message(0)
-    start = time.perf_counter_ns()
-    for i in range(n):
-        if rate:
-            msg = message(i, pace(rate, i, start))
-        q.put(msg)
-
-
-# ---- receivers (in this process) --------------------------------------------------------------
-
-
-def receive(get, n: int, latency: bool):
-    """Takes n messages with `get`; returns (messages per second, latencies in ns)."""
+def shmlog_subscriber(name, dir, plan: Plan, ready, out):
+    sub = shmlog.Subscription(name, dir)
+    sub.wait_connected(timeout=60)
+    ready.release()
     lat = []
-    first = get()
-    t0 = time.perf_counter_ns()
-    if latency:
-        lat.append(t0 - STAMP.unpack_from(first)[1])
-    for _ in range(n - 1):
-        m = get()
-        if latency:
-            lat.append(time.perf_counter_ns() - STAMP.unpack_from(m)[1])
-    t1 = time.perf_counter_ns()
-    return (n - 1) / ((t1 - t0) / 1e9), lat
+    c0, w0 = time.process_time(), time.monotonic()
+    got = 0
+    if plan.batch:
+        while got < plan.n:
+            got += len(sub.recv_many(4096))
+    elif plan.rate:
+        for m in sub:
+            lat.append(now() - STAMP.unpack_from(m)[1])
+            got += 1
+            if got == plan.n:
+                break
+    else:
+        for _ in sub:
+            got += 1
+            if got == plan.n:
+                break
+    t_last = now()
+    report(out, t_last, lat, time.process_time() - c0, time.monotonic() - w0)
+    sub.close()
 
 
-def run_shmlog(ctx, n, rate):
+def run_shmlog(ctx, plan: Plan):
     dir = tempfile.mkdtemp(prefix="shmlog-py-bench-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     name = f"bench-{uuid.uuid4().hex[:8]}"
+    created, go, ready = ctx.Event(), ctx.Event(), ctx.Semaphore(0)
+    first, out = ctx.Value("q", 0), ctx.Queue()
     try:
-        sub = shmlog.Subscription(name, dir)
-        ready = ctx.Event()
-        p = ctx.Process(target=shmlog_sender, args=(name, dir, n, rate, ready))
+        p = ctx.Process(target=shmlog_publisher, args=(name, dir, plan, created, go, first))
         p.start()
-        # Iteration, as a reader loop is written (`for msg in sub`): the same wait as recv(),
-        # without recv()'s argument parsing (abi3 before 3.10 has no fast calls).
-        result = receive(iter(sub).__next__, n, bool(rate))
-        p.join(60)
-        sub.close()
-        return result
+        created.wait(60)
+        subs = [ctx.Process(target=shmlog_subscriber, args=(name, dir, plan, ready, out)) for _ in range(plan.readers)]
+        return collect(p, subs, ready, go, first, out, plan)
     finally:
         shutil.rmtree(dir, ignore_errors=True)
 
 
-def run_zmq(ctx, n, rate):
+# ---- pyzmq PUB/SUB -----------------------------------------------------------------------------
+
+
+def zmq_publisher(endpoint, plan: Plan, created, go, first, joined):
+    zctx = zmq.Context()
+    s = zctx.socket(zmq.PUB)
+    s.setsockopt(zmq.SNDHWM, 0)  # never drop: every message is delivered, as with shmlog
+    s.bind(endpoint)
+    created.set()
+    # PUB/SUB's slow joiner: markers until every subscriber has seen one.
+    while joined.value < plan.readers:
+        s.send(MARKER)
+        time.sleep(0.001)
+    go.wait(60)
+    if plan.rate:
+        start = first.value = now()
+        for i in range(plan.n):
+            s.send(message(i, pace(plan.rate, i, start)))
+    else:
+        msg = message(0)
+        first.value = now()
+        for _ in range(plan.n):
+            s.send(msg)
+    s.close(linger=-1)
+    zctx.term()
+
+
+def zmq_subscriber(endpoint, plan: Plan, ready, out, joined):
+    zctx = zmq.Context()
+    s = zctx.socket(zmq.SUB)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.setsockopt(zmq.SUBSCRIBE, b"")
+    s.connect(endpoint)
+    s.recv()  # a marker: joined
+    with joined.get_lock():
+        joined.value += 1
+    ready.release()
+    lat = []
+    c0, w0 = time.process_time(), time.monotonic()
+    got = 0
+    while got < plan.n:
+        m = s.recv()
+        if m == MARKER:
+            continue
+        if plan.rate:
+            lat.append(now() - STAMP.unpack_from(m)[1])
+        got += 1
+    t_last = now()
+    report(out, t_last, lat, time.process_time() - c0, time.monotonic() - w0)
+    s.close(linger=0)
+    zctx.term()
+
+
+def run_zmq(ctx, plan: Plan):
     dir = tempfile.mkdtemp(prefix="shmlog-py-bench-zmq-")
     endpoint = f"ipc://{dir}/sock"
-    zctx = zmq.Context()
+    created, go, ready = ctx.Event(), ctx.Event(), ctx.Semaphore(0)
+    first, out, joined = ctx.Value("q", 0), ctx.Queue(), ctx.Value("i", 0)
     try:
-        s = zctx.socket(zmq.SUB)
-        s.setsockopt(zmq.RCVHWM, 0)
-        s.setsockopt(zmq.SUBSCRIBE, b"")
-        s.bind(endpoint)
-        ready, joined = ctx.Event(), ctx.Event()
-        p = ctx.Process(target=zmq_sender, args=(endpoint, n, rate, ready, joined))
+        p = ctx.Process(target=zmq_publisher, args=(endpoint, plan, created, go, first, joined))
         p.start()
-        s.recv()  # the first marker: connected
-        joined.set()
-        ready.wait(30)
-        # Markers still in flight are not messages.
-        def get():
-            while True:
-                m = s.recv()
-                if m != b"W":
-                    return m
-
-        result = receive(get, n, bool(rate))
-        p.join(60)
-        s.close(linger=0)
-        return result
+        created.wait(60)
+        subs = [ctx.Process(target=zmq_subscriber, args=(endpoint, plan, ready, out, joined)) for _ in range(plan.readers)]
+        return collect(p, subs, ready, go, first, out, plan)
     finally:
-        zctx.term()
         shutil.rmtree(dir, ignore_errors=True)
 
 
-def run_queue(ctx, n, rate):
-    q = ctx.Queue()
-    ready = ctx.Event()
-    p = ctx.Process(target=queue_sender, args=(q, n, rate, ready))
-    p.start()
-    result = receive(q.get, n, bool(rate))
-    p.join(60)
-    return result
+# ---- measuring -----------------------------------------------------------------------------------
 
 
-def pct(values, p):
-    s = sorted(values)
-    return s[min(len(s) - 1, int(len(s) * p / 100))]
+class Result:
+    def __init__(self, throughput: float, lat: list, cpu: float):
+        self.throughput, self.lat, self.cpu = throughput, lat, cpu
+
+    def pct(self, p: float) -> float:
+        s = sorted(self.lat)
+        return s[min(len(s) - 1, int(len(s) * p / 100))] / 1e3 if s else float("nan")
+
+
+def collect(pub, subs, ready, go, first, out, plan: Plan) -> Result:
+    for s in subs:
+        s.start()
+    for _ in subs:
+        if not ready.acquire(timeout=60):
+            raise RuntimeError("a subscriber did not start")
+    go.set()
+    results = [out.get(timeout=300) for _ in subs]
+    for proc in [pub, *subs]:
+        proc.join(60)
+        if proc.exitcode != 0:
+            raise RuntimeError(f"{proc.name} exited with {proc.exitcode}")
+    t_last = max(r[0] for r in results)
+    throughput = plan.n / ((t_last - first.value) / 1e9)
+    lat = [x for r in results for x in r[1]]
+    cpu = sum(r[2] / r[3] for r in results)  # each subscriber's CPU / its wall time, summed
+    return Result(throughput, lat, cpu)
+
+
+def verdict(ratio: float, goal: float, at_most: bool) -> str:
+    ok = ratio <= goal if at_most else ratio >= goal
+    return f"(goal {'<=' if at_most else '>='} {goal}x: {'met' if ok else 'NOT met'})"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help="a short run that checks the script works")
-    ap.add_argument("--messages", type=int, help="messages per throughput run")
-    ap.add_argument("--latency-messages", type=int, help="messages per latency run (at 1 000 msg/s)")
-    ap.add_argument("--only", help="run only this transport (shmlog, pyzmq, queue)")
+    ap.add_argument("--smoke", action="store_true", help="a short run that checks every path works")
+    ap.add_argument("--rounds", type=int, help="rounds of every test (default 3; smoke 1)")
+    ap.add_argument("--messages", type=int, help="messages per throughput run (default 1 000 000)")
     args = ap.parse_args()
-    n = args.messages or (5_000 if args.smoke else 1_000_000)
-    nl = args.latency_messages or (200 if args.smoke else 5_000)
+    smoke = args.smoke
+    rounds = args.rounds or (1 if smoke else 3)
+    n = args.messages or (20_000 if smoke else 1_000_000)
+    lat_n = 500 if smoke else 20_000  # at 10 000 msg/s: 2 s
+    fan_n = 100 if smoke else 3_000  # at 1 000 msg/s: 3 s
     ctx = mp.get_context("spawn")
-
-    runs = [("shmlog", run_shmlog), ("pyzmq ipc://", run_zmq if zmq else None), ("mp.Queue", run_queue)]
     print(
-        f"shmlog Python bench: {SIZE}-byte messages, Python publisher -> Python subscriber process, "
-        f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, "
-        f"pyzmq {zmq.__version__ if zmq else '(not installed)'}, {time.strftime('%Y-%m-%d')}"
+        f"shmlog Python bench{' (SMOKE: too short to judge anything)' if smoke else ''}: {SIZE}-byte "
+        f"messages, Python processes, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+        f"Python {sys.version.split()[0]}, shmlog {shmlog.__version__}, "
+        f"pyzmq {zmq.__version__ if zmq else '(not installed)'}, {time.strftime('%Y-%m-%d %H:%M')}"
     )
-    thr, lat = {}, {}
-    for label, run in runs:
-        if args.only and not label.startswith(args.only.replace("queue", "mp.Queue")):
-            continue
-        if run is None:
-            print(f"{label:14} skipped (pip install pyzmq)")
-            continue
-        thr[label], _ = run(ctx, n, 0)
-        _, lat[label] = run(ctx, nl, 1000.0)
-        ls = lat[label]
-        print(
-            f"{label:14} throughput {thr[label] / 1e6:7.3f} M msg/s ({n} msgs)   latency at 1000 msg/s "
-            f"p50 {pct(ls, 50) / 1e3:7.1f} us  p90 {pct(ls, 90) / 1e3:7.1f} us  "
-            f"p99 {pct(ls, 99) / 1e3:7.1f} us ({nl} msgs)"
-        )
-    ref = "pyzmq ipc://"
-    if args.only:
+    if zmq is None:
+        print("pyzmq is not installed (pip install pyzmq): shmlog alone, no ratios")
+    tests = [
+        ("throughput, 1 message per call", Plan(n), True),
+        ("throughput, batch calls", Plan(n * 5, batch=True), False),
+        ("10 000 msg/s one way", Plan(lat_n, rate=10_000.0), True),
+        ("8 subscribers at 1 000 msg/s", Plan(fan_n, rate=1_000.0, readers=8), True),
+    ]
+    results: dict = {}
+    for r in range(rounds):
+        for label, plan, with_zmq in tests:
+            runs = [("shmlog", run_shmlog)] + ([("pyzmq", run_zmq)] if with_zmq and zmq else [])
+            if r % 2:
+                runs.reverse()  # alternate which goes first
+            for who, run in runs:
+                res = run(ctx, plan)
+                results.setdefault((label, who), []).append(res)
+                if plan.rate:
+                    print(
+                        f"round {r + 1} {label:32} {who:7} p50 {res.pct(50):8.1f} us  p99 {res.pct(99):8.1f} us  "
+                        f"subscriber CPU {res.cpu * 100:5.1f} %"
+                    )
+                else:
+                    print(f"round {r + 1} {label:32} {who:7} {res.throughput / 1e6:7.3f} M msg/s")
+    if smoke:
+        # A few thousand messages measure start-up, not transfer: no ratio, no goal verdict.
+        print("smoke run: every path ran; no ratios (too short to judge; run without --smoke)")
         return 0
-    if ref in thr:
-        t = thr["shmlog"] / thr[ref]
-        p = pct(lat["shmlog"], 50) / pct(lat[ref], 50)
-        print(f"shmlog / pyzmq: throughput {t:.2f}x (goal >= 5x: {'met' if t >= 5 else 'NOT met'}), "
-              f"p50 latency {p:.2f}x (goal <= 0.5x: {'met' if p <= 0.5 else 'NOT met'})")
-    t = thr["shmlog"] / thr["mp.Queue"]
-    p = pct(lat["shmlog"], 50) / pct(lat["mp.Queue"], 50)
-    print(f"shmlog / mp.Queue: throughput {t:.2f}x, p50 latency {p:.2f}x")
+    if zmq is None:
+        return 0
+    print("medians over the rounds, shmlog / pyzmq PUB/SUB:")
+    med = lambda key, f: statistics.median(f(x) for x in results[key])  # noqa: E731
+    zt = med(("throughput, 1 message per call", "pyzmq"), lambda x: x.throughput)
+    for label in ("throughput, 1 message per call", "throughput, batch calls"):
+        t = med((label, "shmlog"), lambda x: x.throughput) / zt
+        goal = 8 if "batch" in label else 5
+        print(f"  {label:32} {t:6.2f}x {verdict(t, goal, False)}")
+    for label, goal in (("10 000 msg/s one way", 0.3), ("8 subscribers at 1 000 msg/s", 0.5)):
+        p = med((label, "shmlog"), lambda x: x.pct(50)) / med((label, "pyzmq"), lambda x: x.pct(50))
+        c = med((label, "shmlog"), lambda x: x.cpu) / med((label, "pyzmq"), lambda x: x.cpu)
+        print(f"  {label:32} p50 {p:5.2f}x {verdict(p, goal, True)}   "
+              f"subscriber CPU {c:5.2f}x {verdict(c, 1.0, True)}")
     return 0
 
 

@@ -1,10 +1,11 @@
 //! The journal: `Recorder` (record a stream to disk), `recordings` (the catalog) and `Replay`
 //! (a recording's messages as an iterator).
 
-use crate::errors::{self, Closed};
+use crate::errors::{self, Kind};
+use crate::handle::Handle;
 use crate::subscription::PyLoss;
 use crate::util;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shmlog::journal::{Fsync, Recorder, Recording, RecordingState, Replay};
@@ -113,6 +114,10 @@ pub fn recordings(py: Python<'_>, journal: PathBuf) -> PyResult<Vec<PyRecording>
     all.into_iter().map(|r| r.map(PyRecording).map_err(|e| errors::error(py, e))).collect()
 }
 
+fn replay_closed(py: Python<'_>) -> PyErr {
+    errors::new_err(py, Kind::Closed, "the replay is closed")
+}
+
 struct ReplayState {
     replay: Replay,
     partial: Vec<u8>,
@@ -163,7 +168,7 @@ impl PyReplay {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyBytes>>> {
         let mut g = lock(&self.state, "the replay")?;
-        let Some(s) = g.as_mut() else { return Err(Closed::new_err("the replay is closed")) };
+        let Some(s) = g.as_mut() else { return Err(replay_closed(py)) };
         loop {
             if let Some(m) = s.ready.pop_front() {
                 return Ok(Some(m));
@@ -202,18 +207,16 @@ impl PyReplay {
 
     /// Position after the last fragment read from the recording.
     #[getter]
-    fn position(&self) -> PyResult<i64> {
+    fn position(&self, py: Python<'_>) -> PyResult<i64> {
         let g = lock(&self.state, "the replay")?;
-        g.as_ref().map(|s| s.replay.position()).ok_or_else(|| Closed::new_err("the replay is closed"))
+        g.as_ref().map(|s| s.replay.position()).ok_or_else(|| replay_closed(py))
     }
 
     /// The recording, as described when the replay opened.
     #[getter]
-    fn recording(&self) -> PyResult<PyRecording> {
+    fn recording(&self, py: Python<'_>) -> PyResult<PyRecording> {
         let g = lock(&self.state, "the replay")?;
-        g.as_ref()
-            .map(|s| PyRecording(s.replay.recording().clone()))
-            .ok_or_else(|| Closed::new_err("the replay is closed"))
+        g.as_ref().map(|s| PyRecording(s.replay.recording().clone())).ok_or_else(|| replay_closed(py))
     }
 
     /// Releases the recording's files.
@@ -241,33 +244,24 @@ impl PyReplay {
 /// after bytes were recorded).
 #[pyclass(module = "shmlog._shmlog", name = "Recorder")]
 pub struct PyRecorder {
-    inner: Mutex<Option<Recorder>>,
+    handle: Handle<Recorder>,
 }
 
-fn fsync_arg(fsync: &Bound<'_, PyAny>) -> PyResult<Fsync> {
+fn fsync_arg(py: Python<'_>, fsync: &Bound<'_, PyAny>) -> PyResult<Fsync> {
     if let Ok(s) = fsync.extract::<String>() {
         return match s.as_str() {
             "never" => Ok(Fsync::Never),
             "segment" => Ok(Fsync::PerSegment),
-            other => Err(PyValueError::new_err(format!(
-                "fsync must be 'never', 'segment' or a number of seconds, not {other:?}"
-            ))),
+            other => Err(errors::invalid(
+                py,
+                format!("fsync must be 'never', 'segment' or a number of seconds, not {other:?}"),
+            )),
         };
     }
     let seconds: f64 = fsync
         .extract()
-        .map_err(|_| PyValueError::new_err("fsync must be 'never', 'segment' or a number of seconds"))?;
-    Ok(Fsync::Every(util::seconds_arg("fsync", seconds, false)?))
-}
-
-impl PyRecorder {
-    fn with<R>(&self, f: impl FnOnce(&mut Recorder) -> PyResult<R>) -> PyResult<R> {
-        let mut g = lock(&self.inner, "the recorder")?;
-        match g.as_mut() {
-            Some(r) => f(r),
-            None => Err(Closed::new_err("the recorder is stopped")),
-        }
-    }
+        .map_err(|_| PyTypeError::new_err("fsync must be 'never', 'segment' or a number of seconds"))?;
+    Ok(Fsync::Every(util::setting_seconds(py, "fsync", seconds)?))
 }
 
 #[pymethods]
@@ -282,20 +276,21 @@ impl PyRecorder {
         fsync: Option<&Bound<'_, PyAny>>,
         tethered: bool,
     ) -> PyResult<Self> {
-        let mut b = Recorder::builder(name, journal).tethered(tethered);
+        let mut b = Recorder::builder(name.clone(), journal).tethered(tethered);
         if let Some(dir) = dir {
             b = b.stream_dir(dir);
         }
         if let Some(f) = fsync {
-            b = b.fsync(fsync_arg(f)?);
+            b = b.fsync(fsync_arg(py, f)?);
         }
+        let what = format!("the recorder of {name:?}");
         let r = b.start().map_err(|e| errors::error(py, e))?;
-        Ok(Self { inner: Mutex::new(Some(r)) })
+        Ok(Self { handle: Handle::new(r, what) })
     }
 
     /// Records what the stream committed since the last call; returns the bytes recorded.
     fn poll(&self, py: Python<'_>) -> PyResult<usize> {
-        self.with(|r| r.poll().map_err(|e| errors::error(py, e)))
+        self.handle.with(py, |r| r.poll().map_err(|e| errors::error(py, e)))
     }
 
     /// Waits (without the GIL) for something to record, at most `timeout` seconds; `True` if
@@ -303,39 +298,39 @@ impl PyRecorder {
     #[pyo3(signature = (timeout=0.1))]
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
         let deadline = util::deadline("timeout", Some(timeout))?;
-        self.with(|r| loop {
+        let handle = &self.handle;
+        handle.with(py, |r| loop {
             let Some(slice) = util::slice(deadline) else { return Ok(false) };
             if py.detach(|| r.wait(slice)) {
                 return Ok(true);
             }
             py.check_signals()?;
+            handle.check_open(py)?;
         })
     }
 
     /// The recording being extended, if any.
     #[getter]
-    fn recording_id(&self) -> PyResult<Option<u32>> {
-        self.with(|r| Ok(r.recording_id()))
+    fn recording_id(&self, py: Python<'_>) -> PyResult<Option<u32>> {
+        self.handle.with(py, |r| Ok(r.recording_id()))
     }
 
     /// Position recorded so far in the current recording.
     #[getter]
-    fn recorded_position(&self) -> PyResult<i64> {
-        self.with(|r| Ok(r.recorded_position()))
+    fn recorded_position(&self, py: Python<'_>) -> PyResult<i64> {
+        self.handle.with(py, |r| Ok(r.recorded_position()))
     }
 
     /// The oldest loss report of the recorder's subscription not taken yet, or `None`.
-    fn take_loss(&self) -> PyResult<Option<PyLoss>> {
-        self.with(|r| Ok(r.take_loss().map(PyLoss)))
+    fn take_loss(&self, py: Python<'_>) -> PyResult<Option<PyLoss>> {
+        self.handle.with(py, |r| Ok(r.take_loss().map(PyLoss)))
     }
 
     /// Closes the current recording (stop reason `'stopped'`). Stopping twice does nothing.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = lock(&self.inner, "the recorder")?.take();
-        match taken {
-            Some(r) => r.stop().map_err(|e| errors::error(py, e)),
-            None => Ok(()),
-        }
+        let mut result = Ok(());
+        self.handle.close(py, |r| result = r.stop().map_err(|e| errors::error(py, e)))?;
+        result
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -1,49 +1,27 @@
-//! `shmlog.Subscription`: a reader of a stream, blocking (GIL released, Ctrl-C honoured) or
-//! asyncio (woken through the core's async waiter thread and a socket the event loop watches).
+//! `shmlog.Subscription`: a reader of a stream, blocking (GIL released, Ctrl-C honoured), in
+//! batches, or asyncio (woken through the core's async waiter thread and a socket the event loop
+//! watches); and `shmlog.wait_any` over several.
+//!
+//! Every receive goes through the core's `Receiver`, which owns the rules of a stream's sessions
+//! (losses in order with the messages, the end of a session reported once, the next session
+//! joined by itself): the bindings only turn its answers into Python's shapes. The one thing they
+//! keep is an answer a batch met after it had messages to return (the end of a session, a
+//! fault): the batch returns its messages, and the next receive reports it.
 
-use crate::errors::{self, Closed, Fault};
-use crate::util;
+use crate::errors::{self, Kind};
+use crate::handle::Handle;
+use crate::util::{self, PyBytesCodec, SocketWake};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
-use shmlog::{
-    Action, AsyncReceiver, Codec, Header, JoinAt, Loss, LossCause, Receiver, RecvError, Resume, Subscription,
-    MAX_LOSSES,
-};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use shmlog::{AsyncReceiver, JoinAt, Loss, LossCause, Receiver, RecvError, Resume, Subscription, MAX_LOSSES};
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::future::Future;
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::Instant;
-
-/// Messages as Python `bytes`, made straight from the log's payload (the one copy on receive).
-/// Decoding runs where the receiver polls, which is always with the GIL held (polls never run
-/// inside the waits that release it), so `attach` only counts the GIL. Counts what it decoded,
-/// so that the subscription knows when the receiver's queue is empty.
-#[derive(Clone, Debug, Default)]
-pub struct PyBytesCodec {
-    decoded: Arc<AtomicU64>,
-}
-
-impl Codec<Py<PyBytes>> for PyBytesCodec {
-    type Error = Infallible;
-
-    fn encode(&self, value: &Py<PyBytes>, out: &mut Vec<u8>) -> Result<(), Infallible> {
-        Python::attach(|py| out.extend_from_slice(value.as_bytes(py)));
-        Ok(())
-    }
-
-    fn decode(&self, bytes: &[u8]) -> Result<Py<PyBytes>, Infallible> {
-        self.decoded.fetch_add(1, Ordering::Relaxed);
-        Ok(Python::attach(|py| PyBytes::new(py, bytes).unbind()))
-    }
-}
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 type Rx = Receiver<Py<PyBytes>, PyBytesCodec>;
 type AsyncRx = AsyncReceiver<Py<PyBytes>, PyBytesCodec>;
@@ -52,84 +30,146 @@ type AsyncRx = AsyncReceiver<Py<PyBytes>, PyBytesCodec>;
 enum Mode {
     Blocking(Rx),
     Async(AsyncRx),
+    /// Lost with an error of the switch to asyncio (the system refused a page or a thread).
+    Gone,
 }
 
-/// Wakes an asyncio loop from the core's waiter thread without the GIL: one byte into a socket
-/// whose other end the loop watches (`loop.add_reader`).
-struct SocketWaker(UnixStream);
+/// An answer of the receiver that a batch met after it had messages: the next receive gives it.
+#[derive(Clone, Copy)]
+enum Pending {
+    End,
+    Fault(&'static str),
+}
 
-impl Wake for SocketWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        // Non-blocking: a full socket already holds a wake-up the loop has not read.
-        let _ = (&self.0).write(&[1]);
-    }
+/// What one look at the receiver found.
+enum Got {
+    Message(Py<PyBytes>),
+    Nothing,
+    Answer(Pending),
 }
 
 struct Inner {
-    mode: Option<Mode>,
+    mode: Mode,
     /// Messages the receiver decoded into its queue, and messages taken from it: equal when the
-    /// queue is empty, and the next receive polls the log.
+    /// queue is empty.
     decoded: Arc<AtomicU64>,
     returned: u64,
     losses: VecDeque<Loss>,
     losses_dropped: u64,
-    /// The loop's end of the wake-up socket, and the waker that writes to the other end.
-    wake: Option<(UnixStream, Waker)>,
+    pending: Option<Pending>,
+    /// The wake-up socket of asyncio receives (made by the first).
+    wake: Option<SocketWake>,
+}
+
+/// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
+fn report(losses: &mut VecDeque<Loss>, dropped: &mut u64, loss: Loss) {
+    if losses.len() >= MAX_LOSSES {
+        losses.pop_front();
+        *dropped += 1;
+    }
+    losses.push_back(loss);
 }
 
 impl Inner {
-    /// `true` when the receiver's queue is empty (its next receive polls the log).
-    fn queue_empty(&self) -> bool {
-        self.decoded.load(Ordering::Relaxed) == self.returned
+    /// `true` if a receive now returns at once without polling the log: a message in the
+    /// receiver's queue, or an answer kept for it.
+    fn has_queued(&self) -> bool {
+        self.pending.is_some() || self.decoded.load(Ordering::Relaxed) != self.returned
     }
 
     fn report(&mut self, loss: Loss) {
-        if self.losses.len() >= MAX_LOSSES {
-            self.losses.pop_front();
-            self.losses_dropped += 1;
-        }
-        self.losses.push_back(loss);
+        report(&mut self.losses, &mut self.losses_dropped, loss);
     }
 
     /// The receiver for blocking calls (taking it back from asyncio if it was there).
+    #[inline]
     fn blocking(&mut self) -> Option<&mut Rx> {
-        if let Some(Mode::Async(_)) = self.mode {
-            if let Some(Mode::Async(a)) = self.mode.take() {
-                self.mode = Some(Mode::Blocking(a.into_inner()));
+        if let Mode::Async(_) = self.mode {
+            if let Mode::Async(a) = std::mem::replace(&mut self.mode, Mode::Gone) {
+                self.mode = Mode::Blocking(a.into_inner());
             }
         }
-        match self.mode.as_mut() {
-            Some(Mode::Blocking(rx)) => Some(rx),
+        match &mut self.mode {
+            Mode::Blocking(rx) => Some(rx),
             _ => None,
         }
+    }
+
+    /// The next message if the receiver has one now (its queue, or one poll of the log), what
+    /// it answered instead, or `None` if the receiver is gone. Losses go to `take_loss`.
+    #[inline]
+    fn take(&mut self) -> Option<Got> {
+        if let Some(p) = self.pending.take() {
+            return Some(Got::Answer(p));
+        }
+        loop {
+            let rx = self.blocking()?;
+            match rx.try_recv() {
+                Ok(m) => {
+                    self.returned += 1;
+                    return Some(Got::Message(m));
+                }
+                Err(RecvError::Lost(loss)) => self.report(loss),
+                Err(RecvError::Timeout) => return Some(Got::Nothing),
+                Err(RecvError::Closed) => return Some(Got::Answer(Pending::End)),
+                Err(RecvError::Fault(why)) => return Some(Got::Answer(Pending::Fault(why))),
+                Err(RecvError::Decode(never)) => match never {},
+            }
+        }
+    }
+
+    /// Up to `limit` messages the receiver has now into `out`, and the answer that stopped the
+    /// batch, if any; `None` if the receiver is gone. (`take` in a loop, with one look at the
+    /// mode per batch instead of per message.)
+    fn take_batch(&mut self, out: &mut Vec<Py<PyBytes>>, limit: usize) -> Option<Option<Pending>> {
+        if let Some(p) = self.pending.take() {
+            return Some(Some(p));
+        }
+        self.blocking()?;
+        let Self { mode: Mode::Blocking(rx), returned, losses, losses_dropped, .. } = self else {
+            return None;
+        };
+        while out.len() < limit {
+            match rx.try_recv() {
+                Ok(m) => {
+                    *returned += 1;
+                    out.push(m);
+                }
+                Err(RecvError::Lost(loss)) => report(losses, losses_dropped, loss),
+                Err(RecvError::Timeout) => break,
+                Err(RecvError::Closed) => return Some(Some(Pending::End)),
+                Err(RecvError::Fault(why)) => return Some(Some(Pending::Fault(why))),
+                Err(RecvError::Decode(never)) => match never {},
+            }
+        }
+        Some(None)
     }
 }
 
 /// A reader of stream `name`: maps the publisher's log read-only and copies each message into a
-/// `bytes` object. Joins the stream's publisher whenever it starts (before or after this), and
-/// the next publisher's session once one closes.
+/// `bytes` object. It is a reader from the moment it is made: a publisher that starts (before or
+/// after it) counts it, and every message of the session is there for it. When a session ends
+/// (its publisher closed it or died), a receive says so once (`recv` raises `Closed`, iteration
+/// ends); receiving again waits for the next publisher's session and goes on with it.
 ///
 /// One thread uses it at a time: a call from a second thread while a first one waits raises
-/// `RuntimeError`.
-#[pyclass(module = "shmlog._shmlog", name = "Subscription", subclass)]
+/// `RuntimeError`. A subscription made before `os.fork()` raises `UsedAfterFork` in the child.
+#[pyclass(module = "shmlog._shmlog", name = "Subscription", subclass, frozen)]
 pub struct PySubscription {
-    inner: Mutex<Inner>,
+    handle: Handle<Inner>,
     name: String,
 }
 
-fn join_at(join: &Bound<'_, PyAny>) -> PyResult<JoinAt> {
+fn join_at(py: Python<'_>, join: &Bound<'_, PyAny>) -> PyResult<JoinAt> {
     if let Ok(s) = join.cast::<PyString>() {
         return match &*s.to_cow()? {
             "slowest" => Ok(JoinAt::Slowest),
             "latest" => Ok(JoinAt::Latest),
             "earliest" => Ok(JoinAt::Earliest),
-            other => Err(PyValueError::new_err(format!(
-                "join must be 'slowest', 'latest', 'earliest' or a stream position, not {other:?}"
-            ))),
+            other => Err(errors::invalid(
+                py,
+                format!("join must be 'slowest', 'latest', 'earliest' or a stream position, not {other:?}"),
+            )),
         };
     }
     if join.is_instance_of::<pyo3::types::PyBool>() {
@@ -137,7 +177,7 @@ fn join_at(join: &Bound<'_, PyAny>) -> PyResult<JoinAt> {
     }
     match join.extract::<i64>() {
         Ok(p) if p >= 0 => Ok(JoinAt::Position(p)),
-        Ok(p) => Err(PyValueError::new_err(format!("a join position must be >= 0, got {p}"))),
+        Ok(p) => Err(errors::invalid(py, format!("a join position must be >= 0, got {p}"))),
         Err(_) => Err(PyTypeError::new_err(
             "join must be 'slowest', 'latest', 'earliest' or an int stream position",
         )),
@@ -145,90 +185,70 @@ fn join_at(join: &Bound<'_, PyAny>) -> PyResult<JoinAt> {
 }
 
 impl PySubscription {
-    fn lock(&self) -> PyResult<MutexGuard<'_, Inner>> {
-        match self.inner.try_lock() {
-            Ok(g) => Ok(g),
-            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(format!(
-                "subscription {:?} is in use by another thread (one thread at a time)",
-                self.name
-            ))),
+    fn answer(&self, py: Python<'_>, answer: Pending) -> PyErr {
+        match answer {
+            Pending::End => errors::new_err(
+                py,
+                Kind::Closed,
+                format!(
+                    "stream {:?}: the session is over (its publisher closed it or died) and \
+                     everything it sent was read; receiving again waits for the next session",
+                    self.name
+                ),
+            ),
+            Pending::Fault(why) => errors::new_err(py, Kind::Fault, format!("stream {:?}: {why}", self.name)),
         }
-    }
-
-    fn closed_err(&self) -> PyErr {
-        Closed::new_err(format!("subscription {:?} is closed", self.name))
-    }
-
-    fn stream_closed(&self) -> PyErr {
-        Closed::new_err(format!(
-            "stream {:?}: the session is closed (its publisher closed it or died) and everything it sent was read",
-            self.name
-        ))
     }
 
     /// Runs `f` on the subscription underneath.
-    fn with_sub<R>(&self, f: impl FnOnce(&mut Subscription) -> R) -> PyResult<R> {
-        let mut g = self.lock()?;
-        match g.blocking() {
+    fn with_sub<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Subscription) -> R) -> PyResult<R> {
+        self.handle.with(py, |inner| match inner.blocking() {
             Some(rx) => Ok(f(rx.subscription())),
-            None => Err(self.closed_err()),
-        }
+            None => Err(self.handle.closed_error(py)),
+        })
+    }
+
+    /// Sleeps (without the GIL) until the subscription is readable or `slice` passes, then looks
+    /// at Python's signals and at a close from another thread.
+    fn wait_slice(&self, py: Python<'_>, inner: &mut Inner, slice: Duration) -> PyResult<()> {
+        let Some(rx) = inner.blocking() else { return Err(self.handle.closed_error(py)) };
+        let sub = rx.subscription();
+        py.detach(|| sub.wait_readable(slice));
+        py.check_signals()?;
+        self.handle.check_open(py)
     }
 
     /// The next message, waiting until `deadline` (`None`: forever) in GIL-free slices.
     fn next_message(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<Option<Py<PyBytes>>> {
-        let mut g = self.lock()?;
-        self.next_in(py, &mut g, deadline)
+        self.handle.with(py, |inner| loop {
+            match inner.take() {
+                Some(Got::Message(m)) => return Ok(Some(m)),
+                Some(Got::Answer(a)) => return Err(self.answer(py, a)),
+                Some(Got::Nothing) => {}
+                None => return Err(self.handle.closed_error(py)),
+            }
+            let Some(slice) = util::slice(deadline) else { return Ok(None) };
+            self.wait_slice(py, inner, slice)?;
+        })
     }
 
-    fn next_in(
+    /// Up to `limit` messages there now into `out`; an answer met after some is kept for the
+    /// next receive, one met first raises.
+    fn take_many(
         &self,
         py: Python<'_>,
         inner: &mut Inner,
-        deadline: Option<Instant>,
-    ) -> PyResult<Option<Py<PyBytes>>> {
-        loop {
-            let empty = inner.queue_empty();
-            let Some(rx) = inner.blocking() else { return Err(self.closed_err()) };
-            if empty {
-                self.check_fault(rx.subscription())?;
+        out: &mut Vec<Py<PyBytes>>,
+        limit: usize,
+    ) -> PyResult<()> {
+        match inner.take_batch(out, limit) {
+            None => Err(self.handle.closed_error(py)),
+            Some(None) => Ok(()),
+            Some(Some(a)) if out.is_empty() => Err(self.answer(py, a)),
+            Some(Some(a)) => {
+                inner.pending = Some(a);
+                Ok(())
             }
-            match rx.try_recv() {
-                Ok(m) => {
-                    inner.returned += 1;
-                    return Ok(Some(m));
-                }
-                Err(RecvError::Lost(loss)) => {
-                    inner.report(loss);
-                    continue;
-                }
-                Err(RecvError::Closed) => return Err(self.stream_closed()),
-                Err(RecvError::Fault(why)) => {
-                    return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)))
-                }
-                Err(RecvError::Decode(never)) => match never {},
-                Err(RecvError::Timeout) => {}
-            }
-            let Some(slice) = util::slice(deadline) else { return Ok(None) };
-            let sub = rx.subscription();
-            py.detach(|| sub.wait_readable(slice));
-            py.check_signals()?;
-        }
-    }
-
-    /// Raises `Fault` if the next frame of the session is one the subscription cannot read.
-    ///
-    /// Looked at before every receive that polls the log (the receiver's queue is empty), with a
-    /// poll that validates the next frame and leaves it (`Action::Abort`): at a fault the core's
-    /// `Receiver::try_recv` would find the subscription readable (a fault is news to a wait) but
-    /// nothing to deliver, and loop until the publisher is gone, ignoring its timeout and holding
-    /// the GIL. The messages before the fault are delivered first.
-    fn check_fault(&self, sub: &mut Subscription) -> PyResult<()> {
-        sub.controlled_poll(|_: &[u8], _: &Header| Action::Abort, 1);
-        match sub.fault() {
-            Some(why) => Err(Fault::new_err(format!("stream {:?}: {why}", self.name))),
-            None => Ok(()),
         }
     }
 }
@@ -241,7 +261,8 @@ impl PySubscription {
     /// for a publisher you do not trust (see the trust model in the README). `tethered=False`:
     /// the publisher never waits for this reader; when it laps the reader, the messages missed
     /// are reported (`take_loss()`, cause `'lapped'`) and reading goes on at `on_lapped`:
-    /// `'oldest'` (the oldest message the log still holds, default) or `'live'`.
+    /// `'oldest'` (the oldest message the log still holds, default) or `'live'`. Settings out of
+    /// range raise `InvalidConfig` (a `ValueError`).
     #[new]
     #[pyo3(signature = (name, dir=None, *, join=None, liveness_interval=None, max_readers=None, copy_payloads=false, tethered=true, on_lapped="oldest"))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one parameter each
@@ -260,9 +281,10 @@ impl PySubscription {
             "oldest" => Resume::Oldest,
             "live" => Resume::Live,
             other => {
-                return Err(PyValueError::new_err(format!(
-                    "on_lapped must be 'oldest' or 'live', not {other:?}"
-                )))
+                return Err(errors::invalid(
+                    py,
+                    format!("on_lapped must be 'oldest' or 'live', not {other:?}"),
+                ))
             }
         };
         let mut b = Subscription::builder(name.clone())
@@ -273,31 +295,33 @@ impl PySubscription {
             b = b.dir(dir);
         }
         if let Some(join) = join {
-            b = b.join_at(join_at(join)?);
+            b = b.join_at(join_at(py, join)?);
         }
         if let Some(l) = liveness_interval {
-            b = b.liveness_interval(util::seconds_arg("liveness_interval", l, false)?);
+            b = b.liveness_interval(util::setting_seconds(py, "liveness_interval", l)?);
         }
         if let Some(n) = max_readers {
-            b = b.max_readers(util::positive("max_readers", n)?);
+            b = b.max_readers(util::positive(py, "max_readers", n)?);
         }
         let sub = b.open().map_err(|e| errors::error(py, e))?;
         let codec = PyBytesCodec::default();
         let inner = Inner {
             decoded: Arc::clone(&codec.decoded),
             returned: 0,
-            mode: Some(Mode::Blocking(Receiver::new(sub, codec))),
+            mode: Mode::Blocking(Receiver::new(sub, codec)),
             losses: VecDeque::new(),
             losses_dropped: 0,
+            pending: None,
             wake: None,
         };
-        Ok(Self { inner: Mutex::new(inner), name })
+        Ok(Self { handle: Handle::new(inner, format!("subscription {name:?}")), name })
     }
 
     /// The next message as `bytes`, waiting at most `timeout` seconds (`None`: as long as it
-    /// takes) without the GIL; `None` at the timeout. Raises `Closed` once the session is closed
-    /// (publisher closed or died) and everything it sent was read; receiving again waits for the
-    /// next publisher's session. Ctrl-C raises `KeyboardInterrupt` during the wait.
+    /// takes) without the GIL; `None` at the timeout. Raises `Closed` (an `EOFError`) once when
+    /// the session is over (its publisher closed it or died) and everything it sent was read;
+    /// receiving again waits for the next publisher's session and goes on with it. Ctrl-C
+    /// raises `KeyboardInterrupt` during the wait.
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyBytes>>> {
         let deadline = match timeout {
@@ -312,13 +336,42 @@ impl PySubscription {
         self.next_message(py, Some(Instant::now()))
     }
 
+    /// The messages there now, at most `limit`, as a list of `bytes`: one call into the
+    /// extension for the whole batch. If there are none, waits for the first at most `timeout`
+    /// seconds (`None`: as long as it takes; `0`: not at all) and returns `[]` at the timeout.
+    /// Raises `Closed` like `recv` when the session is over and nothing is left (the end of a
+    /// session met after some messages is raised by the next receive).
+    #[pyo3(signature = (limit=1024, timeout=None))]
+    fn recv_many<'py>(
+        &self,
+        py: Python<'py>,
+        limit: i64,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let limit = util::positive(py, "limit", limit)?;
+        let deadline = match timeout {
+            None => None,
+            Some(t) => Some(util::deadline("timeout", Some(t))?.unwrap_or_else(far_future)),
+        };
+        let mut out = Vec::new();
+        self.handle.with(py, |inner| loop {
+            self.take_many(py, inner, &mut out, limit)?;
+            if !out.is_empty() {
+                return Ok(());
+            }
+            let Some(slice) = util::slice(deadline) else { return Ok(()) };
+            self.wait_slice(py, inner, slice)?;
+        })?;
+        PyList::new(py, out)
+    }
+
     /// Calls `handler(message)` for each message there now, at most `limit`; returns how many.
-    /// Never waits and never raises `Closed` (see `is_closed`); raises `Fault` when the next
-    /// frame cannot be read and nothing was delivered. An exception from the handler
-    /// propagates; the messages after it stay for the next call.
+    /// Never waits. Raises `Closed` like `try_recv` when the session is over and nothing was
+    /// delivered, and `Fault` when the next frame cannot be read and nothing was delivered. An
+    /// exception from the handler propagates; the messages after it stay for the next call.
     #[pyo3(signature = (handler, limit=64))]
     fn poll(&self, py: Python<'_>, handler: &Bound<'_, PyAny>, limit: i64) -> PyResult<usize> {
-        let limit = util::positive("limit", limit)?;
+        let limit = util::positive(py, "limit", limit)?;
         if !handler.is_callable() {
             return Err(PyTypeError::new_err("handler must be callable: handler(message: bytes)"));
         }
@@ -326,36 +379,17 @@ impl PySubscription {
         while delivered < limit {
             // Taken one at a time, so that the lock is not held while the handler runs (it may
             // use this subscription).
-            let next = {
-                let mut g = self.lock()?;
-                let inner = &mut *g;
-                let empty = inner.queue_empty();
-                let Some(rx) = inner.blocking() else { return Err(self.closed_err()) };
-                // A fault raises (as in `recv`) once the messages before it were delivered.
-                if empty {
-                    if let Err(fault) = self.check_fault(rx.subscription()) {
-                        if delivered == 0 {
-                            return Err(fault);
-                        }
-                        break;
-                    }
+            let next = self.handle.with(py, |inner| match inner.take() {
+                Some(Got::Message(m)) => Ok(Some(m)),
+                Some(Got::Nothing) => Ok(None),
+                Some(Got::Answer(a)) if delivered == 0 => Err(self.answer(py, a)),
+                Some(Got::Answer(a)) => {
+                    inner.pending = Some(a);
+                    Ok(None)
                 }
-                match rx.try_recv() {
-                    Ok(m) => {
-                        inner.returned += 1;
-                        m
-                    }
-                    Err(RecvError::Lost(loss)) => {
-                        inner.report(loss);
-                        continue;
-                    }
-                    Err(RecvError::Decode(never)) => match never {},
-                    Err(RecvError::Fault(why)) => {
-                        return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)))
-                    }
-                    Err(RecvError::Closed | RecvError::Timeout) => break,
-                }
-            };
+                None => Err(self.handle.closed_error(py)),
+            })?;
+            let Some(next) = next else { break };
             delivered += 1;
             handler.call1((next.bind(py),))?;
         }
@@ -367,97 +401,108 @@ impl PySubscription {
     }
 
     /// The next message, waiting as long as it takes; the iteration ends when the session is
-    /// closed.
+    /// over. Iterating again waits for the next session.
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyBytes>>> {
         match self.next_message(py, None) {
-            Err(e) if e.is_instance_of::<Closed>(py) && !self.is_closed_handle() => Ok(None),
+            Err(e) if errors::is(py, &e, Kind::Closed) && !self.handle.is_closed() => Ok(None),
             other => other,
         }
     }
 
     /// Waits until connected to a live publisher's session, at most `timeout` seconds; raises
-    /// `Timeout` then.
+    /// `Timeout` (a `TimeoutError`) then.
     #[pyo3(signature = (timeout=None))]
     fn wait_connected(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         let deadline = util::deadline("timeout", timeout)?;
-        let mut g = self.lock()?;
-        let Some(rx) = g.blocking() else { return Err(self.closed_err()) };
-        let sub = rx.subscription();
-        loop {
-            if sub.is_connected() {
-                return Ok(());
+        self.handle.with(py, |inner| {
+            let Some(rx) = inner.blocking() else { return Err(self.handle.closed_error(py)) };
+            let sub = rx.subscription();
+            loop {
+                if sub.is_connected() {
+                    return Ok(());
+                }
+                let Some(slice) = util::slice(deadline) else {
+                    return Err(errors::error(py, shmlog::Error::Timeout));
+                };
+                match py.detach(|| sub.wait_connected(slice)) {
+                    Ok(()) => return Ok(()),
+                    Err(shmlog::Error::Timeout) => {
+                        py.check_signals()?;
+                        self.handle.check_open(py)?;
+                    }
+                    Err(e) => return Err(errors::error(py, e)),
+                }
             }
-            let Some(slice) = util::slice(deadline) else {
-                return Err(errors::error(py, shmlog::Error::Timeout));
-            };
-            match py.detach(|| sub.wait_connected(slice)) {
-                Ok(()) => return Ok(()),
-                Err(shmlog::Error::Timeout) => py.check_signals()?,
-                Err(e) => return Err(errors::error(py, e)),
-            }
-        }
+        })
     }
 
-    /// `True` when the session read is over (its publisher closed it or died, noticed within the
-    /// liveness interval) and everything it committed was read.
-    #[getter]
-    fn is_closed(&self) -> PyResult<bool> {
-        self.with_sub(|s| s.is_closed())
+    /// asyncio plumbing (see `shmlog.Subscription.wait_connected_async`): `True` if connected to
+    /// a live publisher's session now, after one look for a new one (never waits).
+    fn _connected_now(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with_sub(py, |s| {
+            if s.is_connected() {
+                return true;
+            }
+            s.wait_readable(Duration::ZERO);
+            s.is_connected()
+        })
     }
 
     /// `True` while reading a session whose publisher is alive and has not closed it.
     #[getter]
-    fn is_connected(&self) -> PyResult<bool> {
-        self.with_sub(|s| s.is_connected())
+    fn is_connected(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with_sub(py, |s| s.is_connected())
     }
 
     /// Stream position after the last message taken from the log (0 before joining). Messages
     /// are taken in batches: this can be ahead of the last one `recv` returned.
     #[getter]
-    fn position(&self) -> PyResult<i64> {
-        self.with_sub(|s| s.position())
+    fn position(&self, py: Python<'_>) -> PyResult<i64> {
+        self.with_sub(py, |s| s.position())
     }
 
     /// Session id of the session read, if any.
     #[getter]
-    fn session_id(&self) -> PyResult<Option<i32>> {
-        self.with_sub(|s| s.session_id())
+    fn session_id(&self, py: Python<'_>) -> PyResult<Option<i32>> {
+        self.with_sub(py, |s| s.session_id())
     }
 
     /// Where this subscription joined the session it reads, if it reads one.
     #[getter]
-    fn join_position(&self) -> PyResult<Option<i64>> {
-        self.with_sub(|s| s.join_position())
+    fn join_position(&self, py: Python<'_>) -> PyResult<Option<i64>> {
+        self.with_sub(py, |s| s.join_position())
     }
 
     /// Why reading stopped, if it stopped at a fault (a corrupt frame, a misbehaving publisher).
     #[getter]
-    fn fault(&self) -> PyResult<Option<&'static str>> {
-        self.with_sub(|s| s.fault())
+    fn fault(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        self.with_sub(py, |s| s.fault())
     }
 
     /// The oldest loss report not taken yet (messages this subscription knows it did not
     /// deliver), or `None`. A loss lies before the message received after it was reported.
-    fn take_loss(&self) -> PyResult<Option<PyLoss>> {
-        let mut g = self.lock()?;
-        if g.losses.is_empty() {
-            // Losses the subscription reported since the receiver last looked.
-            if let Some(rx) = g.blocking() {
-                if let Some(loss) = rx.subscription().take_loss() {
-                    return Ok(Some(PyLoss(loss)));
+    fn take_loss(&self, py: Python<'_>) -> PyResult<Option<PyLoss>> {
+        self.handle.with(py, |inner| {
+            if inner.losses.is_empty() {
+                // Losses the subscription reported since the receiver last looked.
+                if let Some(rx) = inner.blocking() {
+                    if let Some(loss) = rx.subscription().take_loss() {
+                        return Ok(Some(PyLoss(loss)));
+                    }
                 }
             }
-        }
-        Ok(g.losses.pop_front().map(PyLoss))
+            Ok(inner.losses.pop_front().map(PyLoss))
+        })
     }
 
     /// Loss reports dropped unread because more than 1024 were waiting.
     #[getter]
-    fn losses_dropped(&self) -> PyResult<u64> {
-        let mut g = self.lock()?;
-        let own = g.losses_dropped;
-        let core = g.blocking().map_or(0, |rx| rx.subscription().losses_dropped());
-        Ok(own + core)
+    fn losses_dropped(&self, py: Python<'_>) -> PyResult<u64> {
+        self.handle.with(py, |inner| {
+            let own = inner.losses_dropped;
+            let core = inner.blocking().map_or(0, |rx| rx.subscription().losses_dropped());
+            Ok(own + core)
+        })
     }
 
     /// The stream's name.
@@ -466,19 +511,20 @@ impl PySubscription {
         &self.name
     }
 
-    /// `True` once closed with `close()`.
+    /// `True` once closed (with `close()`, its `with` block, or at exit). The end of a session
+    /// is not this: it is an event (`Closed` raised once, an iteration that ends), after which
+    /// the subscription goes on with the next session.
     #[getter]
     fn closed(&self) -> bool {
-        self.is_closed_handle()
+        self.handle.is_closed()
     }
 
     /// Releases the subscription's reader slot (the publisher stops waiting for it). Closing
-    /// twice does nothing.
-    fn close(&self) -> PyResult<()> {
-        let mut g = self.lock()?;
-        g.mode = None;
-        g.wake = None;
-        Ok(())
+    /// twice does nothing. From another thread, a blocking receive raises `Closed` within 50 ms
+    /// and the close goes on. In a child made by `os.fork()` it only lets go of the parent's
+    /// subscription (which goes on).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle.close(py, drop)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -486,14 +532,15 @@ impl PySubscription {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
         Ok(false)
     }
 
     fn __repr__(&self) -> String {
-        let state = match self.inner.try_lock() {
-            Ok(mut g) => match g.blocking() {
+        let state = match self.handle.peek() {
+            Some(_) if self.handle.forked() => "of the parent process (forked)".into(),
+            Some(mut g) => match g.as_mut().and_then(Inner::blocking) {
                 Some(rx) => {
                     let s = rx.subscription();
                     match s.session_id() {
@@ -503,90 +550,137 @@ impl PySubscription {
                 }
                 None => "closed".into(),
             },
-            Err(_) => "busy".into(),
+            None => "busy".into(),
         };
         format!("<shmlog.Subscription {:?} {state}>", self.name)
     }
 
     /// asyncio plumbing (see `shmlog.Subscription.recv_async`): the file descriptor the event
     /// loop watches for wake-ups.
-    fn _async_fd(&self) -> PyResult<i32> {
-        let mut g = self.lock()?;
-        if g.mode.is_none() {
-            return Err(self.closed_err());
-        }
-        if g.wake.is_none() {
-            let (ours, theirs) = UnixStream::pair().map_err(|e| errors::io_error("socketpair", e))?;
-            ours.set_nonblocking(true).map_err(|e| errors::io_error("socketpair", e))?;
-            theirs.set_nonblocking(true).map_err(|e| errors::io_error("socketpair", e))?;
-            let waker = Waker::from(Arc::new(SocketWaker(theirs)));
-            g.wake = Some((ours, waker));
-        }
-        Ok(g.wake.as_ref().map_or(-1, |(ours, _)| ours.as_raw_fd()))
+    fn _async_fd(&self, py: Python<'_>) -> PyResult<i32> {
+        self.handle.with(py, |inner| {
+            if inner.wake.is_none() {
+                inner.wake = Some(SocketWake::new().map_err(|e| errors::io_error(py, "socketpair", e))?);
+            }
+            Ok(inner.wake.as_ref().map_or(-1, SocketWake::fd))
+        })
     }
 
     /// asyncio plumbing: reads the wake-ups the socket holds.
-    fn _drain_wakes(&self) -> PyResult<()> {
-        let g = self.lock()?;
-        if let Some((ours, _)) = &g.wake {
-            let mut buf = [0u8; 64];
-            while matches!((&*ours).read(&mut buf), Ok(n) if n > 0) {}
-        }
-        Ok(())
+    fn _drain_wakes(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle.with(py, |inner| {
+            if let Some(w) = &inner.wake {
+                w.drain();
+            }
+            Ok(())
+        })
     }
 
-    /// asyncio plumbing: the next message, or `None` if there is none yet (the waker then
-    /// writes to the socket when the stream's doorbell rings or the liveness interval passes).
+    /// asyncio plumbing: the messages there now (at most `limit`), or `[]` if there are none
+    /// yet: then the waker writes to the socket when the stream's doorbell rings or the liveness
+    /// interval passes.
     ///
-    /// What is there now is taken as by `try_recv` (so a fault raises `Fault`, as in `recv`);
-    /// only when nothing is does the receiver go to the core's `AsyncReceiver`, whose poll hands
-    /// the armed doorbell to the process's waiter thread. The next call takes it back.
-    fn _poll_async(&self, py: Python<'_>) -> PyResult<Option<Py<PyBytes>>> {
-        let mut g = self.lock()?;
-        let inner = &mut *g;
-        let Some((_, waker)) = &inner.wake else {
-            return Err(PyRuntimeError::new_err("_async_fd() must be called first"));
-        };
-        let waker = waker.clone();
-        loop {
-            if let Some(m) = self.next_in(py, inner, Some(Instant::now()))? {
-                return Ok(Some(m));
-            }
-            let Some(Mode::Blocking(rx)) = inner.mode.take() else { return Err(self.closed_err()) };
-            // On an error the receiver is gone with it: the subscription is closed.
-            let mut a = AsyncReceiver::new(rx).map_err(|e| errors::error(py, e))?;
-            let polled = std::pin::pin!(a.recv()).poll(&mut Context::from_waker(&waker));
-            inner.mode = Some(Mode::Async(a));
-            match polled {
-                Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(None),
-                Poll::Ready(Ok(m)) => {
-                    inner.returned += 1;
-                    return Ok(Some(m));
+    /// What is there now is taken as by `recv_many` (so the end of a session raises `Closed`, a
+    /// fault `Fault`); only when nothing is does the receiver go to the core's `AsyncReceiver`,
+    /// whose poll hands the armed doorbell to the process's waiter thread. The next call takes
+    /// it back.
+    fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        self.handle.with(py, |inner| {
+            let Some(wake) = &inner.wake else {
+                return Err(PyRuntimeError::new_err("_async_fd() must be called first"));
+            };
+            let waker = wake.waker();
+            loop {
+                self.take_many(py, inner, &mut out, limit.max(1))?;
+                if !out.is_empty() {
+                    return Ok(());
                 }
-                Poll::Ready(Err(RecvError::Lost(loss))) => inner.report(loss),
-                Poll::Ready(Err(RecvError::Closed)) => return Err(self.stream_closed()),
-                Poll::Ready(Err(RecvError::Fault(why))) => {
-                    return Err(Fault::new_err(format!("stream {:?}: {why}", self.name)))
+                let Mode::Blocking(rx) = std::mem::replace(&mut inner.mode, Mode::Gone) else {
+                    return Err(self.handle.closed_error(py));
+                };
+                // On an error the receiver is gone with it: the subscription is closed.
+                let mut a = AsyncReceiver::new(rx).map_err(|e| errors::error(py, e))?;
+                let polled = std::pin::pin!(a.recv()).poll(&mut Context::from_waker(&waker));
+                inner.mode = Mode::Async(a);
+                match polled {
+                    Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(()),
+                    Poll::Ready(Ok(m)) => {
+                        inner.returned += 1;
+                        out.push(m);
+                        return Ok(());
+                    }
+                    Poll::Ready(Err(RecvError::Lost(loss))) => inner.report(loss),
+                    Poll::Ready(Err(RecvError::Closed)) => return Err(self.answer(py, Pending::End)),
+                    Poll::Ready(Err(RecvError::Fault(why))) => {
+                        return Err(self.answer(py, Pending::Fault(why)))
+                    }
+                    Poll::Ready(Err(RecvError::Decode(never))) => match never {},
                 }
-                Poll::Ready(Err(RecvError::Decode(never))) => match never {},
             }
-        }
+        })?;
+        PyList::new(py, out)
     }
 }
 
-impl PySubscription {
-    fn is_closed_handle(&self) -> bool {
-        match self.inner.try_lock() {
-            Ok(g) => g.mode.is_none(),
-            Err(TryLockError::Poisoned(p)) => p.into_inner().mode.is_none(),
-            Err(TryLockError::WouldBlock) => false,
+/// Waits until one of `subscriptions` has something to receive (a message, the end of its
+/// session, a fault) or `timeout` seconds pass (`None`: as long as it takes); returns the ones
+/// that do, in the order given (`[]` at the timeout). One thread, several streams, no spinning
+/// and no GIL while it sleeps: it sleeps on all their doorbells at once. Receive from each with
+/// `recv_many(timeout=0)` or `try_recv()` (a message still being fragmented can make one find
+/// nothing yet). Ctrl-C interrupts the wait.
+#[pyfunction]
+#[pyo3(signature = (subscriptions, timeout=None))]
+pub fn wait_any<'py>(
+    py: Python<'py>,
+    subscriptions: Vec<Bound<'py, PySubscription>>,
+    timeout: Option<f64>,
+) -> PyResult<Vec<Bound<'py, PySubscription>>> {
+    let deadline = util::deadline("timeout", timeout)?;
+    for (i, s) in subscriptions.iter().enumerate() {
+        if subscriptions[..i].iter().any(|t| t.is(s)) {
+            return Err(PyValueError::new_err("wait_any: a subscription is listed twice"));
+        }
+    }
+    let objects: Vec<&PySubscription> = subscriptions.iter().map(|s| s.get()).collect();
+    let mut guards = objects.iter().map(|s| s.handle.lock(py)).collect::<PyResult<Vec<_>>>()?;
+    let mut inners = Vec::with_capacity(guards.len());
+    for (g, s) in guards.iter_mut().zip(&objects) {
+        match g.as_mut() {
+            Some(inner) => match inner.blocking() {
+                Some(_) => inners.push(inner),
+                None => return Err(s.handle.closed_error(py)),
+            },
+            _ => return Err(s.handle.closed_error(py)),
+        }
+    }
+    loop {
+        let mut ready = Vec::new();
+        for (i, inner) in inners.iter_mut().enumerate() {
+            let queued = inner.has_queued();
+            if let Some(rx) = inner.blocking() {
+                if queued || rx.subscription().wait_readable(Duration::ZERO) {
+                    ready.push(subscriptions[i].clone());
+                }
+            }
+        }
+        if !ready.is_empty() {
+            return Ok(ready);
+        }
+        let Some(slice) = util::slice(deadline) else { return Ok(ready) };
+        let mut subs: Vec<&mut Subscription> =
+            inners.iter_mut().filter_map(|inner| inner.blocking().map(|rx| rx.subscription())).collect();
+        py.detach(|| Subscription::wait_any(&mut subs, slice));
+        py.check_signals()?;
+        for s in &objects {
+            s.handle.check_open(py)?;
         }
     }
 }
 
 /// A deadline no wait reaches (a timeout too long for the clock).
-fn far_future() -> std::time::Instant {
-    std::time::Instant::now() + std::time::Duration::from_secs(100 * 365 * 24 * 3600)
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
 }
 
 /// Messages a subscription did not deliver and knows it did not: a message whose start position

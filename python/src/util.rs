@@ -1,8 +1,18 @@
-//! Argument checks, bytes-like arguments, and waiting without the GIL in slices.
+//! Argument checks, bytes-like arguments, waiting without the GIL in slices, messages as
+//! `bytes`, and the socket that wakes an asyncio loop.
 
+use crate::errors;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
+use shmlog::Codec;
+use std::convert::Infallible;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// The longest a blocking call sleeps without the GIL before it looks at Python's signals: a
@@ -31,12 +41,18 @@ pub fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration
         .map_err(|_| PyValueError::new_err(format!("{what} of {seconds} seconds is too long")))
 }
 
-/// A positive integer argument that must fit a `usize`.
-pub fn positive(what: &str, n: i64) -> PyResult<usize> {
+/// A setting in seconds (a liveness interval, an fsync period): finite and > 0, else
+/// `InvalidConfig` (a `ValueError`), as the core's own range checks raise.
+pub fn setting_seconds(py: Python<'_>, what: &str, seconds: f64) -> PyResult<Duration> {
+    seconds_arg(what, seconds, false).map_err(|e| errors::invalid(py, e.value(py).to_string()))
+}
+
+/// A positive integer setting that must fit a `usize`, else `InvalidConfig` (a `ValueError`).
+pub fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
     usize::try_from(n)
         .ok()
         .filter(|&n| n > 0)
-        .ok_or_else(|| PyValueError::new_err(format!("{what} must be a positive integer, got {n}")))
+        .ok_or_else(|| errors::invalid(py, format!("{what} must be a positive integer, got {n}")))
 }
 
 /// Time left before `deadline` for one slice of waiting; `None` once it passed.
@@ -70,4 +86,76 @@ pub fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyR
     let copy = view.call_method0("tobytes")?;
     let copy = copy.cast::<PyBytes>()?;
     Ok(f(copy.as_bytes()))
+}
+
+/// Messages as Python `bytes`, made straight from the log's payload (the one copy on receive),
+/// and `bytes` encoded for an async send. Decoding runs where the receiver polls, which is always
+/// with the GIL held (polls never run inside the waits that release it), so `attach` only counts
+/// the GIL. Counts what it decoded, so that the subscription knows when the receiver's queue is
+/// empty.
+#[derive(Clone, Debug, Default)]
+pub struct PyBytesCodec {
+    pub decoded: Arc<AtomicU64>,
+}
+
+impl Codec<Py<PyBytes>> for PyBytesCodec {
+    type Error = Infallible;
+
+    fn encode(&self, value: &Py<PyBytes>, out: &mut Vec<u8>) -> Result<(), Infallible> {
+        Python::attach(|py| out.extend_from_slice(value.as_bytes(py)));
+        Ok(())
+    }
+
+    #[inline]
+    fn decode(&self, bytes: &[u8]) -> Result<Py<PyBytes>, Infallible> {
+        // One thread decodes at a time (the subscription's lock): a plain increment, no lock
+        // prefix.
+        self.decoded.store(self.decoded.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        Ok(Python::attach(|py| PyBytes::new(py, bytes).unbind()))
+    }
+}
+
+/// Wakes an asyncio loop from the core's waiter thread without the GIL: one byte into a socket
+/// whose other end the loop watches (`loop.add_reader`).
+struct SocketWaker(UnixStream);
+
+impl Wake for SocketWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Non-blocking: a full socket already holds a wake-up the loop has not read.
+        let _ = (&self.0).write(&[1]);
+    }
+}
+
+/// The loop's end of a wake-up socket, and the waker that writes to the other end.
+pub struct SocketWake {
+    ours: UnixStream,
+    waker: Waker,
+}
+
+impl SocketWake {
+    pub fn new() -> std::io::Result<Self> {
+        let (ours, theirs) = UnixStream::pair()?;
+        ours.set_nonblocking(true)?;
+        theirs.set_nonblocking(true)?;
+        Ok(Self { ours, waker: Waker::from(Arc::new(SocketWaker(theirs))) })
+    }
+
+    /// The descriptor the loop watches.
+    pub fn fd(&self) -> i32 {
+        self.ours.as_raw_fd()
+    }
+
+    pub fn waker(&self) -> Waker {
+        self.waker.clone()
+    }
+
+    /// Reads the wake-ups the socket holds.
+    pub fn drain(&self) {
+        let mut buf = [0u8; 64];
+        while matches!((&self.ours).read(&mut buf), Ok(n) if n > 0) {}
+    }
 }

@@ -22,11 +22,11 @@ def test_bytes_like_offers_and_properties(stream_dir, name):
         assert [sub.recv(5), sub.recv(5), sub.recv(5)] == [b"bytes", b"bytearray", b"memoryview"]
         assert sub.position == p3
         assert sub.session_id == pub.session_id
-        assert sub.is_connected and not sub.is_closed
+        assert sub.is_connected and not sub.closed
         assert "session" in repr(sub) and "session" in repr(pub)
     with pytest.raises(shmlog.Closed):
         sub.recv(5)
-    assert sub.is_closed
+    assert not sub.is_connected and not sub.closed
 
 
 def test_poll_and_handler_errors(stream_dir, name):
@@ -52,9 +52,10 @@ def test_poll_and_handler_errors(stream_dir, name):
 
 
 def test_a_late_joiner_reports_its_loss(stream_dir, name):
-    """A subscription waiting for a publisher that ran more than a term ahead before it looked
-    joins past the session's start and reports the loss (cause, session, from, to)."""
-    late = shmlog.Subscription(name, stream_dir)
+    """An untethered subscription waiting for a publisher that ran more than a term ahead before
+    it looked joins past the session's start and reports the loss (cause, session, from, to). (A
+    tethered one holds the publisher a window past the session's start until it looks.)"""
+    late = shmlog.Subscription(name, stream_dir, tethered=False)
     reader = None
     with shmlog.Publication(name, stream_dir, term_length=64 * 1024) as pub:
         reader = shmlog.Subscription(name, stream_dir)

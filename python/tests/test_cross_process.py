@@ -53,7 +53,7 @@ def test_rust_publisher_to_python_subscriber(peer, child, stream_dir, name):
         assert check(m) == expected
         expected += 1
     assert expected == COUNT
-    assert sub.is_closed
+    assert not sub.is_connected and not sub.closed
     assert sub.take_loss() is None
     rc, _, err = publisher.finish()
     assert rc == 0, err

@@ -2,15 +2,18 @@
 
 A :class:`Publication` is the single writer of a stream; any number of :class:`Subscription`
 objects, in any processes (Python or Rust), read it. Blocking calls release the GIL and honour
-Ctrl-C; :meth:`Subscription.recv_async` and :meth:`Subscription.aiter` never block the event loop.
-The journal (:class:`Recorder`, :func:`recordings`, :class:`Replay`) records a stream to disk and
-replays it.
+Ctrl-C; the ``*_async`` methods, :meth:`Publication.send` and :meth:`Subscription.aiter` never
+block the event loop; :func:`wait_any` waits on several subscriptions from synchronous code. The
+journal (:class:`Recorder`, :func:`recordings`, :class:`Replay`) records a stream to disk and
+replays it. :func:`clean` removes what dead processes left in a stream directory.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Optional
+import atexit
+import weakref
+from typing import AsyncIterator, Optional, Union
 
 from . import _shmlog
 from ._shmlog import (
@@ -18,6 +21,7 @@ from ._shmlog import (
     DEFAULT_TERM_LENGTH,
     AlreadyExists,
     BackPressured,
+    CleanReport,
     Closed,
     CorruptFile,
     CorruptLog,
@@ -34,7 +38,6 @@ from ._shmlog import (
     NotConnected,
     PermissionDenied,
     PositionNotAvailable,
-    Publication,
     ReaderSlots,
     Recorder,
     Recording,
@@ -43,9 +46,13 @@ from ._shmlog import (
     Timeout,
     TooManyReaders,
     TooManyWriters,
+    UsedAfterFork,
     VersionMismatch,
+    __version__,
+    clean,
     default_dir,
     recordings,
+    wait_any,
 )
 
 __all__ = [
@@ -53,6 +60,7 @@ __all__ = [
     "DEFAULT_TERM_LENGTH",
     "AlreadyExists",
     "BackPressured",
+    "CleanReport",
     "Closed",
     "CorruptFile",
     "CorruptLog",
@@ -79,10 +87,34 @@ __all__ = [
     "Timeout",
     "TooManyReaders",
     "TooManyWriters",
+    "UsedAfterFork",
     "VersionMismatch",
+    "__version__",
+    "clean",
     "default_dir",
     "recordings",
+    "wait_any",
 ]
+
+_BytesLike = Union[bytes, bytearray, memoryview]
+
+# Every publication and subscription of this process, closed at exit (a daemon thread's too):
+# a publication's log is 3 terms of RAM in /dev/shm (48 MiB by default) until it is closed.
+_live: "weakref.WeakSet[Union[Publication, Subscription]]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for obj in list(_live):
+        try:
+            obj.close()
+        except Exception:  # noqa: BLE001 - at exit, a close that fails must not stop the others
+            pass
+
+
+def _check_timeout(timeout: Optional[float]) -> None:
+    if timeout is not None and not (timeout >= 0 and timeout != float("inf")):
+        raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout}")
 
 
 def _wake(fut: asyncio.Future) -> None:
@@ -90,49 +122,149 @@ def _wake(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-class Subscription(_shmlog.Subscription):
-    """A reader of a stream (see the Rust class for the blocking methods), with asyncio."""
+async def _readable(loop: asyncio.AbstractEventLoop, fd: int, deadline: Optional[float]) -> bool:
+    """Awaits the wake-up socket `fd`; ``False`` if `deadline` (loop time) passed first."""
+    fut = loop.create_future()
+    loop.add_reader(fd, _wake, fut)
+    try:
+        if deadline is None:
+            await fut
+            return True
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        try:
+            await asyncio.wait_for(fut, left)
+            return True
+        except asyncio.TimeoutError:
+            return False
+    finally:
+        loop.remove_reader(fd)
 
-    async def recv_async(self, timeout: Optional[float] = None) -> Optional[bytes]:
-        """The next message, awaited without blocking the event loop; ``None`` after ``timeout``
-        seconds (``None``: as long as it takes). Raises :class:`Closed` once the session is closed
-        and everything it sent was read.
 
-        The wait is the core's: the process's one shmlog waiter thread sleeps on the stream's
-        doorbell (a futex) and, when it rings, writes a byte to a socket this event loop watches.
-        No thread takes the GIL to wake the loop, and no executor thread is held per waiter.
+async def _poll_until(check, timeout: Optional[float]) -> None:
+    """Awaits ``check()`` becoming true, looking again after 0.25 ms, doubling to 5 ms; raises
+    :class:`Timeout` after `timeout` seconds. For waits the stream has no doorbell for (a reader
+    joining a publisher, a subscription finding a publisher): the core's blocking waits back off
+    the same way."""
+    _check_timeout(timeout)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    nap = 0.00025
+    while not check():
+        if deadline is not None and loop.time() >= deadline:
+            raise Timeout("timed out waiting for a connection")
+        await asyncio.sleep(nap if deadline is None else max(0.0, min(nap, deadline - loop.time())))
+        nap = min(nap * 2, 0.005)
+
+
+class Publication(_shmlog.Publication):
+    """The single writer of stream `name` (one thread at a time), blocking or asyncio.
+
+    ``Publication(name, dir=None, *, term_length=None, liveness_interval=None, max_readers=None,
+    keep_files=False)`` creates the stream's log in `dir` (default :func:`default_dir`). Offer
+    with :meth:`offer` (never waits), :meth:`offer_blocking` (sleeps while back-pressured),
+    :meth:`offer_many` (a batch in one call) or ``await`` :meth:`send` (asyncio). Closing it
+    (``close()``, its ``with`` block, or the interpreter's exit) ends the stream.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        # The object was made by the extension's constructor; only remember it for the exit.
+        _live.add(self)
+
+    async def send(self, data: _BytesLike, timeout: Optional[float] = None) -> int:
+        """Appends `data` as one message, awaiting room while back-pressured without blocking
+        the event loop; returns the stream position after it. Raises :class:`BackPressured`
+        after `timeout` seconds (``None``: as long as it takes), :class:`NotConnected` and the
+        other offer errors at once. Cancel-safe: a send cancelled while it waits appended nothing.
+
+        The wait is the core's: readers that move ring the publisher's doorbell while it waits,
+        and the process's one shmlog waiter thread writes a byte to a socket this loop watches.
         """
-        if timeout is not None and not (timeout >= 0 and timeout != float("inf")):
-            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout}")
+        _check_timeout(timeout)
+        try:
+            return self.offer(data)
+        except BackPressured:
+            if timeout == 0:
+                raise
+        message = data if type(data) is bytes else bytes(data)
         loop = asyncio.get_running_loop()
         fd = self._async_fd()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             # Drained before the poll: a wake-up after the poll stays in the socket.
             self._drain_wakes()
-            msg = self._poll_async()
-            if msg is not None:
-                return msg
-            fut = loop.create_future()
-            loop.add_reader(fd, _wake, fut)
-            try:
-                if deadline is None:
-                    await fut
-                else:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        return None
-                    try:
-                        await asyncio.wait_for(fut, left)
-                    except asyncio.TimeoutError:
-                        self._drain_wakes()
-                        return self._poll_async()
-            finally:
-                loop.remove_reader(fd)
+            position = self._poll_send(message)
+            if position is not None:
+                return position
+            if not await _readable(loop, fd, deadline):
+                self._drain_wakes()
+                return self.offer(message)  # a last look; BackPressured if still no room
+
+    async def wait_connected_async(self, timeout: Optional[float] = None) -> None:
+        """Awaits a live reader of the stream, at most `timeout` seconds; raises
+        :class:`Timeout` (a ``TimeoutError``) then. The event loop runs meanwhile."""
+        await _poll_until(lambda: self.connected_readers > 0, timeout)
+
+    async def wait_for_readers_async(self, readers: int, timeout: Optional[float] = None) -> None:
+        """Awaits at least `readers` live readers of the stream, at most `timeout` seconds."""
+        if readers < 1:
+            raise InvalidConfig(f"readers must be a positive integer, got {readers}")
+        await _poll_until(lambda: self.connected_readers >= readers, timeout)
+
+
+class Subscription(_shmlog.Subscription):
+    """A reader of stream `name` (one thread at a time), blocking, in batches or asyncio.
+
+    ``Subscription(name, dir=None, *, join=None, liveness_interval=None, max_readers=None,
+    copy_payloads=False, tethered=True, on_lapped='oldest')``. It is a reader from the moment it
+    is made (a publisher's ``wait_connected`` counts it). Receive with ``for msg in sub``,
+    :meth:`recv`, :meth:`try_recv`, :meth:`recv_many` (a batch as a list), :meth:`poll` (a
+    handler per message), or ``await`` :meth:`recv_async` / ``async for msg in sub``. When a
+    session ends, a receive says so once (``Closed``, or the iteration ends); receiving again
+    waits for the next publisher's session.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        _live.add(self)
+
+    async def recv_async(self, timeout: Optional[float] = None) -> Optional[bytes]:
+        """The next message, awaited without blocking the event loop; ``None`` after `timeout`
+        seconds (``None``: as long as it takes). Raises :class:`Closed` once when the session is
+        over and everything it sent was read; awaiting again waits for the next session.
+
+        The wait is the core's: the process's one shmlog waiter thread sleeps on the stream's
+        doorbell (a futex) and, when it rings, writes a byte to a socket this event loop watches.
+        No thread takes the GIL to wake the loop, and no executor thread is held per waiter.
+        """
+        batch = await self.recv_many_async(1, timeout)
+        return batch[0] if batch else None
+
+    async def recv_many_async(self, limit: int = 1024, timeout: Optional[float] = None) -> list[bytes]:
+        """The messages there now (at most `limit`) as a list, awaiting the first without
+        blocking the event loop; ``[]`` after `timeout` seconds. Raises :class:`Closed` like
+        :meth:`recv_async`."""
+        _check_timeout(timeout)
+        if limit < 1:
+            raise InvalidConfig(f"limit must be a positive integer, got {limit}")
+        loop = asyncio.get_running_loop()
+        fd = self._async_fd()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            # Drained before the poll: a wake-up after the poll stays in the socket.
+            self._drain_wakes()
+            batch = self._poll_async(limit)
+            if batch:
+                return batch
+            if not await _readable(loop, fd, deadline):
+                self._drain_wakes()
+                return self._poll_async(limit)
 
     async def aiter(self) -> AsyncIterator[bytes]:
-        """Every message, awaited, until the session is closed (``async for msg in sub.aiter()``)."""
+        """Every message, awaited, until the session is over (``async for msg in sub.aiter()``);
+        iterating again waits for the next session."""
         while True:
+            # One at a time: a consumer that leaves the loop early loses nothing.
             try:
                 msg = await self.recv_async()
             except Closed:
@@ -144,3 +276,8 @@ class Subscription(_shmlog.Subscription):
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self.aiter()
+
+    async def wait_connected_async(self, timeout: Optional[float] = None) -> None:
+        """Awaits a live publisher's session, at most `timeout` seconds; raises :class:`Timeout`
+        (a ``TimeoutError``) then. The event loop runs meanwhile."""
+        await _poll_until(self._connected_now, timeout)
