@@ -834,3 +834,158 @@ fn a_recorder_stopped_by_a_full_disk_still_tells_how_far_it_recorded() {
     assert_eq!(error.num("position"), r.stop_position, "Recorder::recorded_position() after the stop");
     drop(publisher);
 }
+
+/// A publication of either kind, for tests that run both.
+enum AnyPublication {
+    Exclusive(Publication),
+    Concurrent(shmlog::ConcurrentPublication),
+}
+
+impl AnyPublication {
+    fn open(shm: &Path, name: &str, concurrent: bool) -> Self {
+        let b = Publication::builder(name).dir(shm).term_length(64 * 1024).mtu(MTU);
+        if concurrent {
+            Self::Concurrent(b.open_concurrent().unwrap())
+        } else {
+            Self::Exclusive(b.create().unwrap())
+        }
+    }
+
+    fn offer(&mut self, msg: &[u8]) -> Result<i64, shmlog::OfferError> {
+        match self {
+            Self::Exclusive(p) => p.offer(msg),
+            Self::Concurrent(p) => p.offer(msg),
+        }
+    }
+
+    /// Claims `len` bytes and fills them with `fill`; then commits (`Some(true)`), aborts
+    /// (`Some(false)`) or drops (`None`) the claim.
+    fn claim(&mut self, len: usize, fill: u8, end: Option<bool>) -> Result<(), shmlog::OfferError> {
+        fn finish<P: shmlog::ClaimSource>(mut c: shmlog::ClaimGuard<'_, P>, fill: u8, end: Option<bool>) {
+            c.buffer().fill(fill);
+            match end {
+                Some(true) => {
+                    c.commit();
+                }
+                Some(false) => c.abort(),
+                None => drop(c),
+            }
+        }
+        match self {
+            Self::Exclusive(p) => finish(p.try_claim(len)?, fill, end),
+            Self::Concurrent(p) => finish(p.try_claim(len)?, fill, end),
+        }
+        Ok(())
+    }
+
+    fn is_connected(&mut self) -> bool {
+        match self {
+            Self::Exclusive(p) => p.is_connected(),
+            Self::Concurrent(p) => p.is_connected(),
+        }
+    }
+
+    fn close(self) {
+        match self {
+            Self::Exclusive(p) => p.close(),
+            Self::Concurrent(p) => p.close(),
+        }
+    }
+}
+
+/// N1: padding inside a term (a claim aborted or dropped, by an exclusive or a concurrent
+/// publication) is part of the stream. A recorder records it: one recording, no gap, no loss, no
+/// extra segment, and its replay is exactly what a tethered reader saw.
+#[test]
+fn aborted_and_dropped_claims_cost_a_recorder_no_recording_and_no_loss() {
+    for (concurrent, tethered) in [(false, true), (true, true), (false, false), (true, false)] {
+        let name = &format!("claims-{}{}", concurrent as u8, tethered as u8);
+        let (shm, disk) = (ShmDir::new(name), DiskDir::new(name));
+        // An untethered recorder is polled with the tethered reader, which holds the publisher
+        // within a window of both: it is never lapped, so it loses nothing either.
+        let mut recorder = Recorder::builder(name, disk.path())
+            .stream_dir(shm.path())
+            .segment_length(1 << 16)
+            .tethered(tethered)
+            .start()
+            .unwrap();
+        let mut reader = Subscription::builder(name).dir(shm.path()).open().unwrap();
+        let mut p = AnyPublication::open(shm.path(), name, concurrent);
+        let mut seen: Vec<(i64, Vec<u8>)> = Vec::new();
+        let drain = |recorder: &mut Recorder, reader: &mut Subscription, seen: &mut Vec<(i64, Vec<u8>)>| {
+            while recorder.poll().unwrap() > 0 {}
+            reader.poll(|m: &[u8], h: &Header| seen.push((h.position(), m.to_vec())), 1000);
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !p.is_connected() {
+            drain(&mut recorder, &mut reader, &mut seen);
+            assert!(Instant::now() < deadline, "not connected");
+        }
+        let mut aborts = 0;
+        for i in 0..3_000u32 {
+            let len = 40 + (i as usize * 37) % 400;
+            loop {
+                let done = match i % 6 {
+                    1 => p.claim(len, i as u8, Some(false)).map(|_| aborts += 1),
+                    3 => p.claim(len, i as u8, None).map(|_| aborts += 1),
+                    5 => p.claim(len, i as u8, Some(true)),
+                    _ => p.offer(&vec![i as u8; len]).map(|_| ()),
+                };
+                match done {
+                    Ok(()) => break,
+                    Err(e) => assert!(e.is_retryable(), "{e}"),
+                }
+                drain(&mut recorder, &mut reader, &mut seen);
+                assert!(Instant::now() < deadline, "back pressure did not clear");
+            }
+        }
+        p.close();
+        while recorder.recording_id().is_some() || !reader.is_closed() {
+            drain(&mut recorder, &mut reader, &mut seen);
+            assert!(Instant::now() < deadline, "the recording did not close");
+        }
+        assert!(aborts >= 1_000);
+        let list: Vec<_> =
+            journal::recordings(disk.path()).unwrap().into_iter().map(Result::unwrap).collect();
+        assert_eq!(list.len(), 1, "{name}: one recording, not one per aborted claim: {list:#?}");
+        let r = &list[0];
+        assert_eq!(r.state, RecordingState::Stopped(StopReason::EndOfStream));
+        assert_eq!((r.gap_before, recorder.lost_bytes()), (0, 0), "no loss");
+        assert!(recorder.take_loss().is_none());
+        let segments = std::fs::read_dir(disk.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".seg"))
+            .count() as i64;
+        assert_eq!(segments, (r.stop_position + (1 << 16) - 1) >> 16, "one segment per 64 KiB recorded");
+        let (replayed, error) = replay_from(disk.path(), r.id, None);
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(replayed.len(), seen.len());
+        assert!(replayed == seen, "{name}: the replay is not what the tethered reader saw");
+    }
+}
+
+/// The recorder's contract with an untethered subscription: a `block_poll` in which it is lapped
+/// hands over no block (here a lap found while passing the rest of a message joined inside of,
+/// where the poll used to go on and hand over a block after the lap), so a block always follows
+/// the last one, or padding, unless a lap was reported in between.
+#[test]
+fn an_untethered_block_poll_that_is_lapped_hands_over_no_block() {
+    let shm = ShmDir::new("lapped-block");
+    let mut p = Publication::builder("lapped-block").dir(shm.path()).term_length(64 * 1024).create().unwrap();
+    let mut sub = Subscription::builder("lapped-block").dir(shm.path()).tethered(false).open().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !p.is_connected() {
+        sub.block_poll(|_: &[u8], _: i64| {}, 1 << 20);
+        assert!(Instant::now() < deadline, "not connected");
+    }
+    // Nothing read yet (still passing what it joined inside of): the publisher laps it.
+    while p.position() < 4 * 64 * 1024 {
+        p.offer(&[7; 200]).unwrap();
+    }
+    let mut handed = 0;
+    sub.block_poll(|block: &[u8], _: i64| handed += block.len(), 1 << 20);
+    assert_eq!(sub.laps(), 1, "lapped");
+    assert_eq!(handed, 0, "a lapped poll handed over a block after the lap");
+    sub.block_poll(|block: &[u8], _: i64| handed += block.len(), 1 << 20);
+    assert!(handed > 0, "the next poll reads on");
+}

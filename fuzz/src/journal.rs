@@ -133,7 +133,7 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
         let framed = shmlog::__fuzz::frame::framed_length(len, MTU - 32) as i64;
         let room = TERM as i64 - position % TERM as i64;
         if framed > room {
-            let mut pad = j::padding_header(position, &expect());
+            let mut pad = j::padding_header(position, room as usize, &expect());
             if sealed {
                 j::seal(&mut pad);
             }

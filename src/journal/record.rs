@@ -77,8 +77,9 @@ pub enum StopReason {
     PublisherDied = 2,
     /// The recorder was stopped (or dropped) by its owner.
     Stopped = 3,
-    /// An untethered recorder fell too far behind and skipped ahead: the next recording of the
-    /// stream starts after the gap it reports in [`Recording::gap_before`].
+    /// An untethered recorder was lapped by the publisher: the next recording of the stream
+    /// starts where its subscription went on, after the gap it reports in
+    /// [`Recording::gap_before`].
     Lagged = 4,
     /// The disk was full: the recording holds everything before its stop position, intact.
     DiskFull = 5,

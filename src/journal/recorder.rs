@@ -269,13 +269,20 @@ impl Recorder {
             self.fail(&e);
             return Err(e);
         }
-        if sub.laps() != laps {
-            // Lapped (an untethered recorder): what follows is not contiguous with what was
-            // recorded, even where it starts a term (which the writer would take for padding).
-            if let Err(e) = self.w.lagged() {
-                self.fail(&e);
-                return Err(e);
+        let padded = if sub.laps() != laps {
+            // Lapped (an untethered recorder; a lapped poll hands over no block): what follows
+            // is not contiguous with what was recorded, even where it starts a term (which the
+            // writer would take for padding).
+            self.w.lagged()
+        } else {
+            match log {
+                Some(log) => self.w.pad_to_reader(sub.position(), &log),
+                None => Ok(()),
             }
+        };
+        if let Err(e) = padded {
+            self.fail(&e);
+            return Err(e);
         }
         if let Err(e) = self.w.sync_due(false) {
             self.fail(&e);
@@ -491,23 +498,16 @@ impl Writer {
             self.begin(position, log)?;
         }
         let a = self.active.as_mut().expect("begun above");
-        if position != a.recorded {
-            let terms = a.expect.terms;
-            let next_term = terms.term_begin(a.recorded) + terms.term_length as i64;
-            if terms.term_offset(a.recorded) != 0 && position == next_term {
-                // The log had padding to the term's end here, which reads skip.
-                let (mut pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
-                if a.checksum == Checksum::Crc32c {
-                    frames::seal(&mut pad);
-                }
-                Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_at(&pad, at)?;
-            } else {
-                // Not contiguous (cannot happen to a tethered reader): a new recording.
-                let previous = (a.id, a.recorded);
-                self.close(StopReason::Lagged)?;
-                self.previous = Some(previous);
-                self.begin(position, log)?;
-            }
+        if position > a.recorded {
+            // Padding the reader passed (see `Writer::pad`): part of the stream, recorded.
+            self.pad(position)?;
+        } else if position < a.recorded {
+            // Behind what was recorded: no reader's position goes back, so the log is not what
+            // this recording holds. Start a new recording rather than overwrite this one.
+            let previous = (a.id, a.recorded);
+            self.close(StopReason::Lagged)?;
+            self.previous = Some(previous);
+            self.begin(position, log)?;
         }
         let a = self.active.as_mut().expect("begun above");
         let checksum = a.checksum;
@@ -519,6 +519,40 @@ impl Writer {
         a.recorded = position + block.len() as i64;
         self.catalog.set_recorded(a.id, a.recorded);
         Ok(())
+    }
+
+    /// Records padding from the recorded position to `to`: what the subscription passed there
+    /// without handing it over (reads skip padding: an aborted or dropped claim, an unblocker's
+    /// pad, the rest of a term). A subscription's position moves only over committed frames, and
+    /// a lap (the one other way it moves) ends the recording before the next block (`Recorder::poll`),
+    /// so everything between is padding: one padding frame per term it covers, so that the
+    /// recording stays as contiguous as the stream and one aborted claim costs no recording.
+    fn pad(&mut self, to: i64) -> Result<(), Error> {
+        let Some(a) = self.active.as_mut() else { return Ok(()) };
+        let terms = a.expect.terms;
+        while a.recorded < to {
+            let at = a.recorded;
+            let end = to.min(terms.term_begin(at) + terms.term_length as i64);
+            let mut pad = frames::padding_header(at, (end - at) as usize, &a.expect);
+            if a.checksum == Checksum::Crc32c {
+                frames::seal(&mut pad);
+            }
+            Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_padding(&pad, at, end)?;
+            a.recorded = end;
+        }
+        self.catalog.set_recorded(a.id, a.recorded);
+        Ok(())
+    }
+
+    /// After a poll: the subscription's position, if past what was recorded of the same session,
+    /// passed padding with nothing after it yet. Recorded now, so that the recording ends where
+    /// the reader stands (a replay-merge hands over there) and a stop position is never before
+    /// padding the stream had.
+    fn pad_to_reader(&mut self, position: i64, log: &LogFacts) -> Result<(), Error> {
+        match &self.active {
+            Some(a) if a.expect == log.expect && position > a.recorded => self.pad(position),
+            _ => Ok(()),
+        }
     }
 
     /// Starts a recording at `position` (where a message starts).

@@ -154,6 +154,13 @@ impl Segment {
         self.file.write_all_at(bytes, offset).map_err(|e| space_error(&self.path, bytes.len() as u64, e))
     }
 
+    /// Writes the padding header `pad` at stream `position`, for a padding frame that ends at
+    /// `end` (its body is not data and is not written).
+    pub fn write_padding(&self, pad: &[u8], position: i64, end: i64) -> Result<(), Error> {
+        debug_assert!(position + pad.len() as i64 <= end);
+        self.write_at(pad, position)
+    }
+
     /// Writes the segment's data to the disk itself and waits (`fdatasync`).
     pub fn sync(&self) -> Result<(), Error> {
         self.file.sync_data().map_err(|e| Error::io("sync segment", &self.path, e))
