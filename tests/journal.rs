@@ -486,36 +486,66 @@ fn a_torn_frame_after_a_crash_is_cut_and_never_replayed() {
 #[test]
 fn a_full_disk_stops_recording_with_a_typed_error_and_keeps_what_was_recorded() {
     let _x = support::exclusive();
-    let (shm, disk) = (ShmDir::new("journal-full"), DiskDir::new("full"));
-    let (session, id) = record_messages(shm.path(), disk.path(), "full", 2_000, 4 << 20);
-    // A recorder that may not create files of 4 MiB (RLIMIT_FSIZE: EFBIG, as ENOSPC would).
-    let mut recorder = Peer::spawn(
-        "recorder",
-        "recorder",
-        &recorder_cfg(shm.path(), disk.path(), "full").set("segment", 4 << 20).set("fsize", 2 << 20),
-    );
-    recorder.expect("recording", Duration::from_secs(10));
-    // A reader besides the recorder, so the publisher has someone to deliver to once it is gone.
-    let mut reader = Peer::spawn("reader", "subscriber", &publisher_cfg(shm.path(), "full"));
-    reader.expect("opened", Duration::from_secs(10));
-    let mut publisher =
-        Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "full").set("count", 100_000));
-    let error = recorder.expect("record_error", Duration::from_secs(30));
-    assert!(error.get("err").unwrap().starts_with("InsufficientSpace"), "{}", error.raw);
-    // The recorder left the stream: the publisher is not held back by it.
-    publisher.expect("closed", Duration::from_secs(60));
-    let done = reader.expect("done", Duration::from_secs(30));
-    assert_eq!(done.get("reason"), Some("eos"), "{}", done.raw);
-    let failed = journal::recording(disk.path(), id + 1).unwrap();
-    assert_eq!(failed.state, RecordingState::Stopped(StopReason::DiskFull));
-    assert_eq!(failed.length(), 0);
-    let stubs: Vec<_> = std::fs::read_dir(disk.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&format!("{}-", id + 1)))
-        .collect();
-    assert!(stubs.is_empty(), "a segment that could not be sized was left behind: {stubs:?}");
-    assert_eq!(verify_replay(disk.path(), id, session, true).total, 2_000);
+    for preallocate in [false, true] {
+        let (shm, disk) = (ShmDir::new("journal-full"), DiskDir::new("full"));
+        let (session, id) = record_messages(shm.path(), disk.path(), "full", 2_000, 4 << 20);
+        // A recorder that may not write files past 2 MiB (RLIMIT_FSIZE: EFBIG, as ENOSPC would).
+        let mut cfg =
+            recorder_cfg(shm.path(), disk.path(), "full").set("segment", 4 << 20).set("fsize", 2 << 20);
+        if preallocate {
+            cfg = cfg.set("preallocate", 1);
+        }
+        let mut recorder = Peer::spawn("recorder", "recorder", &cfg);
+        recorder.expect("recording", Duration::from_secs(10));
+        // A reader besides the recorder, so the publisher has someone to deliver to once it is gone.
+        let mut reader = Peer::spawn("reader", "subscriber", &publisher_cfg(shm.path(), "full"));
+        reader.expect("opened", Duration::from_secs(10));
+        let mut publisher = Peer::spawn(
+            "publisher",
+            "publisher",
+            &publisher_cfg(shm.path(), "full").set("count", 100_000).set("wait_go", 1),
+        );
+        let second = publisher.expect("ready", Duration::from_secs(10)).num("session") as i32;
+        // Both in the new session before it writes: the recording starts at its start.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while shmlog::inspect::streams(shm.path())
+            .unwrap()
+            .iter()
+            .all(|s| s.readers.iter().filter(|r| r.alive && r.session_id == Some(second)).count() < 2)
+        {
+            assert!(Instant::now() < deadline, "the recorder and the reader did not join");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        publisher.send("go");
+        let error = recorder.expect("record_error", Duration::from_secs(30));
+        assert!(error.get("err").unwrap().starts_with("InsufficientSpace"), "{}", error.raw);
+        // The recorder left the stream: the publisher is not held back by it.
+        publisher.expect("closed", Duration::from_secs(60));
+        let done = reader.expect("done", Duration::from_secs(30));
+        assert_eq!(done.get("reason"), Some("eos"), "{}", done.raw);
+        let failed = journal::recording(disk.path(), id + 1).unwrap();
+        assert_eq!(failed.state, RecordingState::Stopped(StopReason::DiskFull));
+        let files: Vec<_> = std::fs::read_dir(disk.path())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{}-", id + 1)))
+            .collect();
+        if preallocate {
+            // The segment could not be sized: nothing recorded, no stub left.
+            assert_eq!(failed.length(), 0);
+            assert!(files.is_empty(), "a segment that could not be sized was left behind");
+        } else {
+            // The segment grew to the limit: everything written before the failed write is
+            // recorded and replays whole.
+            assert_eq!(files.len(), 1);
+            assert!(files[0].metadata().unwrap().len() <= 2 << 20);
+            assert!(failed.length() > 1 << 20, "{}", failed.length());
+            assert!(failed.stop_position <= 2 << 20);
+            let v = verify_replay(disk.path(), failed.id, second, true);
+            assert!(v.total > 100, "{}", v.total);
+        }
+        assert_eq!(verify_replay(disk.path(), id, session, true).total, 2_000);
+    }
 }
 
 #[test]
@@ -988,4 +1018,47 @@ fn an_untethered_block_poll_that_is_lapped_hands_over_no_block() {
     assert_eq!(handed, 0, "a lapped poll handed over a block after the lap");
     sub.block_poll(|block: &[u8], _: i64| handed += block.len(), 1 << 20);
     assert!(handed > 0, "the next poll reads on");
+}
+
+/// A segment costs what it holds: a short recording takes a few pages, not a 128 MiB segment (the
+/// default length), also when it ends with padding whose body is not written; preallocation is
+/// there when asked for.
+#[test]
+fn a_segment_file_costs_what_it_holds_unless_preallocated() {
+    use std::os::unix::fs::MetadataExt;
+    for preallocate in [false, true] {
+        let name = &format!("footprint-{}", preallocate as u8);
+        let (shm, disk) = (ShmDir::new(name), DiskDir::new(name));
+        let mut recorder = Recorder::builder(name, disk.path())
+            .stream_dir(shm.path())
+            .preallocate(preallocate)
+            .start()
+            .unwrap();
+        let mut p = Publication::builder(name).dir(shm.path()).term_length(64 * 1024).create().unwrap();
+        while !p.is_connected() {
+            recorder.poll().unwrap();
+        }
+        for i in 0..10u8 {
+            p.offer(&[i; 100]).unwrap();
+        }
+        // An aborted claim last: padding at the recording's end, 2 KiB of it a hole.
+        p.try_claim(2000).unwrap().abort();
+        let end = p.position();
+        while recorder.recorded_position() < end {
+            recorder.poll().unwrap();
+        }
+        recorder.stop().unwrap();
+        let r = journal::recording(disk.path(), 0).unwrap();
+        assert_eq!(r.stop_position, end, "the recording ends where the reader stands, after the padding");
+        let meta = std::fs::metadata(disk.path().join("0-0.seg")).unwrap();
+        if preallocate {
+            assert_eq!(meta.len(), 128 << 20);
+        } else {
+            assert_eq!(meta.len(), end as u64, "the file ends where the recording does");
+            assert!(meta.blocks() * 512 <= 16 << 10, "{} blocks for {end} bytes", meta.blocks());
+        }
+        let (got, error) = replay_from(disk.path(), 0, None);
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(got.len(), 10);
+    }
 }

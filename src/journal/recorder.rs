@@ -12,7 +12,7 @@ use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
 use super::record::{Checksum, Fields, Recording, StopReason};
 use super::recovery;
-use super::segment::{self, Segment, BLOCK_LEN};
+use super::segment::{self, Segment, Space, BLOCK_LEN};
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
@@ -62,6 +62,7 @@ pub struct RecorderBuilder {
     resume: bool,
     wake_on_commit: bool,
     checksum: Checksum,
+    space: Space,
 }
 
 /// How long an idle recorder sleeps between looks unless woken on commit.
@@ -133,6 +134,16 @@ impl RecorderBuilder {
         self
     }
 
+    /// `false` (the default): a segment file grows as it is written, so it costs what it holds
+    /// (a short recording takes a few pages, not a segment). `true`: each segment's whole length
+    /// is reserved (`posix_fallocate`) when it is begun, so a full disk shows at a segment's
+    /// start rather than in the middle of one, and the file system can lay it out in one piece.
+    /// A full disk is [`Error::InsufficientSpace`] either way, with everything recorded intact.
+    pub fn preallocate(mut self, preallocate: bool) -> Self {
+        self.space = if preallocate { Space::Preallocate } else { Space::Grow };
+        self
+    }
+
     /// Records a new catalog gets (default 4096).
     pub fn catalog_capacity(mut self, records: usize) -> Self {
         self.catalog_capacity = records;
@@ -182,6 +193,7 @@ impl RecorderBuilder {
             active: None,
             segment_length: self.segment_length,
             fsync: self.fsync,
+            space: self.space,
             checksum: self.checksum,
             scratch: Vec::new(),
             previous: None,
@@ -190,7 +202,7 @@ impl RecorderBuilder {
             last_stop: 0,
         };
         if let Some((recording, stop)) = resumed {
-            writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
+            writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync, writer.space)?);
         }
         Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit })
     }
@@ -236,6 +248,7 @@ impl Recorder {
             resume: true,
             wake_on_commit: false,
             checksum: Checksum::Crc32c,
+            space: Space::Grow,
         }
     }
 
@@ -433,7 +446,7 @@ struct Active {
 }
 
 impl Active {
-    fn resumed(dir: &Path, r: &Recording, stop: i64, fsync: Fsync) -> Result<Self, Error> {
+    fn resumed(dir: &Path, r: &Recording, stop: i64, fsync: Fsync, space: Space) -> Result<Self, Error> {
         let expect = Expect {
             terms: Terms::new(r.term_length, r.initial_term_id),
             session_id: r.session_id,
@@ -445,7 +458,7 @@ impl Active {
             expect,
             checksum: r.checksum,
             segment_length: r.segment_length,
-            segment: Some(Segment::open(dir, r.id, base, r.segment_length, fsync != Fsync::Never)?),
+            segment: Some(Segment::open(dir, r.id, base, r.segment_length, space, fsync != Fsync::Never)?),
             recorded: stop,
             durable: r.durable_position.min(stop),
             last_sync: Instant::now(),
@@ -462,6 +475,7 @@ struct Writer {
     active: Option<Active>,
     segment_length: u64,
     fsync: Fsync,
+    space: Space,
     /// For recordings begun from now on (a resumed one keeps its own).
     checksum: Checksum,
     /// Where blocks are copied to be sealed, reused.
@@ -511,7 +525,7 @@ impl Writer {
         }
         let a = self.active.as_mut().expect("begun above");
         let checksum = a.checksum;
-        let segment = Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?;
+        let segment = Self::segment_for(&self.dir, a, position, self.fsync, self.space, &self.catalog)?;
         match checksum {
             Checksum::None => segment.write_at(block, position)?,
             Checksum::Crc32c => write_sealed(segment, &mut self.scratch, block, position)?,
@@ -537,7 +551,8 @@ impl Writer {
             if a.checksum == Checksum::Crc32c {
                 frames::seal(&mut pad);
             }
-            Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_padding(&pad, at, end)?;
+            Self::segment_for(&self.dir, a, at, self.fsync, self.space, &self.catalog)?
+                .write_padding(&pad, at, end)?;
             a.recorded = end;
         }
         self.catalog.set_recorded(a.id, a.recorded);
@@ -597,8 +612,9 @@ impl Writer {
         a: &'a mut Active,
         position: i64,
         fsync: Fsync,
+        space: Space,
         catalog: &Catalog<MmapRegion>,
-    ) -> Result<&'a Segment, Error> {
+    ) -> Result<&'a mut Segment, Error> {
         let base = segment::base_of(position, a.segment_length);
         if a.segment.as_ref().map(|s| s.base) != Some(base) {
             if let Some(old) = a.segment.take() {
@@ -611,9 +627,9 @@ impl Writer {
                     a.last_sync = Instant::now();
                 }
             }
-            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length, fsync != Fsync::Never)?);
+            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length, space, fsync != Fsync::Never)?);
         }
-        Ok(a.segment.as_ref().expect("opened above"))
+        Ok(a.segment.as_mut().expect("opened above"))
     }
 
     /// Syncs if the policy says it is time (or `now`, for any policy but `Never`).
@@ -650,6 +666,11 @@ impl Writer {
             self.catalog.stop(a.id, a.recorded, reason);
             stopped = self.catalog.sync(a.id);
             self.catalog.release(a.id);
+            if let Some(s) = a.segment.filter(|s| a.recorded <= s.base) {
+                // Begun for a write that failed (a full disk at a segment's start): it holds
+                // nothing of the recording, which now stops before it. Leave no stub.
+                let _ = std::fs::remove_file(&s.path);
+            }
         }
         // The first error: the recording's own sync, else its catalog record's.
         synced.and(stopped)
@@ -659,7 +680,12 @@ impl Writer {
 /// Writes `block` (whole committed frames from stream `position` on) with each frame's checksum
 /// in its reserved value: copied into `scratch` a chunk at a time, sealed there, written from
 /// there. The live log is never written.
-fn write_sealed(segment: &Segment, scratch: &mut Vec<u8>, block: &[u8], position: i64) -> Result<(), Error> {
+fn write_sealed(
+    segment: &mut Segment,
+    scratch: &mut Vec<u8>,
+    block: &[u8],
+    position: i64,
+) -> Result<(), Error> {
     let mut at = 0;
     while at < block.len() {
         let rest = &block[at..];
@@ -760,6 +786,32 @@ mod tests {
         let e = result.expect_err("the failed sync is reported");
         assert!(e.to_string().contains("sync catalog"), "{e}");
         assert!(recorder.is_failed());
+    }
+
+    /// A full disk at a growing segment's first write: a typed error, the recording stopped as
+    /// `DiskFull` with nothing in it, and no empty segment file left behind.
+    #[test]
+    fn a_full_disk_at_a_segments_first_write_is_a_typed_error_and_leaves_no_stub() {
+        let (shm, disk) = (TempDir::new("stub-shm"), TempDir::new("stub-journal"));
+        let mut recorder = Recorder::builder("stub", disk.path()).stream_dir(shm.path()).start().unwrap();
+        let mut p = Publication::builder("stub").dir(shm.path()).term_length(1 << 16).create().unwrap();
+        while !p.is_connected() {
+            recorder.poll().unwrap();
+        }
+        p.offer(&[7; 100]).unwrap();
+        trace::fail_next("write segment");
+        let mut result = Ok(0);
+        for _ in 0..10_000 {
+            result = recorder.poll();
+            if result.is_err() {
+                break;
+            }
+        }
+        assert!(matches!(result, Err(Error::InsufficientSpace { .. })), "{result:?}");
+        assert!(recorder.is_failed());
+        let r = crate::journal::recording(disk.path(), 0).unwrap();
+        assert_eq!((r.state, r.length()), (crate::journal::RecordingState::Stopped(StopReason::DiskFull), 0));
+        assert!(segment::list(disk.path(), 0).unwrap().is_empty(), "an empty segment was left behind");
     }
 
     #[test]

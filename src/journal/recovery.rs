@@ -90,7 +90,11 @@ fn scrub(dir: &Path, r: &Recording, stop: i64, trusted: i64) -> Result<(), Error
     let path = segment::path(dir, r.id, base);
     if end > stop {
         if let Ok(file) = crate::sys::fs::open_existing(&path, true) {
-            let zeros = vec![0u8; (end - stop) as usize];
+            // A growing segment holds nothing past its length: zero only what it has (writing
+            // zeroes past it would grow it for nothing).
+            let len = file.metadata().map_err(|e| Error::io("inspect segment", &path, e))?.len() as i64;
+            let end = end.min(base + len);
+            let zeros = vec![0u8; (end - stop).max(0) as usize];
             file.write_all_at(&zeros, (stop - base) as u64)
                 .map_err(|e| Error::io("zero torn tail", &path, e))?;
             file.sync_data().map_err(|e| Error::io("sync segment", &path, e))?;

@@ -663,6 +663,7 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
         .segment_length(cfg.u64_or("segment", 1 << 20))
         .fsync(fsync)
         .tethered(!cfg.flag("untethered"))
+        .preallocate(cfg.flag("preallocate"))
         .start()
     {
         Ok(r) => r,

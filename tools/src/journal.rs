@@ -42,6 +42,10 @@ pub struct RecordArgs {
     /// checks only the frames' structure, and the publisher's reserved values are kept).
     #[arg(long)]
     no_checksum: bool,
+    /// Reserve each segment's whole length when it is begun (posix_fallocate) instead of
+    /// letting the file grow as it is written.
+    #[arg(long)]
+    preallocate: bool,
 }
 
 fn parse_fsync(s: &str) -> Result<Fsync, String> {
@@ -64,6 +68,7 @@ pub fn record(a: &RecordArgs) -> Result<(), Error> {
         .tethered(!a.untethered)
         .join_at(if a.from_slowest { JoinAt::Slowest } else { JoinAt::Latest })
         .checksum(if a.no_checksum { Checksum::None } else { Checksum::Crc32c })
+        .preallocate(a.preallocate)
         .start()?;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     eprintln!("recording {:?} into {} (Ctrl-C stops)", a.stream, a.journal.display());
