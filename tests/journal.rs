@@ -1062,3 +1062,304 @@ fn a_segment_file_costs_what_it_holds_unless_preallocated() {
         assert_eq!(got.len(), 10);
     }
 }
+
+/// The segment files of recording `id` in `journal`, by base.
+fn segment_bases(journal: &Path, id: u32) -> Vec<i64> {
+    let prefix = format!("{id}-");
+    let mut bases: Vec<i64> = std::fs::read_dir(journal)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)?.strip_suffix(".seg")?.parse().ok()
+        })
+        .collect();
+    bases.sort();
+    bases
+}
+
+/// Replays recording `id` from its start (or `from`) to its end, checking every message
+/// (strictly in sequence from the recording's first message); the messages and the error.
+fn replay_checked(journal: &Path, id: u32, session: i32, from: Option<i64>) -> (u64, Option<Error>) {
+    let mut v = Verifier::new(shape());
+    v.begin_session(session, false);
+    let mut b = Replay::builder(journal, id);
+    if let Some(from) = from {
+        b = b.from(from);
+    }
+    let mut replay = match b.open() {
+        Ok(r) => r,
+        Err(e) => return (0, Some(e)),
+    };
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.on_message(m, h.session_id());
+    });
+    let error = loop {
+        match replay.poll(&mut assembler, 256) {
+            Ok(_) if replay.is_done() => break None,
+            Ok(_) => {}
+            Err(e) => break Some(e),
+        }
+    };
+    drop(assembler);
+    assert_eq!(v.failure, None);
+    (v.total, error)
+}
+
+/// Purge, detach, attach, delete detached segments, truncate and delete, on a stopped
+/// recording: each moves the catalog and the files as it says, a replay of what is kept is whole,
+/// and one that asks for what is gone gets a typed error with the oldest position kept.
+#[test]
+fn segments_are_purged_detached_attached_and_truncated_and_replays_see_what_is_kept() {
+    let (shm, disk) = (ShmDir::new("journal-ops"), DiskDir::new("ops"));
+    let j = disk.path();
+    let (session, id) = record_messages(shm.path(), j, "ops", 6_000, 64 * 1024);
+    let r = journal::recording(j, id).unwrap();
+    let seg = 64 * 1024i64;
+    let all = segment_bases(j, id);
+    assert!(all.len() >= 10, "{all:?}");
+    assert!(matches!(replay_checked(j, id, session, None), (6_000, None)));
+
+    // Detach below the fourth segment: the start moves to its first message, the files stay.
+    let detached = journal::detach(j, id, 3 * seg + 100).unwrap();
+    assert!(detached.start >= 3 * seg && detached.start < 4 * seg, "{detached:?}");
+    assert_eq!(detached.files_removed, 0);
+    assert_eq!(segment_bases(j, id), all);
+    let now = journal::recording(j, id).unwrap();
+    assert_eq!((now.start_position, now.origin_position), (detached.start, 0));
+    match Replay::builder(j, id).from(0).open() {
+        Err(Error::PositionNotAvailable { requested: 0, oldest, .. }) => assert_eq!(oldest, detached.start),
+        other => panic!("a replay of detached data was not refused: {other:?}"),
+    }
+    let (kept, error) = replay_checked(j, id, session, None);
+    assert!(error.is_none() && kept > 0 && kept < 6_000, "{kept} {error:?}");
+
+    // Attach takes them back.
+    assert_eq!(journal::attach(j, id).unwrap().start, 0);
+    assert!(matches!(replay_checked(j, id, session, None), (6_000, None)));
+
+    // Detach again and delete what is detached: the files go, attach finds nothing.
+    journal::detach(j, id, 2 * seg).unwrap();
+    let deleted = journal::delete_detached(j, id).unwrap();
+    assert_eq!(deleted.files_removed, 2);
+    assert_eq!(segment_bases(j, id), all[2..]);
+    assert_eq!(journal::attach(j, id).unwrap().start, deleted.start, "nothing to attach");
+
+    // Purge below the sixth segment.
+    let purged = journal::purge(j, id, 5 * seg).unwrap();
+    assert_eq!(purged.files_removed, 3);
+    assert!(purged.bytes_removed > 0);
+    assert_eq!(segment_bases(j, id), all[5..]);
+    let (kept, error) = replay_checked(j, id, session, None);
+    assert!(error.is_none() && kept > 0, "{error:?}");
+
+    // Truncate at a message start: what follows goes, the recording stops there.
+    let ends = message_ends(j, id);
+    let at = ends[ends.len() / 2];
+    match journal::truncate(j, id, at + 32) {
+        Err(Error::PositionNotAvailable { nearest, .. }) => assert!(nearest > at + 32),
+        other => panic!("truncation inside a message was not refused: {other:?}"),
+    }
+    journal::truncate(j, id, at).unwrap();
+    let now = journal::recording(j, id).unwrap();
+    assert_eq!((now.stop_position, now.state), (at, r.state));
+    assert_eq!(*segment_bases(j, id).last().unwrap(), (at - 1) & !(seg - 1), "nothing past the stop");
+    assert_eq!(message_ends(j, id).last(), Some(&at));
+
+    // Delete: the files and the record go; the next recording reuses the record, not the id.
+    journal::delete_recording(j, id).unwrap();
+    assert!(segment_bases(j, id).is_empty());
+    assert!(matches!(journal::recording(j, id), Err(Error::NoSuchRecording { .. })));
+    assert!(matches!(Replay::builder(j, id).open(), Err(Error::NoSuchRecording { .. })));
+    let (_, next) = record_messages(shm.path(), j, "ops", 10, 64 * 1024);
+    assert_eq!(next, id + 1);
+    assert_eq!(journal::recordings(j).unwrap().len(), 1);
+}
+
+/// A replay that already opened a segment keeps reading it after a purge removes it (an unlinked
+/// file lives while open): no torn read. When it moves on to a purged segment it gets
+/// `PositionNotAvailable` with the oldest position kept, and a replay from there goes on whole.
+#[test]
+fn a_replay_reads_on_through_a_purge_and_is_told_where_the_kept_data_starts() {
+    let (shm, disk) = (ShmDir::new("journal-purge-replay"), DiskDir::new("purge-replay"));
+    let j = disk.path();
+    // Segments of 1 MiB, read 256 KiB at a time: most of the first is read after the purge.
+    let (session, id) = record_messages(shm.path(), j, "pr", 15_000, 1 << 20);
+    let mut v = Verifier::new(shape());
+    v.begin_session(session, true);
+    let mut replay = Replay::builder(j, id).open().unwrap();
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.on_message(m, h.session_id());
+    });
+    // Into the first segment (its file open), then the first two segments are purged.
+    while replay.position() < 1024 {
+        replay.poll(&mut assembler, 1).unwrap();
+    }
+    assert!(journal::recording(j, id).unwrap().stop_position > 3 << 20);
+    let purged = journal::purge(j, id, 2 << 20).unwrap();
+    assert_eq!(purged.files_removed, 2);
+    let error = loop {
+        match replay.poll(&mut assembler, 64) {
+            Ok(_) => assert!(!replay.is_done(), "the replay went past the purge"),
+            Err(e) => break e,
+        }
+    };
+    drop(assembler);
+    assert_eq!(v.failure, None, "every message read from the open file was whole");
+    match error {
+        Error::PositionNotAvailable { requested, oldest, nearest, .. } => {
+            assert_eq!(requested, 1 << 20, "the first segment was read to its end");
+            assert_eq!((oldest, nearest), (purged.start, purged.start));
+        }
+        other => panic!("a replay of purged data: {other}"),
+    }
+    let (kept, error) = replay_checked(j, id, session, Some(purged.start));
+    assert!(error.is_none() && kept > 0 && v.total + kept < 15_000, "{kept} {error:?}");
+}
+
+/// A recorder with retention policies (its recordings' own and the journal's) purges while it
+/// records, on its own thread, and deletes old recordings whole, so a catalog of 4 records serves
+/// 12 sessions: a recorder that runs for years never meets "catalog is full".
+#[test]
+fn a_recorder_with_retention_purges_as_it_records_and_never_fills_its_catalog() {
+    let (shm, disk) = (ShmDir::new("journal-retain"), DiskDir::new("retain"));
+    let j = disk.path().to_path_buf();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recorder = {
+        let (shm, j, stop) = (shm.path().to_path_buf(), j.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r = Recorder::builder("retain", &j)
+                .stream_dir(shm)
+                .segment_length(64 * 1024)
+                .catalog_capacity(4)
+                .retention(journal::Retention::none().max_segments(3))
+                .journal_retention(journal::Retention::none().max_segments(5))
+                .retention_interval(Duration::from_millis(5))
+                .start()
+                .unwrap();
+            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
+            assert!(r.take_retention_error().is_none());
+        })
+    };
+    let mut sessions = Vec::new();
+    for round in 0..12 {
+        sessions.push(publish(shm.path(), "retain", 2_000).join().unwrap());
+        // Once the session's recording is closed, the policies hold after the thread's next
+        // pass: each recording at most 3 segments, the journal 5.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let list: Vec<_> = journal::recordings(&j).unwrap().into_iter().map(Result::unwrap).collect();
+            let counts: Vec<usize> = list.iter().map(|r| segment_bases(&j, r.id).len()).collect();
+            let closed =
+                list.iter().all(|r| r.is_stopped()) && list.iter().any(|r| r.session_id == sessions[round]);
+            if closed && counts.iter().all(|&n| n <= 3) && counts.iter().sum::<usize>() <= 5 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the policies do not hold: {counts:?} {list:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    recorder.join().unwrap();
+    let list: Vec<_> = journal::recordings(&j).unwrap().into_iter().map(Result::unwrap).collect();
+    assert!(list.len() <= 4 && !list.is_empty(), "{list:#?}");
+    let last = list.last().unwrap();
+    assert!(last.id >= 11, "12 recordings, ids never reused: {list:#?}");
+    for r in &list {
+        assert!(r.retention == journal::Retention::none().max_segments(3));
+        assert!(r.start_position > r.origin_position || segment_bases(&j, r.id).first() == Some(&0));
+    }
+    assert_eq!(journal::journal_retention(&j).unwrap(), journal::Retention::none().max_segments(5));
+    // What is kept of the newest session replays whole, from its (moved) start.
+    let (kept, error) = replay_checked(&j, last.id, *sessions.last().unwrap(), None);
+    assert!(error.is_none() && kept > 0, "{kept} {error:?}");
+}
+
+/// Retention never purges what a registered durable reader has not read: its position (a
+/// recording and a position in it, stored by hand here as the persistent subscription will)
+/// keeps that recording from the segment holding it, and every later recording of its stream.
+#[test]
+fn retention_keeps_what_a_durable_reader_has_not_read() {
+    let (shm, disk) = (ShmDir::new("journal-durable"), DiskDir::new("durable"));
+    let j = disk.path();
+    let seg = 64 * 1024i64;
+    let (_, a) = record_messages(shm.path(), j, "dr", 4_000, seg as u64);
+    let (_, b) = record_messages(shm.path(), j, "dr", 4_000, seg as u64);
+    let (_, other) = record_messages(shm.path(), j, "other", 10, seg as u64);
+    let (a_files, b_files) = (segment_bases(j, a), segment_bases(j, b));
+    assert!(a_files.len() >= 6 && b_files.len() >= 6);
+    let reader = journal::DurableReader::register(j, "report", "dr").unwrap();
+    assert_eq!(reader.position(), None);
+    // One segment for the whole journal; nothing read yet: all of "dr" is kept.
+    journal::set_journal_retention(j, journal::Retention::none().max_segments(1)).unwrap();
+    journal::apply_retention(j).unwrap();
+    assert_eq!((segment_bases(j, a), segment_bases(j, b)), (a_files.clone(), b_files.clone()));
+    assert!(matches!(journal::recording(j, other), Err(Error::NoSuchRecording { .. })), "not its stream");
+    // Read into A's fifth segment: A is kept from there, B whole.
+    let position = 4 * seg + 96;
+    reader.store(a, position);
+    assert_eq!(reader.position(), Some((a, position)));
+    journal::apply_retention(j).unwrap();
+    assert_eq!(segment_bases(j, a), a_files[4..]);
+    assert!(journal::recording(j, a).unwrap().start_position <= position);
+    assert_eq!(segment_bases(j, b), b_files);
+    // Into B: A was read whole and goes; B is kept from the reader on.
+    reader.store(b, 2 * seg);
+    journal::apply_retention(j).unwrap();
+    assert!(matches!(journal::recording(j, a), Err(Error::NoSuchRecording { .. })));
+    assert_eq!(segment_bases(j, b), b_files[2..]);
+    // A second process's view of the registration; the name is held while registered.
+    let listed = journal::durable_readers(j).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].name.as_str(), listed[0].stream.as_str()), ("report", "dr"));
+    assert_eq!((listed[0].position, listed[0].alive), (Some((b, 2 * seg)), true));
+    assert!(journal::DurableReader::register(j, "report", "dr").is_err(), "held by a live reader");
+    // Unregistered: the journal's policy alone.
+    reader.unregister().unwrap();
+    journal::apply_retention(j).unwrap();
+    assert!(segment_bases(j, b).len() <= 1);
+    assert!(journal::durable_readers(j).unwrap().is_empty());
+}
+
+/// Kill -9 anywhere in a purge, a detach or an attach, while the recording is replayed: the
+/// journal opens, what it claims replays whole, and the next open finishes the purge (no file
+/// below the start's segment that is not detached survives it).
+#[test]
+fn a_maintenance_process_killed_anywhere_leaves_a_journal_that_replays_what_it_claims() {
+    let _x = support::exclusive();
+    let mut rng = support::Rng::new("journal-maintenance-kill");
+    let (shm, disk) = (ShmDir::new("journal-mkill"), DiskDir::new("mkill"));
+    let j = disk.path();
+    let seg = 64 * 1024u64;
+    let (session, id) = record_messages(shm.path(), j, "mk", 20_000, seg);
+    let r = journal::recording(j, id).unwrap();
+    let mut kills = 0;
+    while journal::recording(j, id).unwrap().start_position < r.stop_position - 2 * seg as i64 && kills < 30 {
+        // From its start: a round of detach, attach and purge takes a few hundred microseconds.
+        let at = rng.range(10, 20_000);
+        let cfg = Cfg::new().set("journal", j.display()).set("id", id).set("segment", seg).set("kill_us", at);
+        let mut p = Peer::spawn("maintainer", "journal_maintainer", &cfg);
+        let status = p.wait_exit(Duration::from_secs(30));
+        assert!(!status.success(), "the maintainer was not killed: {status:?}");
+        kills += 1;
+        // The journal opens and replays what it claims, from its start.
+        let now = journal::recording(j, id).unwrap();
+        let (kept, error) = replay_checked(j, id, session, None);
+        assert!(error.is_none(), "kill {kills} at {at} us: {error:?}");
+        assert!(kept > 0);
+        // An operation finishes what the killed one left: files below the purged base go.
+        journal::attach(j, id).unwrap();
+        let bases = segment_bases(j, id);
+        let start = journal::recording(j, id).unwrap().start_position;
+        assert!(start <= now.start_position, "attach moves the start down, if anything");
+        assert!(bases.first().is_some_and(|&b| b <= start), "{bases:?} {start}");
+        for pair in bases.windows(2) {
+            assert_eq!(pair[1] - pair[0], seg as i64, "a hole in the segments kept: {bases:?}");
+        }
+    }
+    let r = journal::recording(j, id).unwrap();
+    println!("{kills} kills, the start at {} of {}", r.start_position, r.stop_position);
+    assert!(kills >= 3 && r.start_position > 0);
+}

@@ -10,8 +10,10 @@
 
 use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
+use super::policy::Retention;
 use super::record::{Checksum, Fields, Recording, StopReason};
 use super::recovery;
+use super::retention::RetentionThread;
 use super::segment::{self, Segment, Space, BLOCK_LEN};
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
@@ -63,6 +65,9 @@ pub struct RecorderBuilder {
     wake_on_commit: bool,
     checksum: Checksum,
     space: Space,
+    retention: Retention,
+    journal_retention: Option<Retention>,
+    retention_interval: Duration,
 }
 
 /// How long an idle recorder sleeps between looks unless woken on commit.
@@ -144,6 +149,30 @@ impl RecorderBuilder {
         self
     }
 
+    /// The retention policy of each recording this recorder begins (default
+    /// [`Retention::none`]: keep everything), kept in its catalog record: its oldest segments are
+    /// purged as the policy says, by a thread of the recorder (never on the publisher's path,
+    /// and not on the recorder's own), whoever records the stream later.
+    pub fn retention(mut self, policy: Retention) -> Self {
+        self.retention = policy;
+        self
+    }
+
+    /// Sets the whole journal's retention policy (kept in the catalog's header, for every
+    /// recorder of the journal to apply, oldest recordings first, deleting a recording once
+    /// nothing of it is kept). Default: leave the journal's policy as it is.
+    pub fn journal_retention(mut self, policy: Retention) -> Self {
+        self.journal_retention = Some(policy);
+        self
+    }
+
+    /// How often the recorder's retention thread applies the policies (default 1 s). The
+    /// thread runs only if a policy is set: this recorder's, the journal's, or a recording's.
+    pub fn retention_interval(mut self, interval: Duration) -> Self {
+        self.retention_interval = interval;
+        self
+    }
+
     /// Records a new catalog gets (default 4096).
     pub fn catalog_capacity(mut self, records: usize) -> Self {
         self.catalog_capacity = records;
@@ -161,6 +190,18 @@ impl RecorderBuilder {
             return Err(Error::InvalidConfig("segment length must be a power of two from 64 KiB to 1 TiB"));
         }
         let catalog = Catalog::open_or_create(&self.journal, self.catalog_capacity)?;
+        if let Some(policy) = self.journal_retention {
+            catalog.set_retention(policy)?;
+        }
+        // Finish what a crash interrupted (a purge, a truncation, a deletion).
+        super::maintenance::sweep(&catalog)?;
+        let retains = !self.retention.is_none()
+            || !catalog.retention().is_none()
+            || catalog.list().iter().flatten().any(|r| !r.retention.is_none());
+        let retention = match retains {
+            true => Some(RetentionThread::spawn(self.journal.clone(), self.retention_interval)?),
+            false => None,
+        };
         let interrupted = recovery::close_interrupted(&catalog, &self.journal, &self.stream)?;
         let mut resumed = None;
         let mut sub = None;
@@ -168,7 +209,7 @@ impl RecorderBuilder {
             if self.resume {
                 match self.live.clone().tethered(self.tethered).join_at(JoinAt::Position(stop)).open() {
                     Ok(s) if s.session_id() == Some(recording.session_id) && s.position() == stop => {
-                        catalog.resume(recording.id, stop);
+                        catalog.resume(recording.slot, stop);
                         sub = Some(s);
                     }
                     Ok(_) | Err(Error::PositionNotAvailable { .. }) => {}
@@ -178,8 +219,8 @@ impl RecorderBuilder {
             if sub.is_some() {
                 resumed = Some((recording, stop));
             } else {
-                catalog.stop(recording.id, stop, StopReason::RecorderDied);
-                catalog.release(recording.id);
+                catalog.stop(recording.slot, stop, StopReason::RecorderDied);
+                catalog.release(recording.slot);
             }
         }
         let sub = match sub {
@@ -195,6 +236,8 @@ impl RecorderBuilder {
             fsync: self.fsync,
             space: self.space,
             checksum: self.checksum,
+            retention: self.retention,
+            retains: retention.is_some(),
             scratch: Vec::new(),
             previous: None,
             lost: 0,
@@ -204,7 +247,7 @@ impl RecorderBuilder {
         if let Some((recording, stop)) = resumed {
             writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync, writer.space)?);
         }
-        Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit })
+        Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit, retention })
     }
 }
 
@@ -229,6 +272,8 @@ pub struct Recorder {
     sub: Option<Subscription>,
     w: Writer,
     wake_on_commit: bool,
+    /// Applies retention policies, if any is set (dropped, so stopped, with the recorder).
+    retention: Option<RetentionThread>,
 }
 
 impl Recorder {
@@ -249,6 +294,9 @@ impl Recorder {
             wake_on_commit: false,
             checksum: Checksum::Crc32c,
             space: Space::Grow,
+            retention: Retention::none(),
+            journal_retention: None,
+            retention_interval: Duration::from_secs(1),
         }
     }
 
@@ -357,15 +405,30 @@ impl Recorder {
         self.sub.as_mut()?.take_loss()
     }
 
+    /// The last error the retention thread met applying the policies (it goes on), once.
+    pub fn take_retention_error(&mut self) -> Option<Error> {
+        self.retention.as_ref()?.take_error()
+    }
+
     /// `true` once an error stopped the recorder.
     pub fn is_failed(&self) -> bool {
         self.w.failed
     }
 
     /// Closes the current recording ([`StopReason::Stopped`]), syncing it unless the policy is
-    /// [`Fsync::Never`].
+    /// [`Fsync::Never`]; then, if retention policies are set, applies them once more, so that
+    /// what the journal keeps after a stop is what they say (the thread's last pass may be up to
+    /// an interval old).
     pub fn stop(mut self) -> Result<(), Error> {
-        self.w.close(StopReason::Stopped)
+        let closed = self.w.close(StopReason::Stopped);
+        let retained = match self.retention.take() {
+            Some(thread) => {
+                drop(thread);
+                super::retention::apply(&self.w.catalog, std::time::SystemTime::now()).map(drop)
+            }
+            None => Ok(()),
+        };
+        closed.and(retained)
     }
 
     fn fail(&mut self, e: &Error) {
@@ -436,6 +499,8 @@ impl LogFacts {
 #[derive(Debug)]
 struct Active {
     id: u32,
+    /// The catalog record that holds it.
+    slot: u32,
     expect: Expect,
     checksum: Checksum,
     segment_length: u64,
@@ -455,6 +520,7 @@ impl Active {
         let base = segment::base_of(stop, r.segment_length);
         Ok(Self {
             id: r.id,
+            slot: r.slot,
             expect,
             checksum: r.checksum,
             segment_length: r.segment_length,
@@ -478,6 +544,9 @@ struct Writer {
     space: Space,
     /// For recordings begun from now on (a resumed one keeps its own).
     checksum: Checksum,
+    retention: Retention,
+    /// Whether any retention policy is set (then a full catalog is worth a retention pass).
+    retains: bool,
     /// Where blocks are copied to be sealed, reused.
     scratch: Vec<u8>,
     /// The recording the next one continues, and the position it stopped at.
@@ -531,7 +600,7 @@ impl Writer {
             Checksum::Crc32c => write_sealed(segment, &mut self.scratch, block, position)?,
         }
         a.recorded = position + block.len() as i64;
-        self.catalog.set_recorded(a.id, a.recorded);
+        self.catalog.set_recorded(a.slot, a.recorded);
         Ok(())
     }
 
@@ -555,7 +624,7 @@ impl Writer {
                 .write_padding(&pad, at, end)?;
             a.recorded = end;
         }
-        self.catalog.set_recorded(a.id, a.recorded);
+        self.catalog.set_recorded(a.slot, a.recorded);
         Ok(())
     }
 
@@ -577,7 +646,7 @@ impl Writer {
         let previous = self.previous.take();
         let gap = previous.map_or(0, |(_, stopped)| (position - stopped).max(0));
         self.lost += gap;
-        let id = self.catalog.allocate(&Fields {
+        let fields = Fields {
             stream: &self.stream,
             session_id: e.session_id,
             stream_id: e.stream_id,
@@ -592,9 +661,19 @@ impl Writer {
             gap_before: gap,
             previous: previous.map(|(id, _)| id),
             checksum: self.checksum,
-        })?;
+            retention: self.retention,
+        };
+        let (id, slot) = match self.catalog.allocate(&fields) {
+            // Full: retention may free a record now rather than at its next pass.
+            Err(Error::InvalidConfig(_)) if self.retains => {
+                super::retention::apply(&self.catalog, std::time::SystemTime::now())?;
+                self.catalog.allocate(&fields)?
+            }
+            allocated => allocated?,
+        };
         self.active = Some(Active {
             id,
+            slot,
             expect: e,
             checksum: self.checksum,
             segment_length,
@@ -621,9 +700,9 @@ impl Writer {
                 if fsync != Fsync::Never {
                     old.sync()?;
                     a.durable = a.recorded;
-                    catalog.set_durable(a.id, a.durable);
+                    catalog.set_durable(a.slot, a.durable);
                     segment::trace::note(|| format!("durable {}", a.durable));
-                    catalog.sync(a.id)?;
+                    catalog.sync(a.slot)?;
                     a.last_sync = Instant::now();
                 }
             }
@@ -648,9 +727,9 @@ impl Writer {
         }
         a.durable = a.recorded;
         a.last_sync = Instant::now();
-        self.catalog.set_durable(a.id, a.durable);
+        self.catalog.set_durable(a.slot, a.durable);
         segment::trace::note(|| format!("durable {}", a.durable));
-        self.catalog.sync(a.id)
+        self.catalog.sync(a.slot)
     }
 
     /// Closes the current recording, if any, at what it recorded.
@@ -663,9 +742,9 @@ impl Writer {
         let mut stopped = Ok(());
         if let Some(a) = self.active.take() {
             self.last_stop = a.recorded;
-            self.catalog.stop(a.id, a.recorded, reason);
-            stopped = self.catalog.sync(a.id);
-            self.catalog.release(a.id);
+            self.catalog.stop(a.slot, a.recorded, reason);
+            stopped = self.catalog.sync(a.slot);
+            self.catalog.release(a.slot);
             if let Some(s) = a.segment.filter(|s| a.recorded <= s.base) {
                 // Begun for a write that failed (a full disk at a segment's start): it holds
                 // nothing of the recording, which now stops before it. Leave no stub.

@@ -37,13 +37,18 @@ pub fn close_interrupted(
         if recording.stream != stream || recording.state != RecordingState::Interrupted {
             continue;
         }
-        if !catalog.take(recording.id)? {
+        if !catalog.take(recording.slot)? {
             continue; // its recorder is alive after all (or another recorder is recovering it)
         }
-        let stop = cut(dir, &recording, |stop| catalog.cut_back(recording.id, stop))?;
+        // Not while an operator moves its start (whose walk reads what a cut zeroes); read
+        // again under the locks, since the start may have moved since the list.
+        let maintenance = catalog.maintain(recording.slot, true)?.ok_or(Error::Timeout)?;
+        let recording = catalog.read(recording.slot)?.unwrap_or(recording);
+        let stop = cut(dir, &recording, |stop| catalog.cut_back(recording.slot, stop))?;
+        drop(maintenance);
         if let Some((older, older_stop)) = latest.replace((recording, stop)) {
-            catalog.stop(older.id, older_stop, StopReason::RecorderDied);
-            catalog.release(older.id);
+            catalog.stop(older.slot, older_stop, StopReason::RecorderDied);
+            catalog.release(older.slot);
         }
     }
     Ok(latest)
@@ -147,7 +152,11 @@ mod tests {
             gap_before: 0,
             previous: None,
             checksum: Checksum::None,
+            origin_position: 0,
+            retention: crate::journal::Retention::none(),
             boot_id: boot_id(),
+            slot: 3,
+            purged: 0,
         }
     }
 

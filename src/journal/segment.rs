@@ -31,17 +31,21 @@ pub fn base_of(position: i64, segment_length: u64) -> i64 {
     position & !(segment_length as i64 - 1)
 }
 
+/// The recording id and base position a segment file's name says, if it is one's.
+pub fn parse_name(name: &str) -> Option<(u32, i64)> {
+    let (id, base) = name.strip_suffix(".seg")?.split_once('-')?;
+    Some((id.parse().ok()?, base.parse().ok()?))
+}
+
 /// The segment files of recording `id` in `dir`, as (base, path), sorted by base.
 pub fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
-    let prefix = format!("{id}-");
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let base = name.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".seg"));
-        if let Some(base) = base.and_then(|b| b.parse::<i64>().ok()) {
-            found.push((base, entry.path()));
+        match name.to_str().and_then(parse_name) {
+            Some((of, base)) if of == id => found.push((base, entry.path())),
+            _ => {}
         }
     }
     found.sort();
