@@ -3,7 +3,8 @@
 # src/log/loom_concurrent.rs (many writers and the unblocker),
 # src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader) and
 # src/stream/loom_concurrent_models.rs (the shipped ConcurrentWriter), and of the journal's
-# catalog record and of a replay following a recording that recovery cuts back
+# catalog record, of a replay following a recording that recovery cuts back, retention purges
+# or deletes (its record reused), and of a durable reader's position
 # (src/journal/loom_models.rs), over src/region/loom.rs.
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
@@ -38,6 +39,14 @@
 #      no_cut_fence                       recovery does not fence between counting a cut in a
 #                                         catalog record and zeroing past it: a following
 #                                         replay reads a zero and trusts it (j2);
+#      unfenced_reuse                     whoever reuses a deleted recording's catalog record
+#                                         writes it without a fence first: a following replay
+#                                         takes the new recording's positions for its own (j3);
+#      unlink_before_start                retention removes a segment file before it moves the
+#                                         recording's start: a replay that finds it missing takes
+#                                         the purge for damage (j4);
+#      unfenced_reader_position           a durable reader's position is stored without the
+#                                         seqlock's fence: retention loads a torn pair (j5);
 #      pending_after_reserve               a concurrent writer publishes its pending position after
 #                                         its tail CAS: another writer enters the next term over a
 #                                         range not yet zeroed (k1);
@@ -157,6 +166,9 @@ mutant no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
 mutant uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
 mutant relaxed_catalog journal::loom_models::j_
 mutant no_cut_fence journal::loom_models::j2_
+mutant unfenced_reuse journal::loom_models::j3_
+mutant unlink_before_start journal::loom_models::j4_
+mutant unfenced_reader_position journal::loom_models::j5_
 mutant pending_after_reserve log::loom_concurrent::k1_
 mutant release_before_clean log::loom_concurrent::k1_ stream::loom_concurrent_models::k5_
 mutant unblock_over_live log::loom_concurrent::k3_

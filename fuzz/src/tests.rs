@@ -328,8 +328,23 @@ fn journal_seeds() -> Vec<(&'static str, Vec<u8>)> {
         sealed.u16(1000 + k * 300);
     }
     sealed.b(&[1, 2]).u16(0x1234).b(&[6]).b(&[0]);
+    // The intact recording, then three operations: detach at the 31st frame's start, attach,
+    // truncate at the 36th frame's start (refused if a message does not start there).
+    let mut operated = Seed::default();
+    operated.b(&[2, 39]);
+    for k in 0..40u16 {
+        operated.u16(k * 97 % 3000);
+    }
+    operated.b(&[0, 0]).b(&[3]).b(&[1, 30, 1]).b(&[0]).u16(0x1000).b(&[2]).b(&[1, 35, 4]);
+    // Scenario 4: three durable readers, the first at recording 5, position 4096 (an i64 of
+    // the input), then two words of the file overwritten (a name's length, a position).
+    let mut readers = Seed::default();
+    readers.b(&[4, 2]).b(&[5, 0, 0, 0]).b(&[6]).b(&4096i64.to_le_bytes());
+    readers.b(&[2]).u16(5 * 8).b(&[2]).u16(256 + 3 * 8).b(&[1]);
     vec![
         ("record_words", words.0),
+        ("operated", operated.0),
+        ("readers", readers.0),
         ("intact", intact.0),
         ("damaged", damaged.0),
         ("truncated", truncated.0),

@@ -36,6 +36,10 @@ enum Command {
         /// Print JSON (one object per snapshot, one per line with --watch).
         #[arg(long)]
         json: bool,
+        /// Show this journal directory too: size, oldest and newest positions, retention,
+        /// durable readers (repeatable).
+        #[arg(long, value_name = "DIR")]
+        journal: Vec<PathBuf>,
     },
     /// Remove files of streams whose publisher is dead and that no live reader uses.
     Clean {
@@ -59,6 +63,9 @@ enum Command {
     #[cfg(feature = "bridge")]
     #[command(subcommand)]
     Bridge(BridgeCommand),
+    /// Purge, detach, attach, truncate or delete a journal's recordings, or set its retention.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
     /// List the recordings of a journal directory: streams, positions, sizes, rates, states.
     Recordings {
         /// Journal directory.
@@ -181,11 +188,11 @@ fn run(cli: Cli) -> Result<(), String> {
     sys::install_stop_handler();
     sys::default_sigpipe();
     match cli.command {
-        Command::Stat { dir, watch, json } => {
+        Command::Stat { dir, watch, json, journal } => {
             if watch.is_some_and(|w| !(w > 0.0 && w.is_finite())) {
                 return Err("--watch must be a positive number of seconds".into());
             }
-            stat::run(&dir.path(), watch, json).map_err(|e| e.to_string())
+            stat::run(&dir.path(), watch, json, &journal).map_err(|e| e.to_string())
         }
         Command::Clean { dir, dry_run, json } => {
             stat::clean(&dir.path(), dry_run, json).map_err(|e| e.to_string())
@@ -194,7 +201,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Bridge(BridgeCommand::Out(args)) => bridge::out(&args),
         #[cfg(feature = "bridge")]
         Command::Bridge(BridgeCommand::In(args)) => bridge::inbound(&args),
-        Command::Record(args) => journal::record(&args).map_err(|e| e.to_string()),
+        Command::Record(args) => journal::record(&args),
+        Command::Journal(cmd) => journal::journal_command(&cmd),
         Command::Replay(args) => journal::replay(&args),
         Command::Recordings { journal, json } => {
             journal::recordings(&journal, json).map_err(|e| e.to_string())

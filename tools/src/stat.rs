@@ -106,19 +106,26 @@ impl Previous {
 }
 
 /// `shmlog stat`: prints every stream once, or every `watch` seconds until Ctrl-C.
-pub fn run(dir: &Path, watch: Option<f64>, as_json: bool) -> Result<(), shmlog::Error> {
+pub fn run(dir: &Path, watch: Option<f64>, as_json: bool, journals: &[PathBuf]) -> Result<(), shmlog::Error> {
     let mut previous = Previous::default();
     let started = Instant::now();
     loop {
         let list = streams(dir)?;
         let rates = previous.update(&list, Instant::now());
+        let summaries = journals.iter().map(|j| crate::journal::summary(j)).collect::<Result<Vec<_>, _>>()?;
         if as_json {
-            println!("{}", stat_json(dir, &list, rates.as_ref()));
+            let mut doc: Value =
+                serde_json::from_str(&stat_json(dir, &list, rates.as_ref())).unwrap_or(Value::Null);
+            doc["journals"] = summaries.iter().map(crate::journal::summary_json).collect();
+            println!("{doc}");
         } else {
             if watch.is_some() {
                 println!("--- {:.1} s ---", started.elapsed().as_secs_f64());
             }
             print!("{}", stat_text(dir, &list, rates.as_ref()));
+            for s in &summaries {
+                print!("{}", crate::journal::summary_text(s));
+            }
         }
         let Some(period) = watch else { return Ok(()) };
         let until = Instant::now() + Duration::from_secs_f64(period.max(0.05));

@@ -348,6 +348,135 @@ fn stat_of_an_empty_directory_and_watch_mode() {
     assert!(rate.is_number(), "rates appear from the second snapshot: {rate:?}");
 }
 
+/// Records `count` messages of 200 bytes of stream `name` in-process into `journal` (64 KiB
+/// segments), stopped; its id.
+fn record_in_process(dir: &ShmDir, journal: &std::path::Path, name: &str, count: u32) -> u32 {
+    use shmlog::journal::Recorder;
+    let mut recorder =
+        Recorder::builder(name, journal).stream_dir(dir.path()).segment_length(64 * 1024).start().unwrap();
+    let mut p = Publication::builder(name).dir(dir.path()).term_length(64 * 1024).create().unwrap();
+    while !p.is_connected() {
+        recorder.poll().unwrap();
+    }
+    for i in 0..count {
+        while p.offer(&[i as u8; 200]).is_err() {
+            recorder.poll().unwrap();
+        }
+    }
+    while recorder.recorded_position() < p.position() {
+        recorder.poll().unwrap();
+    }
+    let id = recorder.recording_id().unwrap();
+    recorder.stop().unwrap();
+    id
+}
+
+#[test]
+fn journal_operations_and_the_journal_in_stat() {
+    let dir = ShmDir::new("cli-journal-ops");
+    let journal = std::env::temp_dir().join(format!("shmlog-cli-journal-ops-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&journal);
+    let j = journal.to_str().unwrap();
+    let id = record_in_process(&dir, &journal, "ops", 3_000);
+    let seg = 64 * 1024;
+    let files = || {
+        std::fs::read_dir(&journal)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".seg"))
+            .count()
+    };
+    let all = files();
+    assert!(all >= 8, "{all} segments");
+    let op =
+        |args: &[&str]| json::parse(&shmlog_ok(&[&["journal"], args, &["--journal", j, "--json"]].concat()));
+
+    let detached = op(&["detach", &id.to_string(), "--to", &(3 * seg).to_string()]);
+    assert_eq!(detached.field("done").str(), "detached");
+    let start = detached.field("start_position").int();
+    assert!(start >= 3 * seg && start < 4 * seg, "{start}");
+    assert_eq!(files(), all);
+    assert_eq!(op(&["attach", &id.to_string()]).field("start_position").int(), 0);
+    op(&["detach", &id.to_string(), "--to", &(2 * seg).to_string()]);
+    assert_eq!(op(&["delete-detached", &id.to_string()]).field("files_removed").int(), 2);
+    let purged = op(&["purge", &id.to_string(), "--to", &(4 * seg).to_string()]);
+    assert_eq!((purged.field("done").str(), purged.field("files_removed").int()), ("purged", 2));
+    assert!(purged.field("bytes_removed").int() > 0);
+    assert_eq!(files(), all - 4);
+    let text = shmlog_ok(&["journal", "purge", "--journal", j, &id.to_string(), "--to", "0"]);
+    assert!(text.contains("recording 0: purged") && text.contains("0 file(s)"), "{text}");
+
+    // Truncate at a message start (one from a replay), refused elsewhere.
+    let lines = shmlog_ok(&["replay", "--journal", j, &id.to_string()]);
+    let at: i64 = lines.lines().nth(100).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let out = shmlog(&[
+        "journal",
+        "truncate",
+        "--journal",
+        j,
+        &id.to_string(),
+        "--at-position",
+        &(at + 32).to_string(),
+    ]);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("nearest one is"),
+        "{out:?}"
+    );
+    let cut = op(&["truncate", &id.to_string(), "--at-position", &at.to_string()]);
+    assert_eq!(cut.field("stop_position").int(), at);
+    assert_eq!(shmlog_ok(&["replay", "--journal", j, &id.to_string()]).lines().count(), 101);
+
+    // The journal's retention: set, shown, applied.
+    let policy = json::parse(&shmlog_ok(&[
+        "journal",
+        "retention",
+        "--journal",
+        j,
+        "--retain-segments",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(policy.field("retention").field("max_segments").int(), 1);
+    let text = shmlog_ok(&["journal", "retention", "--journal", j]);
+    assert!(text.contains("keep 1 segments"), "{text}");
+
+    // `stat --journal`: size, oldest and newest positions, retention, durable readers.
+    let reader = shmlog::journal::DurableReader::register(&journal, "report", "ops").unwrap();
+    reader.store(id, at);
+    let doc = json::parse(&shmlog_ok(&["stat", "--dir", dir_arg(&dir), "--journal", j, "--json"]));
+    let jr = &doc.field("journals").arr()[0];
+    assert!(jr.field("disk_bytes").int() > 0);
+    assert_eq!(jr.field("retention").field("max_segments").int(), 1);
+    let st = &jr.field("streams").arr()[0];
+    assert_eq!((st.field("stream").str(), st.field("recordings").int()), ("ops", 1));
+    assert_eq!(st.field("oldest").field("position").int(), purged.field("start_position").int());
+    assert_eq!(st.field("newest").field("position").int(), at);
+    let dr = &jr.field("durable_readers").arr()[0];
+    assert_eq!(
+        (dr.field("name").str(), dr.field("position").int(), dr.field("lag_bytes").int()),
+        ("report", at, 0)
+    );
+    assert!(dr.field("alive").bool());
+    let text = shmlog_ok(&["stat", "--dir", dir_arg(&dir), "--journal", j]);
+    assert!(text.contains(&format!("journal {j}")) && text.contains("keep 1 segments"), "{text}");
+    assert!(text.contains("stream ops") && text.contains("durable reader report"), "{text}");
+    drop(reader);
+
+    // Applied: the durable reader (stopped now, still registered) keeps the segment it reads.
+    let applied = json::parse(&shmlog_ok(&["journal", "retention", "--journal", j, "--apply", "--json"]));
+    assert!(applied.field("applied").field("files_removed").int() >= 0);
+    assert!(files() >= 1);
+
+    // Delete: the recording and its files go.
+    assert_eq!(op(&["delete", &id.to_string()]).field("done").str(), "deleted");
+    assert_eq!(files(), 0);
+    let doc = json::parse(&shmlog_ok(&["recordings", "--journal", j, "--json"]));
+    assert!(doc.field("recordings").arr().is_empty());
+    let out = shmlog(&["journal", "purge", "--journal", j, &id.to_string(), "--to", "0"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("no recording with id {id}")), "{out:?}");
+    let _ = std::fs::remove_dir_all(&journal);
+}
+
 /// Checks that every element of an XML document is closed, in order.
 #[test]
 fn record_recordings_and_replay_from_the_command_line() {
