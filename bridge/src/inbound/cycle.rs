@@ -152,16 +152,16 @@ impl InCore {
     /// Before source `at` begins a message: if [`MAX_ASSEMBLIES`] others are assembling, the
     /// least recently used one's message is dropped and counted.
     fn make_room(&mut self, at: usize, info: &mut BridgeInfo, resume: &ResumeFile) {
-        let mut busy: Vec<(u64, usize)> = Vec::new();
+        let (mut busy, mut lru) = (0, None::<(u64, usize)>);
         for (i, s) in self.sources.iter_mut().enumerate() {
             if i != at && s.assembly.unfinished().is_some() {
-                busy.push((s.last_used(), i));
+                busy += 1;
+                if lru.is_none_or(|(used, _)| s.last_used() < used) {
+                    lru = Some((s.last_used(), i));
+                }
             }
         }
-        if busy.len() < MAX_ASSEMBLIES {
-            return;
-        }
-        let Some(&(_, lru)) = busy.iter().min() else { return };
+        let Some((_, lru)) = lru.filter(|_| busy >= MAX_ASSEMBLIES) else { return };
         let s = self.sources.get_mut(lru);
         if let Some((reserved, len)) = s.assembly.unfinished() {
             s.assembly.reset();

@@ -57,8 +57,9 @@ pub struct ImageInfo {
 #[derive(Debug)]
 struct Image {
     info: ImageInfo,
-    /// The source it carries.
+    /// The source it carries, and its index in the sources (until the next sync).
     source: u64,
+    at: usize,
     /// Its order among the images of that source.
     member: u64,
     /// Add to one of its positions to get the source's stream position.
@@ -82,6 +83,8 @@ pub(crate) struct Source {
     term_length: i32,
     /// Stream position up to which its frames were taken.
     consumed: i64,
+    /// Where its newest image joined, in its stream positions.
+    newest_join: i64,
     /// Images it had.
     members: u64,
     /// When it was last used, and when it lost its last image (`None`: it has one).
@@ -119,6 +122,11 @@ impl Sources {
     /// image carries any more.
     pub(crate) fn sync(&mut self, list: &[ImageInfo]) {
         self.clock += 1;
+        if self.images.len() == list.len()
+            && self.images.iter().zip(list).all(|(img, info)| img.info == *info)
+        {
+            return;
+        }
         let mut old = std::mem::take(&mut self.images);
         let mut fresh = Vec::new();
         for (i, info) in list.iter().enumerate() {
@@ -131,6 +139,7 @@ impl Sources {
                     self.images.push(Image {
                         info: *info,
                         source: u64::MAX,
+                        at: 0,
                         member: 0,
                         base: 0,
                         join: 0,
@@ -170,6 +179,9 @@ impl Sources {
                 self.sources.swap_remove(i);
             }
         }
+        for img in &mut self.images {
+            img.at = self.sources.iter().position(|s| s.id == img.source).unwrap_or(usize::MAX);
+        }
     }
 
     /// The image `info` as a member of the source it continues, or of a new source.
@@ -181,6 +193,7 @@ impl Sources {
         let (source, base) = match continued {
             Some((s, base)) => {
                 s.session = info.session;
+                s.newest_join = base.saturating_add(info.join_position);
                 (s, base)
             }
             None => {
@@ -191,6 +204,7 @@ impl Sources {
                     initial_term_id: info.initial_term_id,
                     term_length: info.term_length,
                     consumed: info.join_position,
+                    newest_join: info.join_position,
                     members: 0,
                     last_used: self.clock,
                     retired: None,
@@ -206,6 +220,7 @@ impl Sources {
         Image {
             info,
             source: source.id,
+            at: 0,
             member: source.members,
             base,
             join: base.saturating_add(info.join_position),
@@ -236,9 +251,8 @@ impl Sources {
     pub(crate) fn arrive(&mut self, i: usize, position: i64) -> Option<Arrival> {
         let img = self.images.get_mut(i)?;
         let end = img.base.checked_add(position)?;
-        let (join, first) = (img.join, !std::mem::replace(&mut img.started, true));
-        let at = self.sources.iter().position(|s| s.id == img.source)?;
-        let s = &mut self.sources[at];
+        let (join, first, at) = (img.join, !std::mem::replace(&mut img.started, true), img.at);
+        let s = self.sources.get_mut(at)?;
         s.last_used = self.clock;
         let hole = first && join > s.consumed;
         if hole {
@@ -292,8 +306,11 @@ pub const MAX_SESSION_STEP: u32 = 32;
 /// If `info` continues source `s`'s stream, the base that turns the image's positions into the
 /// stream's: the same term length, the session id of its newest image + 1 (a successor after a
 /// lost driver; up to [`MAX_SESSION_STEP`] more if successors died unseen) or the same (an image
-/// Aeron replaced), an initial term id at or after the stream's, and a start no more than two
-/// terms below what was taken (an out bridge offers again at most a term).
+/// Aeron replaced), an initial term id at or after the stream's, and a start within two terms of
+/// what was taken: no more below it (an out bridge offers again at most a term), and no more
+/// above it or above its newest image's start (Aeron's flow control keeps a sender within a
+/// receiver window, at most half a term, of what its image has been polled to). A random image
+/// of another sender almost never lines up so.
 fn continues(s: &Source, info: &ImageInfo) -> Option<i64> {
     let successor = info.session.wrapping_sub(s.session) as u32 <= MAX_SESSION_STEP;
     if !successor || info.term_length != s.term_length || info.term_length <= 0 {
@@ -306,7 +323,9 @@ fn continues(s: &Source, info: &ImageInfo) -> Option<i64> {
     }
     let base = terms << bits;
     let join = base.checked_add(info.join_position)?;
-    (join >= s.consumed.saturating_sub(2 * i64::from(info.term_length))).then_some(base)
+    let slack = 2 * i64::from(info.term_length);
+    let above = s.consumed.max(s.newest_join).saturating_add(slack);
+    (join >= s.consumed.saturating_sub(slack) && join <= above).then_some(base)
 }
 
 /// `log2(n)` if `n` is a power of two.
@@ -427,6 +446,7 @@ mod tests {
             (ImageInfo { term_length: 2 * TERM, ..image(11, 2, 100, 0) }, "term length"),
             (image(11, 3, 99, 0), "earlier term"),
             (image(11, 4, 100, 0), "three terms back"),
+            (image(11, 8, 106, 0), "three terms ahead"),
             (image(10 + 33, 5, 103, 0), "too many sessions on"),
             (image(9, 7, 103, 0), "an earlier session"),
         ] {
