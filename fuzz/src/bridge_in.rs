@@ -133,6 +133,9 @@ struct Image {
     forged_end: i64,
     /// Honest images: frames arrived per message.
     got: std::collections::HashMap<usize, usize>,
+    /// Honest images: the stream position up to which the bridge polled it (from its join):
+    /// Aeron's flow control keeps its sender within a window of it.
+    polled_to: i64,
 }
 
 /// An honest message.
@@ -311,6 +314,9 @@ impl Run {
                         self.core.may_poll(k)
                     );
                 }
+                if self.images[i].honest.is_some() {
+                    self.images[i].polled_to = self.images[i].polled_to.max(f.end);
+                }
                 let Run { core, info, sink, policy, .. } = self;
                 let next = core.on_fragment(k, fragment, &mut |m: &[u8]| sink.offer(m), *policy, info);
                 assert_eq!(next == Next::Break, core.is_holding(), "Break exactly when a message is held");
@@ -346,8 +352,10 @@ impl Run {
         self.poll(&order, limit)
     }
 
-    /// Source `s` sends its next message.
+    /// Source `s` sends its next message, if its image's flow control lets it: within half a
+    /// term (the receiver window) of where the bridge polled that image to.
     fn send(&mut self, s: usize, input: &mut Input<'_>, seq: &mut u32) {
+        let polled_to = self.images[self.sources[s].live].polled_to;
         let src = &mut self.sources[s];
         let max_len = (src.term / 8) as usize;
         let len = match input.byte() % 8 {
@@ -356,6 +364,14 @@ impl Run {
             _ => 9 + input.below(max_len.saturating_sub(9).max(1)),
         }
         .min(max_len);
+        let framed = framed_len(len, src.chunk);
+        let start = match src.tail % src.term + framed > src.term {
+            true => src.tail + src.term - src.tail % src.term,
+            false => src.tail,
+        };
+        if start + framed > polled_to + src.term / 2 {
+            return;
+        }
         *seq += 1;
         let mut bytes = MAGIC.to_vec();
         bytes.push(s as u8);
@@ -476,6 +492,7 @@ impl Run {
             polled_dead: false,
             forged_end: 0,
             got: Default::default(),
+            polled_to: at,
         });
         let src = &mut self.sources[s];
         src.session = session;
@@ -510,6 +527,7 @@ impl Run {
             polled_dead: false,
             forged_end: 0,
             got: Default::default(),
+            polled_to: tail,
         });
         self.sources[s].live = self.images.len() - 1;
         self.sources[s].sent_at_least = tail;
@@ -562,6 +580,7 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
             polled_dead: false,
             forged_end: start,
             got: Default::default(),
+            polled_to: start,
         });
         run.sources.push(Source {
             term,
@@ -645,6 +664,7 @@ pub fn run_bridge_in(data: &[u8]) -> InStats {
                         polled_dead: false,
                         forged_end: join_position,
                         got: Default::default(),
+                        polled_to: 0,
                     });
                 }
             }

@@ -464,6 +464,22 @@ fn bridge_in_seeds() -> Vec<(&'static str, Vec<u8>)> {
             steady.send(1, 9);
             steady.lose_driver(1, 0, 0);
         }
+        if i == 35 {
+            // Half a fragmented message arrives and is polled; the driver dies counting it
+            // unsent; the old images, drained, go before the successor is listed (the source has
+            // no image for a poll), and it offers the message again whole.
+            steady.poll(64);
+            steady.poll(64);
+            steady.send_big(1, 300);
+            steady.arrive(1, 2);
+            steady.poll(64);
+            steady.lose_driver(1, 0, 5);
+            for _ in 0..4 {
+                steady.let_go(1);
+            }
+            steady.poll(64);
+            steady.poll(64);
+        }
     }
     let mut hostile = InSeed::new(false, 2);
     hostile.seed.0 = {
