@@ -150,6 +150,7 @@ impl Accounts {
     ///
     /// A message without a valid position is not compared (a fresh start; a loss it is marked
     /// with is counted, not placed), and leaves a pending check to the source's next message.
+    #[inline]
     pub(crate) fn check_gap(
         &mut self,
         expect: &mut Expect,

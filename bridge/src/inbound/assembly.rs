@@ -80,6 +80,7 @@ impl Assembly {
     /// Takes one fragment (`before`: the stream position just before its frame), calling `on`
     /// with what it finished or dropped: at most a `Cut` of the message it interrupted, then a
     /// `Whole` or a `Cut` of its own.
+    #[inline]
     pub(crate) fn take(
         &mut self,
         flags: u8,

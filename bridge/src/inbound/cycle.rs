@@ -9,7 +9,7 @@
 //! offer the message to the local stream.
 
 use super::accounts::{Accounts, Check, Held};
-use super::assembly::{Event, Why, BEGIN};
+use super::assembly::{Event, Why, BEGIN, END};
 use super::sources::{Arrival, ImageInfo, Sources};
 use crate::builder::{BackPressure, ResumeFile};
 use crate::status::BridgeInfo;
@@ -130,7 +130,8 @@ impl InCore {
                 (source, before)
             }
         };
-        if f.flags & BEGIN != 0 && self.sources.get_mut(source).assembly.unfinished().is_none() {
+        // A message in more than one frame needs an assembly (a single frame never does).
+        if f.flags & (BEGIN | END) == BEGIN && self.sources.get_mut(source).assembly.unfinished().is_none() {
             self.make_room(source, info, resume);
         }
         let max = self.max_message_len;
@@ -205,7 +206,6 @@ impl InCore {
 mod tests {
     use super::*;
     use crate::builder::map_resume;
-    use crate::inbound::assembly::END;
     use crate::status::{self as bridge_status, BridgeDirection, Loss, LossCause};
     use crate::wire;
     use shmlog::OfferError;

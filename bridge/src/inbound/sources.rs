@@ -248,6 +248,7 @@ impl Sources {
 
     /// Judges a frame of image `i` that ends at `position` (in the image's own terms); `None`
     /// if it is not a frame of a listed image, or its position cannot be one.
+    #[inline]
     pub(crate) fn arrive(&mut self, i: usize, position: i64) -> Option<Arrival> {
         let img = self.images.get_mut(i)?;
         let end = img.base.checked_add(position)?;
