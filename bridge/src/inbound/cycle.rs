@@ -378,14 +378,14 @@ mod tests {
         let b1 = b.message(4096, 0, b"b1");
         let b2 = b.message(4160, 0, b"b2");
         let b3 = b.message(4224, 0, b"b3");
-        let (ia, ib) = (image(10, 1, 500, 0), image(5000, 2, 900, 0));
+        let (ia, ib) = (image(10, 1, 500, 0), image(5_000_000, 2, 900, 0));
         rig.list(&[(ia, 0), (ib, 0)]);
         rig.poll(1, &b.frames[b1.clone()]);
         rig.poll(0, &a.frames[a1]);
         assert_eq!(rig.info.resume_position, 8192 + 64, "A's");
         // B's driver is gone; its counter said b1 was not sent in full: offered again from b1
-        // on the successor (session 5001), which starts where b1 starts.
-        let next = image(5001, 3, 900, 0);
+        // on the successor (session 5 000 001), which starts where b1 starts.
+        let next = image(5_000_001, 3, 900, 0);
         rig.list(&[(ia, 0), (ib, 0), (next, 0)]);
         rig.poll(1, &[]);
         rig.poll(2, &b.again(b1.start..b3.end));
@@ -527,7 +527,7 @@ mod tests {
         let mut rig = Rig::new(1 << 20);
         rig.resume = ResumeFile(Some(map_resume(&path).unwrap()));
         rig.resume.save(1024, 0);
-        rig.list(&[(image(1, 1, 0, 0), 0), (image(500, 2, 0, 0), 0)]);
+        rig.list(&[(image(1, 1, 0, 0), 0), (image(1_000_000, 2, 0, 0), 0)]);
         for (k, forged) in [i64::MAX & !31, (i64::MAX & !31) - 64, i64::MIN, -32].into_iter().enumerate() {
             let f = Fragment {
                 flags: BEGIN | END,
@@ -591,7 +591,7 @@ mod tests {
         let (mut a, mut b) = (Stream::new(0, 2), Stream::new(0, 2));
         a.message(64, 0, b"a1a2a3");
         b.message(128, 0, b"b1b2b3");
-        rig.list(&[(image(1, 1, 0, 0), 0), (image(500, 2, 0, 0), 0)]);
+        rig.list(&[(image(1, 1, 0, 0), 0), (image(1_000_000, 2, 0, 0), 0)]);
         for (i, k) in [(0, 0), (1, 0), (0, 1), (1, 1), (1, 2), (0, 2)] {
             let f = if i == 0 { a.frames[k].clone() } else { b.frames[k].clone() };
             rig.feed(i, &f);
@@ -608,7 +608,7 @@ mod tests {
         let mut rig = Rig::new(4096);
         rig.info.resume_position = -1;
         let n = MAX_ASSEMBLIES as i32 + 2;
-        let list: Vec<(ImageInfo, i64)> = (0..n).map(|s| (image(100 * s, s.into(), 0, 0), 0)).collect();
+        let list: Vec<(ImageInfo, i64)> = (0..n).map(|s| (image(100_000 * s, s.into(), 0, 0), 0)).collect();
         rig.list(&list);
         let mut at = vec![0i64; n as usize];
         let mut frag = |rig: &mut Rig, i: usize, flags: u8, reserved: i64, payload: Option<&[u8]>| {

@@ -301,8 +301,11 @@ impl Source {
 }
 
 /// Session ids a successor may be ahead of its source's newest image: each lost driver adds
-/// one, and a publication whose driver died before its image reached this bridge is never seen.
-pub const MAX_SESSION_STEP: u32 = 32;
+/// one, and a publication whose driver died before its image reached this bridge is never seen
+/// (a driver in a crash loop). What keeps an unrelated image out is mostly the position rule
+/// (within two terms of what was taken, for a random initial term id about 1 in 10⁹); the session
+/// rule only narrows that further.
+pub const MAX_SESSION_STEP: u32 = 1 << 16;
 
 /// If `info` continues source `s`'s stream, the base that turns the image's positions into the
 /// stream's: the same term length, the session id of its newest image + 1 (a successor after a
@@ -364,7 +367,7 @@ mod tests {
         // The successor starts in term 101 at offset 64: stream position 65 600, below 65 664.
         s.arrive(0, i64::from(TERM) + 128);
         let next = image(11, 2, 101, 64);
-        let other = image(77, 3, 101, 64);
+        let other = image(10_000_000, 3, 101, 64);
         s.sync(&[old, next, other]);
         assert_eq!(s.source_count(), 2);
         assert_eq!(s.arrive(1, 96), Some(Arrival::Duplicate), "65 632 was taken");
@@ -425,7 +428,7 @@ mod tests {
         assert_eq!(new_at(s.arrive(0, 128)), Some((t + 64, false)), "back before the cut message");
         s.sync(&[]);
         for k in 0..MAX_RETIRED as i32 {
-            s.sync(&[image(1000 + 100 * k, 10 + i64::from(k), 0, 0)]);
+            s.sync(&[image(1000 + 100_000 * k, 10 + i64::from(k), 0, 0)]);
         }
         s.sync(&[]);
         assert_eq!(s.source_count(), MAX_RETIRED);
@@ -448,7 +451,7 @@ mod tests {
             (image(11, 3, 99, 0), "earlier term"),
             (image(11, 4, 100, 0), "three terms back"),
             (image(11, 8, 106, 0), "three terms ahead"),
-            (image(10 + 33, 5, 103, 0), "too many sessions on"),
+            (image(11 + MAX_SESSION_STEP as i32, 5, 103, 0), "too many sessions on"),
             (image(9, 7, 103, 0), "an earlier session"),
         ] {
             let mut s2 = Sources::default();
