@@ -352,10 +352,15 @@ impl Run {
         self.poll(&order, limit)
     }
 
-    /// Source `s` sends its next message, if its image's flow control lets it: within half a
-    /// term (the receiver window) of where the bridge polled that image to.
+    /// Source `s` sends its next message, if its publication is connected (its image is listed:
+    /// an offer to a publication no receiver has fails) and its flow control lets it: within half
+    /// a term (the receiver window) of where the bridge polled that image to.
     fn send(&mut self, s: usize, input: &mut Input<'_>, seq: &mut u32) {
-        let polled_to = self.images[self.sources[s].live].polled_to;
+        let live = &self.images[self.sources[s].live];
+        if !live.listed {
+            return;
+        }
+        let polled_to = live.polled_to;
         let src = &mut self.sources[s];
         let max_len = (src.term / 8) as usize;
         let len = match input.byte() % 8 {
