@@ -157,7 +157,7 @@ fn ops_seeds() -> Vec<(&'static str, Vec<u8>)> {
             forged.forge(i % 2, 2, i / 4 % 4);
         }
         forged.offer(60 + i).poll(0, 2, 6).poll(1, 2, 6);
-        if i % 6 == 5 {
+        if i % 2 == 1 {
             forged.b(&[14]);
         }
     }

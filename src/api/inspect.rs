@@ -443,7 +443,9 @@ impl fmt::Display for CleanReason {
             }
             Self::PublisherAlive { pid } => write!(f, "publisher (pid {pid}) is alive"),
             Self::MappedByReader => f.write_str("publisher is gone but a live reader still maps the log"),
-            Self::OwedToReader => f.write_str("publisher is gone but a live reader waits to read this session"),
+            Self::OwedToReader => {
+                f.write_str("publisher is gone but a live reader waits to read this session")
+            }
             Self::SlotHeld => f.write_str("a live reader holds a slot"),
             Self::InUse => f.write_str("a live publisher or reader has it open"),
             Self::LogUnknown => f.write_str("the stream's log could not be validated"),

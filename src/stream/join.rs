@@ -84,7 +84,7 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
                 _ => producer,
             },
             JoinAt::Latest => producer,
-            JoinAt::Earliest => reader::message_start_at_or_after(log, (producer - term).max(0), producer),
+            JoinAt::Earliest => reader::oldest_message_start(log, (producer - term).max(0), producer),
             JoinAt::Position(p) => p,
         };
         slot.activate(session, position);
