@@ -278,6 +278,7 @@ fn state(r: &Recording) -> String {
         RecordingState::Recording => "recording".into(),
         RecordingState::Interrupted => "interrupted".into(),
         RecordingState::Stopped(reason) => format!("stopped:{}", reason.as_str()),
+        _ => "unknown".into(),
     }
 }
 
