@@ -6,6 +6,7 @@
 
 #[cfg(feature = "bridge")]
 mod bridge;
+mod clean;
 mod histogram;
 mod journal;
 mod latency;
@@ -195,7 +196,7 @@ fn run(cli: Cli) -> Result<(), String> {
             stat::run(&dir.path(), watch, json, &journal).map_err(|e| e.to_string())
         }
         Command::Clean { dir, dry_run, json } => {
-            stat::clean(&dir.path(), dry_run, json).map_err(|e| e.to_string())
+            clean::run(&dir.path(), dry_run, json).map_err(|e| e.to_string())
         }
         #[cfg(feature = "bridge")]
         Command::Bridge(BridgeCommand::Out(args)) => bridge::out(&args),
