@@ -105,24 +105,54 @@ impl Previous {
     }
 }
 
-/// `shmlog stat`: prints every stream once, or every `watch` seconds until Ctrl-C.
-pub fn run(dir: &Path, watch: Option<f64>, as_json: bool, journals: &[PathBuf]) -> Result<(), shmlog::Error> {
-    let mut previous = Previous::default();
+/// How `stat` prints a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// For people.
+    Text,
+    /// One JSON object per snapshot.
+    Json,
+    /// The OpenMetrics text format, once (`metrics.rs`).
+    OpenMetrics,
+}
+
+/// `shmlog stat`: prints every stream of each directory once, or every `watch` seconds until
+/// Ctrl-C.
+pub fn run(dirs: &[PathBuf], watch: Option<f64>, format: Format, journals: &[PathBuf]) -> Result<(), String> {
+    match format {
+        Format::OpenMetrics => return crate::metrics::print_once(dirs, journals),
+        Format::Json if dirs.len() > 1 => {
+            return Err("--json shows one --dir (run it once per directory, or use --openmetrics)".into())
+        }
+        _ => {}
+    }
+    let mut previous: Vec<Previous> = dirs.iter().map(|_| Previous::default()).collect();
     let started = Instant::now();
     loop {
-        let list = streams(dir)?;
-        let rates = previous.update(&list, Instant::now());
-        let summaries = journals.iter().map(|j| crate::journal::summary(j)).collect::<Result<Vec<_>, _>>()?;
-        if as_json {
-            let mut doc: Value =
-                serde_json::from_str(&stat_json(dir, &list, rates.as_ref())).unwrap_or(Value::Null);
-            doc["journals"] = summaries.iter().map(crate::journal::summary_json).collect();
-            println!("{doc}");
-        } else {
-            if watch.is_some() {
-                println!("--- {:.1} s ---", started.elapsed().as_secs_f64());
+        let summaries = journals
+            .iter()
+            .map(|j| crate::journal::summary(j))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        if format == Format::Text && watch.is_some() {
+            println!("--- {:.1} s ---", started.elapsed().as_secs_f64());
+        }
+        for (i, (dir, previous)) in dirs.iter().zip(&mut previous).enumerate() {
+            if i > 0 && format == Format::Text {
+                println!();
             }
-            print!("{}", stat_text(dir, &list, rates.as_ref()));
+            let list = streams(dir).map_err(|e| e.to_string())?;
+            let rates = previous.update(&list, Instant::now());
+            if format == Format::Json {
+                let mut doc: Value =
+                    serde_json::from_str(&stat_json(dir, &list, rates.as_ref())).unwrap_or(Value::Null);
+                doc["journals"] = summaries.iter().map(crate::journal::summary_json).collect();
+                println!("{doc}");
+            } else {
+                print!("{}", stat_text(dir, &list, rates.as_ref()));
+            }
+        }
+        if format == Format::Text {
             for s in &summaries {
                 print!("{}", crate::journal::summary_text(s));
             }
