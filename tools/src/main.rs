@@ -12,6 +12,7 @@ mod journal;
 mod latency;
 mod metrics;
 mod openmetrics;
+mod serve;
 mod stat;
 mod sys;
 
@@ -74,6 +75,8 @@ enum Command {
     /// Purge, detach, attach, truncate or delete a journal's recordings, or set its retention.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Serve every `stat` figure to Prometheus: OpenMetrics over HTTP at /metrics, until Ctrl-C.
+    ServeMetrics(serve::ServeArgs),
     /// List the recordings of a journal directory: streams, positions, sizes, rates, states.
     Recordings {
         /// Journal directory.
@@ -216,6 +219,7 @@ fn run(cli: Cli) -> Result<(), String> {
             };
             stat::run(&dirs_or_default(dir), watch, format, &journal)
         }
+        Command::ServeMetrics(args) => serve::run(&args),
         Command::Clean { dir, dry_run, json } => {
             clean::run(&dir.path(), dry_run, json).map_err(|e| e.to_string())
         }

@@ -250,6 +250,9 @@ impl Exposition {
     }
 }
 
+/// The media type of the text format, for an HTTP response's `Content-Type`.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 #[cfg(test)]
 mod tests {
     use super::*;

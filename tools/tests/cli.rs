@@ -886,6 +886,115 @@ fn openmetrics_stat_has_every_figure_and_parses() {
     drop(reader);
 }
 
+/// `serve-metrics` over loopback: the exposition computed at each scrape (it follows the
+/// publisher), the OpenMetrics media type, a directory that cannot be read shown as down, a
+/// label with a line feed escaped; 404, 405, 400 and 431 for what is not a scrape, and the
+/// server still serving after them; SIGTERM ends it cleanly.
+#[test]
+fn openmetrics_served_over_http_per_scrape() {
+    use std::io::{BufRead, BufReader};
+    let dir = ShmDir::new("cli-serve-metrics");
+    // A directory path with a line feed (through a link): a label value the format escapes.
+    let link = TempPath::new("cli-serve-\nmetrics");
+    std::os::unix::fs::symlink(dir.path(), &link.0).unwrap();
+    let missing = TempPath::new("cli-serve-metrics-missing");
+    let mut p = Publication::builder("feed").dir(dir.path()).term_length(64 * 1024).create().unwrap();
+    let mut sub = Subscription::builder("feed").dir(dir.path()).open().unwrap();
+    assert!(p.is_connected());
+    p.offer(b"one").unwrap();
+
+    let mut server = Command::new(BIN)
+        .args(["serve-metrics", "--listen", "127.0.0.1:0", "--dir", link.arg(), "--dir", missing.arg()])
+        .args(["--journal", missing.arg()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("serving OpenMetrics at http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    let escaped_dir = link.arg().replace('\n', "\\n");
+    let position_line =
+        |pos: i64| format!("shmlog_stream_position_bytes{{dir=\"{escaped_dir}\",stream=\"feed\"}} {pos}\n");
+
+    for round in 0..2 {
+        let (status, head, body) = http::request(&addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(status, 200, "{head}{body}");
+        assert!(
+            head.contains("\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"),
+            "{head}"
+        );
+        assert!(body.contains(&position_line(p.position())), "round {round}: {body}");
+        let m = openmetrics::check(&body);
+        let l: &[(&str, &str)] = &[("dir", link.arg()), ("stream", "feed")];
+        assert_eq!(m.value("shmlog_stream_position_bytes", l), p.position() as f64);
+        assert_eq!(
+            m.value("shmlog_reader_position_bytes", &[l, &[("slot", "0")]].concat()),
+            sub.position() as f64
+        );
+        assert_eq!(m.value("shmlog_dir_up", &[("dir", link.arg())]), 1.0);
+        assert_eq!(m.value("shmlog_dir_up", &[("dir", missing.arg())]), 0.0);
+        assert_eq!(m.value("shmlog_journal_up", &[("journal", missing.arg())]), 0.0);
+        // The next scrape sees what happened since.
+        for _ in 0..5 {
+            p.offer(b"more").unwrap();
+        }
+        drain(&mut sub);
+    }
+
+    let head_only = http::request(&addr, b"HEAD /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!((head_only.0, head_only.2.as_str()), (200, ""));
+    assert_eq!(http::request(&addr, b"GET /other HTTP/1.1\r\n\r\n").0, 404);
+    assert_eq!(http::request(&addr, b"GET / HTTP/1.1\r\n\r\n").0, 404);
+    let post = http::request(&addr, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(post.0, 405);
+    assert!(post.1.contains("\r\nAllow: GET, HEAD\r\n"), "{}", post.1);
+    assert_eq!(http::request(&addr, b"\x00\x01\x02 nonsense\r\n\r\n").0, 400);
+    let huge = [&b"GET /metrics HTTP/1.1\r\nX-Long: "[..], &[b'a'; 20_000], b"\r\n\r\n"].concat();
+    assert_eq!(http::request(&addr, &huge).0, 431);
+    drop(std::net::TcpStream::connect(&addr).unwrap()); // connects, sends nothing, leaves
+    let (status, _, body) = http::request(&addr, b"GET /metrics?from=test HTTP/1.0\r\n\r\n");
+    assert!(status == 200 && body.contains(&position_line(p.position())), "still serving: {status}");
+
+    signal(&server, libc::SIGTERM);
+    let (_, err, status) = finish(server);
+    assert!(status.success(), "{status}: {err}");
+    assert!(err.contains("cli-serve-metrics-missing") && err.contains("shmlog_dir_up"), "logged once: {err}");
+    assert_eq!(err.matches("serve-metrics:").count(), 1, "a failure is logged once, not per scrape: {err}");
+}
+
+/// A minimal HTTP/1 client for the tests of `serve-metrics`.
+mod http {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    /// Sends `request` as it is, reads until the server closes: (status, head, body).
+    pub fn request(addr: &str, request: &[u8]) -> (u16, String, String) {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(request).expect("send");
+        let mut reply = Vec::new();
+        s.read_to_end(&mut reply).expect("read the response");
+        let reply = String::from_utf8(reply).expect("UTF-8 response");
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no head: {reply:?}"));
+        let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+        if !request.starts_with(b"HEAD ") {
+            assert_eq!(body.len(), length, "{head}");
+        }
+        (status, format!("{head}\r\n"), body.to_owned())
+    }
+}
+
 /// The OpenMetrics parser of Prometheus's Python client (`prometheus_client`), run on the tool's
 /// output: the test reads back what a real scraper would. Python is `$SHMLOG_PYTHON`, else
 /// `python3`; when it lacks the package, the set-up installs it from the Python package index
