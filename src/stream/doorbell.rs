@@ -141,10 +141,11 @@ impl<R: RegionMut> Doorbell<R> {
     #[inline(never)]
     fn wake(&self, armed: usize, bell: usize) {
         if self.region.swap_i32(self.base + armed, 0) != 0 {
-            // One sleeper: a woken reader wakes the others itself (see `sleep`), so a publisher
-            // with N sleeping readers pays for one wake-up, not N. The writer's bell has one
-            // sleeper at most (one publication writes a stream).
-            self.bump(bell, 1);
+            // Readers: one sleeper, who wakes the others itself (see `sleep`), so a publisher
+            // with N sleeping readers pays for one wake-up, not N. Writers: all of them, the
+            // several writers of a concurrent log each sleeping for room (one futex call either
+            // way; an exclusive publication is the bell's one sleeper).
+            self.bump(bell, if bell == WRITER_BELL { i32::MAX } else { 1 });
         }
     }
 
