@@ -191,6 +191,7 @@ pub use api::{
     concurrent::{ConcurrentClaim, ConcurrentPublication},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Claim, Publication, PublicationBuilder},
+    publish::Publish,
     subscription::{Polled, Subscription, SubscriptionBuilder, MAX_LOSSES},
 };
 #[cfg(not(shmlog_loom))]

@@ -5,6 +5,7 @@
 
 use super::codec::{Bytes, Codec};
 use super::publication::Publication;
+use super::publish::Publish;
 use super::subscription::Subscription;
 use crate::error::OfferError;
 use crate::log::header::Header;
@@ -70,26 +71,31 @@ impl<E: fmt::Display> fmt::Display for RecvError<E> {
 
 impl<E: std::error::Error + 'static> std::error::Error for RecvError<E> {}
 
-/// Sends values of `T` as whole messages through a [`Publication`].
+/// Sends values of `T` as whole messages through a publication: an exclusive [`Publication`]
+/// (the default) or a [`crate::ConcurrentPublication`], one of several writers of the stream
+/// (any [`Publish`]).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use shmlog::{PodCodec, Publication, Sender};
 /// let mut tx = Sender::new(Publication::builder("prices").create()?, PodCodec);
 /// tx.send_timeout(&[101.5f64, 101.7], std::time::Duration::from_secs(1))?;
+/// // One of several writers, in this process or others:
+/// let mut tx = Sender::new(Publication::builder("quotes").open_concurrent()?, PodCodec);
+/// tx.send_timeout(&[99.0f64], std::time::Duration::from_secs(1))?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct Sender<T, C = Bytes> {
-    publication: Publication,
+pub struct Sender<T, C = Bytes, P = Publication> {
+    publication: P,
     codec: C,
     scratch: Vec<u8>,
     _values: PhantomData<fn(&T)>,
 }
 
-impl<T, C: Codec<T>> Sender<T, C> {
+impl<T, C: Codec<T>, P: Publish> Sender<T, C, P> {
     /// Sends through `publication`, encoding with `codec`.
-    pub fn new(publication: Publication, codec: C) -> Self {
+    pub fn new(publication: P, codec: C) -> Self {
         Self { publication, codec, scratch: Vec::new(), _values: PhantomData }
     }
 
@@ -117,12 +123,12 @@ impl<T, C: Codec<T>> Sender<T, C> {
     }
 
     /// The publication underneath (position, readers, ...).
-    pub fn publication(&mut self) -> &mut Publication {
+    pub fn publication(&mut self) -> &mut P {
         &mut self.publication
     }
 
     /// The publication back.
-    pub fn into_publication(self) -> Publication {
+    pub fn into_publication(self) -> P {
         self.publication
     }
 }

@@ -21,4 +21,6 @@ pub mod inspect;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod publication;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod publish;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod subscription;
