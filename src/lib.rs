@@ -98,7 +98,8 @@
 //! threads and processes write one stream, in one total order every reader sees. Space is
 //! reserved with a CAS on the log's tail; a writer killed between its reservation and its commit
 //! is found dead by the kernel and its hole padded within the liveness interval, while a writer
-//! that is only stopped is never passed over. See `docs/concurrent.md`.
+//! that is only stopped is never passed over. See `docs/concurrent.md`. Both publications
+//! implement [`Publish`], so a [`Sender`], an `AsyncSender` or generic code takes either.
 //!
 //! # Features
 //! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver` (`recv().await`,
