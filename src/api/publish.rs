@@ -41,7 +41,7 @@ pub(crate) mod sealed {
 /// `offer_with`, so `Box<dyn Publish + Send>` holds a writer chosen at run time.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), shmlog::Error> {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use shmlog::{Publication, Publish};
 /// fn announce(p: &mut impl Publish) -> Result<i64, shmlog::OfferError> {
 ///     p.offer(b"hello")
