@@ -32,6 +32,8 @@ pub(crate) mod frames;
 #[cfg(not(shmlog_loom))]
 mod merge;
 #[cfg(not(shmlog_loom))]
+mod persistent;
+#[cfg(not(shmlog_loom))]
 mod recorder;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod recovery;
@@ -56,6 +58,7 @@ pub use {
     durable::{durable_readers, DurableReader, DurableReaderInfo},
     maintenance::{attach, delete as delete_recording, delete_detached, detach, purge, truncate, Outcome},
     merge::ReplayMerge,
+    persistent::{PersistentSubscription, PersistentSubscriptionBuilder, Start},
     recorder::{Recorder, RecorderBuilder},
     replay::{Replay, ReplayBuilder},
     retention::{apply_retention, journal_retention, set_journal_retention, Applied},
