@@ -96,10 +96,11 @@ impl PersistentSubscriptionBuilder {
 
 #[derive(Debug)]
 enum Mode {
-    /// Reading the journal, and merging into the live stream once caught up.
-    Replay(Replay),
+    /// Reading the journal, and merging into the live stream once caught up (boxed, as the
+    /// subscription is: entered once per fall-back or merge).
+    Replay(Box<Replay>),
     /// Reading the live stream, untethered; `laps` as of the last poll.
-    Live { sub: Subscription, laps: u64 },
+    Live { sub: Box<Subscription>, laps: u64 },
     /// Done with the recordings there are and not merged: the catalog is looked at again.
     Waiting,
     /// Resumed at a position the recording has not reached yet (this reader read the live
@@ -355,7 +356,7 @@ impl PersistentSubscription {
     }
 
     fn open_replay(&mut self, id: u32, position: i64) -> Result<(), Error> {
-        self.mode = Mode::Replay(Replay::builder(&self.journal, id).from(position).open()?);
+        self.mode = Mode::Replay(Box::new(Replay::builder(&self.journal, id).from(position).open()?));
         self.boundary = position;
         self.delivered = self.delivered.max(position);
         Ok(())
@@ -386,7 +387,7 @@ impl PersistentSubscription {
     fn join_live(&mut self, position: i64, session: i32) -> Result<bool, Error> {
         match self.live_builder.clone().join_at(JoinAt::Position(position)).open() {
             Ok(sub) if sub.session_id() == Some(session) && sub.position() == position => {
-                self.mode = Mode::Live { laps: sub.laps(), sub };
+                self.mode = Mode::Live { laps: sub.laps(), sub: Box::new(sub) };
                 Ok(true)
             }
             Ok(_) | Err(Error::PositionNotAvailable { .. }) => Ok(false),
@@ -440,7 +441,7 @@ impl PersistentSubscription {
 
     fn go_live(&mut self, join: JoinAt) -> Result<(), Error> {
         let sub = self.live_builder.clone().join_at(join).open()?;
-        self.mode = Mode::Live { laps: sub.laps(), sub };
+        self.mode = Mode::Live { laps: sub.laps(), sub: Box::new(sub) };
         Ok(())
     }
 
