@@ -1516,3 +1516,37 @@ fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_
     println!("fell back to the journal {fell_back} times");
     sub.unregister().unwrap();
 }
+
+#[test]
+fn a_persistent_subscription_reports_what_was_purged_under_it_and_reads_on_from_what_is_kept() {
+    use shmlog::journal::{DurableReader, PersistentSubscription};
+    use shmlog::LossCause;
+    let (shm, disk) = (ShmDir::new("journal-ppurge"), DiskDir::new("ppurge"));
+    let (session, id) = record_messages(shm.path(), disk.path(), "ppurge", 3_000, 64 << 10);
+    // The reader had read nothing of the recording when an operator purged its first half.
+    DurableReader::register(disk.path(), "late", "ppurge").unwrap().store(id, 0);
+    let stop = journal::recording(disk.path(), id).unwrap().stop_position;
+    journal::purge(disk.path(), id, stop / 2).unwrap();
+    let kept = journal::recording(disk.path(), id).unwrap().start_position;
+    assert!(kept > 0, "nothing was purged");
+    let mut sub = PersistentSubscription::builder(disk.path(), "late")
+        .live(Subscription::builder("ppurge").dir(shm.path()))
+        .open()
+        .unwrap();
+    let mut v = Verifier::new(shape());
+    v.begin_session(session, false);
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.on_message(m, h.session_id());
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sub.position() != Some((id, stop)) {
+        sub.poll(&mut assembler, 256).unwrap();
+        assert!(Instant::now() < deadline, "the kept part was not read to its end");
+    }
+    drop(assembler);
+    let loss = sub.take_loss().expect("the purge is reported");
+    assert_eq!((loss.session_id, loss.from, loss.to, loss.cause), (session, 0, kept, LossCause::Purged));
+    assert_eq!(sub.take_loss(), None);
+    assert_eq!(v.failure, None);
+    assert!(v.total > 0 && v.total < 3_000, "{} messages read after the purge", v.total);
+}
