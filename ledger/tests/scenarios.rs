@@ -28,7 +28,6 @@ fn baseline_every_promise_kept() {
 }
 
 #[test]
-#[ignore = "waits for the fix of N1 (a recorder splits its recording at every mid-term padding)"]
 fn n1_recorder_splits_at_aborted_claims() {
     run("n1-recorder-splits-at-aborted-claims.txt", "R8.");
 }
