@@ -28,6 +28,12 @@ const RECEIVERS: [&str; 4] = ["recv", "iter", "async", "stream"];
 /// waits for it", "polling again waits for it"): `Closed` returned again and again is a spin.
 const WAITERS: [&str; 5] = ["recv", "iter", "async", "stream", "blocking"];
 
+/// The Python package's receive shapes (`ledger/python/role.py`, `py-...`) are both: each goes
+/// through the core's `Receiver`, and is documented to wait for the next session after `Closed`.
+pub fn python_shape(shape: &str) -> bool {
+    shape.starts_with("py-")
+}
+
 pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     processes(g, out);
     starts(g, out);
@@ -60,10 +66,14 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
             }
             for e in evs {
                 match &e.kind {
-                    EvKind::Faults { session, n } if *n > 1 && RECEIVERS.contains(&r.shape.as_str()) => {
+                    EvKind::Faults { session, n }
+                        if *n > 1 && (RECEIVERS.contains(&r.shape.as_str()) || python_shape(&r.shape)) =>
+                    {
                         faults.push((format!("session {session}: the fault returned {n} times"), vec![e.src]))
                     }
-                    EvKind::Closes { session, n } if *n > 1 && WAITERS.contains(&r.shape.as_str()) => {
+                    EvKind::Closes { session, n }
+                        if *n > 1 && (WAITERS.contains(&r.shape.as_str()) || python_shape(&r.shape)) =>
+                    {
                         closes.push((format!("session {session}: `Closed` returned {n} times"), vec![e.src]))
                     }
                     EvKind::Fault { session, why, .. } => {
