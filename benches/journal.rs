@@ -6,8 +6,6 @@
 //!   (both sized up front, both left to the page cache; then both with an fdatasync per 64 MiB).
 //!   The recorder runs twice a round: with each frame's CRC32C (the default) and without
 //!   (`Checksum::None`). Goal: >= 0.8x with the checksum.
-//! - `crc32c`: the crate's CRC32C (`shmlog::journal::crc32c`) against the `crc32c` crate over
-//!   1 056-byte frames (a 1 KiB message's) and 1 MiB buffers, GB/s.
 //! - `live`: what attaching a recorder (polling every millisecond) costs the live path: the round
 //!   trip of 32-byte ping-pong (p50/p99) and a publisher's streaming throughput to a spinning
 //!   subscriber, with and without it. Goal: >= 0.9x, where the disk keeps up.
@@ -486,42 +484,6 @@ fn replay_lanes(args: &Args) {
     );
 }
 
-/// GB/s of `crc` over `bufs` (each checksummed whole, `reps` times).
-fn crc_round(bufs: &[Vec<u8>], reps: usize, crc: impl Fn(&[u8]) -> u32) -> f64 {
-    let start = Instant::now();
-    let mut acc = 0u32;
-    for _ in 0..reps {
-        for b in bufs {
-            acc ^= crc(std::hint::black_box(b));
-        }
-    }
-    std::hint::black_box(acc);
-    let bytes = (reps * bufs.iter().map(Vec::len).sum::<usize>()) as f64;
-    bytes / start.elapsed().as_secs_f64() / 1e9
-}
-
-fn crc_lanes(args: &Args) {
-    for (label, len, count) in [("frame_1056", 1056, 1024), ("block_1MiB", 1 << 20, 4)] {
-        let name = format!("journal/crc32c/{label}");
-        if !args.wants(&name) {
-            continue;
-        }
-        let bufs: Vec<Vec<u8>> =
-            (0..count).map(|i| (0..len).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
-        for b in &bufs {
-            assert_eq!(shmlog::journal::crc32c(b), crc32c::crc32c(b));
-        }
-        let reps = if args.test { 2 } else { 400 };
-        let (theirs, ours, q) = alternate(
-            args.n(7, 1),
-            || crc_round(&bufs, reps, crc32c::crc32c),
-            || crc_round(&bufs, reps, shmlog::journal::crc32c),
-        );
-        eprintln!("[{B}] {name}: shmlog {ours:.1} GB/s, crc32c crate {theirs:.1} GB/s, ratio {q:.2}");
-        support::record(B, &name, &[("shmlog_gbps", ours), ("crc32c_crate_gbps", theirs), ("ratio", q)], &[]);
-    }
-}
-
 /// Milliseconds `journal::purge` takes to remove `segments` segments of `segment` bytes of a
 /// recording made just before (and synced).
 fn purge_round(segments: u64, segment: u64) -> f64 {
@@ -669,7 +631,6 @@ fn purge_lanes(args: &Args) {
 fn main() {
     let args = Args::parse();
     support::banner(B);
-    crc_lanes(&args);
     live_lanes(&args);
     record_lanes(&args);
     settle();

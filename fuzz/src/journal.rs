@@ -260,7 +260,12 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
                         .find(|f| f.position + f.bytes.len() as i64 == *end && f.bytes[6] == TYPE_DATA as u8)
                         .unwrap_or_else(|| panic!("a fragment ending at {end} was never written"));
                     let len = i32::from_le_bytes(f.bytes[..4].try_into().unwrap()) as usize;
-                    assert_eq!(payload.as_slice(), &f.bytes[32..len], "damaged frame at {} delivered", f.position);
+                    assert_eq!(
+                        payload.as_slice(),
+                        &f.bytes[32..len],
+                        "damaged frame at {} delivered",
+                        f.position
+                    );
                 }
             }
         }
@@ -300,16 +305,22 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
                 let mut bad = None;
                 let polled = replay.poll(
                     |p: &[u8], h: &Header| {
-                        let written = frames.iter().find(|f| f.position + f.bytes.len() as i64 == h.position());
-                        let len = written.map(|f| i32::from_le_bytes(f.bytes[..4].try_into().unwrap()) as usize);
-                        if written.map(|f| &f.bytes[32..len.unwrap_or(32)]) != Some(p) || h.position() <= last {
+                        let written =
+                            frames.iter().find(|f| f.position + f.bytes.len() as i64 == h.position());
+                        let len =
+                            written.map(|f| i32::from_le_bytes(f.bytes[..4].try_into().unwrap()) as usize);
+                        if written.map(|f| &f.bytes[32..len.unwrap_or(32)]) != Some(p) || h.position() <= last
+                        {
                             bad = Some(h.position());
                         }
                         last = h.position();
                     },
                     7,
                 );
-                assert_eq!(bad, None, "a fragment that was not written (or out of order) replayed after maintenance");
+                assert_eq!(
+                    bad, None,
+                    "a fragment that was not written (or out of order) replayed after maintenance"
+                );
                 if !matches!(polled, Ok(n) if n > 0) {
                     break;
                 }

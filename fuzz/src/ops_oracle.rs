@@ -289,6 +289,7 @@ impl Model {
                 assert_eq!(after, before, "a message too large moved the writer");
             }
             OfferError::Corrupt => panic!("the exclusive writer reported corrupt tail counters"),
+            other => panic!("an outcome the oracle does not know: {other:?}"),
         }
     }
 

@@ -402,6 +402,7 @@ impl Run<'_> {
                 RecordingState::Stopped(r) => r.as_str(),
                 RecordingState::Recording => "recording",
                 RecordingState::Interrupted => "interrupted",
+                _ => "unknown",
             };
             ev!(
                 self.ctl,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Why [`Sender::send`] failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum SendError<E> {
     /// The publication refused the message (back pressure, no reader, too large, ...).
     Offer(OfferError),
@@ -36,6 +37,7 @@ impl<E: std::error::Error + 'static> std::error::Error for SendError<E> {}
 
 /// Why [`Receiver::recv_timeout`] returned no value.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecvError<E> {
     /// Nothing arrived in time; the session goes on.
     Timeout,

@@ -169,6 +169,7 @@ impl SubscriptionBuilder {
 
 /// What [`Subscription::poll_blocking`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Polled {
     /// This many fragments were delivered (at least one).
     Fragments(usize),

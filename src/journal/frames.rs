@@ -62,7 +62,7 @@ pub const RESERVED_OFFSET: usize = 24;
 /// frame; the 32-byte header alone for padding, whose body is not data). The alignment bytes
 /// after a frame are not covered: nobody reads them.
 pub fn checksum(frame: &[u8]) -> u32 {
-    use crate::sys::crc32c::{crc32c, crc32c_append};
+    use crc32c::{crc32c, crc32c_append};
     let (head, rest) = frame.split_at(RESERVED_OFFSET.min(frame.len()));
     let crc = crc32c_append(crc32c(head), &[0u8; 8]);
     crc32c_append(crc, rest.get(8..).unwrap_or(&[]))

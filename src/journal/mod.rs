@@ -68,13 +68,6 @@ pub fn recordings(
     Ok(catalog::Catalog::open(journal.as_ref())?.list())
 }
 
-/// The CRC32C (Castagnoli) of `bytes`, as the journal computes it for recorded frames (with the
-/// CPU's CRC32C instruction where it has one: SSE4.2 on x86-64, the CRC extension on aarch64).
-#[cfg(not(shmlog_loom))]
-pub fn crc32c(bytes: &[u8]) -> u32 {
-    crate::sys::crc32c::crc32c(bytes)
-}
-
 /// Recording `id` of the journal directory `journal`.
 #[cfg(not(shmlog_loom))]
 pub fn recording(journal: impl AsRef<std::path::Path>, id: u32) -> Result<Recording, crate::Error> {

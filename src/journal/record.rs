@@ -156,6 +156,7 @@ impl StopReason {
 
 /// Where a recording stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RecordingState {
     /// A live recorder is extending it.
     Recording,

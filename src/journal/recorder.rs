@@ -38,6 +38,7 @@ const SEAL_CHUNK: usize = 256 << 10;
 /// policy decides what survives a power loss or kernel crash: the recording up to its
 /// [`Recording::durable_position`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fsync {
     /// Never: the page cache writes back when the kernel sees fit (~30 s). Fastest; a power loss
     /// may lose the whole recording's unsynced tail (the catalog then trusts only its start).

@@ -26,6 +26,7 @@ const ATTEMPTS: usize = 1000;
 
 /// Where a subscription starts reading a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JoinAt {
     /// At the slowest live reader of the session, or at the publisher's position if there is
     /// none (Aeron's rule): a new reader sees everything not yet passed by every other reader.

@@ -38,6 +38,7 @@ pub const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
 /// Where an untethered reader goes on after the writer lapped it
 /// (`SubscriptionBuilder::on_lapped`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Resume {
     /// At the oldest message the log still holds: the start of the term before the writer's.
     /// Loses the least, but a reader that lags for good is lapped again soon.

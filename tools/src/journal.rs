@@ -278,6 +278,7 @@ fn state(r: &Recording) -> String {
         RecordingState::Recording => "recording".into(),
         RecordingState::Interrupted => "interrupted".into(),
         RecordingState::Stopped(reason) => format!("stopped:{}", reason.as_str()),
+        _ => "unknown".into(),
     }
 }
 
@@ -645,7 +646,7 @@ pub fn summary(dir: &Path) -> Result<Summary, Error> {
 
 /// A durable reader's lag behind its stream's newest recorded position, in bytes, when it reads
 /// the newest recording (otherwise it is recordings behind: `None`).
-fn reader_lag(s: &Summary, r: &journal::DurableReaderInfo) -> Option<i64> {
+pub fn reader_lag(s: &Summary, r: &journal::DurableReaderInfo) -> Option<i64> {
     let newest = s.streams.iter().find(|x| x.stream == r.stream)?.newest;
     match r.position {
         Some((id, position)) if id == newest.0 => Some(newest.1 - position),
