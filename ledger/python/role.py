@@ -45,9 +45,6 @@ GIVE_UP_BACK_PRESSURE = 2.0
 GIVE_UP_NOT_CONNECTED = 0.2
 HELD_PIECE_US = 250_000
 SPIN_COUNTED = 1000
-# Twice a reader's longest receive timeout: a receive that waits as documented after ``Closed``
-# returns no sooner (``Tracker.closed``).
-SPIN_WINDOW = 0.1
 # Bodies longer than this are checked by their hash alone (it covers every byte); shorter ones
 # are also regenerated and compared, as the Rust checker does. Python pays ~1 us per 8 bytes for
 # each pass.
@@ -527,9 +524,7 @@ class Tracker:
         self.session: Optional[int] = None
         self.closed_session: Optional[int] = None
         self.faults = 0
-        self.closes = 0  # the most ``Closed`` back to back in this session
-        self.in_a_row = 0
-        self.last_closed = 0.0
+        self.closes = 0
         self.count = 0
         self.work_us = 0
         self.slow_every = 0
@@ -575,22 +570,11 @@ class Tracker:
         self.out.line("loss", f"session={loss.session_id} from={loss.from_} to={loss.to} cause={cause}")
 
     def closed(self) -> int:
-        """The receive raised ``Closed``: logged once a session; returns how many came back to
-        back. The package's subscription forgets a session as it reports its end, so a session
-        that began and ended between two receives (no message: its writer closed or died at
-        once) is told only by one more ``Closed``: one that comes ``SPIN_WINDOW`` after the last
-        is counted as that, not as ``Closed`` returned again (a spin returns it at once, again
-        and again: R5.closed-once still sees it)."""
-        now = time.monotonic()
         if self.session is not None and self.closed_session != self.session:
             self.out.line("closed", f"session={self.session}")
             self.closed_session = self.session
-        if now - self.last_closed >= SPIN_WINDOW:
-            self.in_a_row = 0
-        self.last_closed = now
-        self.in_a_row += 1
-        self.closes = max(self.closes, self.in_a_row)
-        return self.in_a_row
+        self.closes += 1
+        return self.closes
 
     def fault(self, why: str) -> int:
         self.faults += 1
@@ -608,7 +592,7 @@ class Tracker:
             self.out.line("faults", f"session={s} n={self.faults}")
         if self.closes:
             self.out.line("closes", f"session={s} n={self.closes}")
-        self.faults = self.closes = self.in_a_row = 0
+        self.faults = self.closes = 0
 
 
 def back_off(n: int) -> None:
