@@ -83,7 +83,7 @@ fn every_kind_of_sleeper_gets_every_message_without_a_lost_wake_up() {
     let _idle = publication(&dir, "four-idle", 64 * 1024);
     let cfg =
         Cfg::new().set("dir", dir.path().display()).set("name", name).set("count", count).set("late_ms", 500);
-    let kinds = ["poll_blocking", "receiver", "wait_any", "async"];
+    let kinds = ["poll_blocking", "receiver", "wait_any", "async", "async_reactor"];
     let mut peers: Vec<Peer> =
         kinds.iter().map(|k| Peer::spawn(k, "wake_sleeper", &cfg.clone().set("kind", k))).collect();
     for peer in &mut peers {
@@ -218,4 +218,123 @@ fn an_async_sender_awaits_room_without_blocking_the_runtime() {
     println!("async sender: {count} messages in {wall:?}, {ticks} ticks, {cpu:?} of CPU");
     assert!(ticks >= count / 10, "the runtime's other task ran only {ticks} times");
     assert!(cpu < wall / 2, "the sender spun: {cpu:?} of CPU in {wall:?}");
+}
+
+/// Voluntary context switches of this process's async waiter thread so far (its name cut to the
+/// kernel's 15 characters; a thread just started names itself soon after).
+fn waiter_switches() -> u64 {
+    let deadline = Instant::now() + T30;
+    loop {
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let task = task.unwrap().path();
+            if std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == "shmlog-async-wa") {
+                let status = std::fs::read_to_string(task.join("status")).unwrap();
+                let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
+                return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "no async waiter thread");
+        std::thread::yield_now();
+    }
+}
+
+/// One hop (issue 33): an `AsyncReceiver` made inside a tokio runtime with its IO driver sleeps
+/// in the runtime's reactor, and each of 200 commits, every one made once the receiver took the
+/// one before and is counted asleep again, wakes the runtime's thread straight through the
+/// stream's wake FIFO: the process's waiter thread is not on the path (it sleeps for its 1 s
+/// tick). The same receiver made outside the runtime sleeps through the waiter thread, which
+/// then wakes for every message: that is the path this test fails on.
+#[test]
+fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-one-hop");
+    let mut p = publication(&dir, "hop", 64 * 1024);
+    let sub = subscription(&dir, "hop");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let mut rx = runtime.block_on(async { shmlog::AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap() });
+    assert!(rx.in_reactor(), "made in a runtime with its IO driver: in the reactor");
+    let count = 200u64;
+    let got = Arc::new(AtomicU64::new(0));
+    let path = raw::readers_path(dir.path(), "hop");
+    let sender = {
+        let got = Arc::clone(&got);
+        std::thread::spawn(move || {
+            for seq in 0..count {
+                // Only once the receiver took the last one and sleeps again: each is a wake-up.
+                let deadline = Instant::now() + T30;
+                while got.load(Ordering::Acquire) < seq {
+                    assert!(Instant::now() < deadline, "message {seq} never taken");
+                    std::thread::yield_now();
+                }
+                await_word(&path, raw::slots::READERS_FD_SLEEPING, |v| v == 1, "the receiver never slept");
+                p.offer(&seq.to_le_bytes()).unwrap();
+            }
+            p
+        })
+    };
+    let before = waiter_switches();
+    runtime.block_on(async {
+        for seq in 0..count {
+            let m = rx.recv().await.unwrap();
+            assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), seq);
+            got.store(seq + 1, Ordering::Release);
+        }
+    });
+    let switches = waiter_switches() - before;
+    drop(sender.join().unwrap());
+    println!("waiter thread: {switches} switches for {count} wake-ups in the reactor");
+    assert!(switches < count / 10, "the waiter thread woke {switches} times for {count} messages");
+}
+
+/// An `AsyncSender` made inside a tokio runtime awaits room in the reactor too: a reader that
+/// frees room one message at a time, each time only once the sender sent more and is counted
+/// asleep in its reactor again, wakes it each time without the waiter thread.
+#[test]
+fn an_async_sender_in_a_reactor_awaits_room_without_the_waiter_thread() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-one-hop-tx");
+    let p = publication(&dir, "room", 64 * 1024); // a window of 32 KiB: 31 messages of 1000
+    let mut sub = subscription(&dir, "room");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let mut tx = runtime.block_on(async { AsyncSender::new(Sender::new(p, Bytes)).unwrap() });
+    assert!(tx.in_reactor());
+    let count = 300u64;
+    let sent = Arc::new(AtomicU64::new(0));
+    let path = raw::readers_path(dir.path(), "room");
+    let reader = {
+        let sent = Arc::clone(&sent);
+        std::thread::spawn(move || {
+            let mut last = 0;
+            for seq in 0..count {
+                // While the sender has more than a window left: it sent since we last freed room
+                // and sleeps again.
+                if (32..count - 40).contains(&seq) {
+                    let deadline = Instant::now() + T30;
+                    while sent.load(Ordering::Acquire) <= last {
+                        assert!(Instant::now() < deadline, "the sender never sent after {last}");
+                        std::thread::yield_now();
+                    }
+                    await_word(&path, raw::slots::WRITER_FD_SLEEPING, |v| v == 1, "the sender never slept");
+                    last = sent.load(Ordering::Acquire);
+                }
+                let mut seen = None;
+                let polled = sub.poll_blocking(|m: &[u8], _: &Header| seen = Some(u64::from_le_bytes(m[..8].try_into().unwrap())), 1, T30);
+                assert!(matches!(polled, shmlog::Polled::Fragments(1)), "{polled:?}");
+                assert_eq!(seen, Some(seq));
+            }
+        })
+    };
+    let before = waiter_switches();
+    runtime.block_on(async {
+        for seq in 0..count {
+            let mut m = seq.to_le_bytes().to_vec();
+            m.resize(1000, 0);
+            tx.send(&m).await.unwrap();
+            sent.store(seq + 1, Ordering::Release);
+        }
+    });
+    let switches = waiter_switches() - before;
+    reader.join().unwrap();
+    println!("waiter thread: {switches} switches for {count} sends awaiting room in the reactor");
+    assert!(switches < count / 10, "the waiter thread woke {switches} times for {count} sends");
 }
