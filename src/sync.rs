@@ -213,6 +213,15 @@ pub(crate) mod protocol {
         !mutant("reactor_no_rang_check")
     }
 
+    /// A ringer fences between bumping a bell and reading the counts of its sleepers (threads
+    /// and reactor sleepers), so a sleeper that counted itself in and then read the bell
+    /// unchanged is seen counted.
+    /// Mutant: `no_count_fence`.
+    #[inline(always)]
+    pub(crate) fn doorbell_count_fence() -> bool {
+        !mutant("no_count_fence")
+    }
+
     /// A ring is passed on to the threads on the bell and to the reactor sleepers (the wake
     /// FIFO) each under a word of its own: a reactor sleeper passing a ring on to the threads
     /// must not stop a thread woken for it from writing the FIFO.
@@ -354,6 +363,7 @@ pub(crate) mod protocol {
         "uncounted_reactor_sleeper",
         "reactor_no_rang_check",
         "one_passed_word",
+        "no_count_fence",
         "no_doorbell_recheck",
         "relaxed_catalog",
         "no_cut_fence",

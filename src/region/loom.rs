@@ -501,9 +501,12 @@ impl RegionMut for LoomRegion {
     fn wait_i32(&self, off: usize, expected: i32, _timeout: std::time::Duration) -> bool {
         let futex = self.futex(off);
         let mut queued = futex.queue.lock().unwrap();
-        // SeqCst: the kernel issues a full barrier between queueing a waiter and reading the
-        // word (futex_wait's barrier A), so the read is ordered after the sleeper's earlier
-        // stores (its count on the bell), which a ringer that wakes nobody relies on.
+        // The kernel issues a full barrier between queueing a waiter and reading the word
+        // (futex_wait's barrier A), so the read is ordered after the sleeper's earlier stores
+        // (its count on the bell), which a ringer that wakes nobody relies on. A fence, not a
+        // SeqCst load: loom takes SeqCst accesses for AcqRel, and a SeqCst load alone let the
+        // read miss a bump made before the ringer read the count (a false deadlock of i3).
+        crate::sync::fence(Ordering::SeqCst);
         if self.load_i32(off, Ordering::SeqCst) == expected {
             *queued += 1;
             drop(futex.woken.wait(queued).unwrap());

@@ -153,6 +153,7 @@ impl<R: RegionMut> Doorbell<R> {
         self.region.store_i32(self.base + READERS_ARMED, 0, Ordering::SeqCst);
         let now = self.region.fetch_add_i32(self.base + READERS_BELL, 1).wrapping_add(1);
         self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
+        count_fence();
         if self.fd_sleepers(&READERS_SIDE) > 0 {
             self.pass_to_reactors(&READERS_SIDE, now, fanout);
         }
@@ -182,9 +183,17 @@ impl<R: RegionMut> Doorbell<R> {
             return;
         }
         let now = self.region.fetch_add_i32(self.base + side.bell, 1).wrapping_add(1);
+        // The bump before the counts: a sleeper counts itself in, fences (the kernel's futex
+        // barrier, or `barrier`), then reads the bell; we bump, fence, then read its count.
+        // One fence precedes the other, so it sees our bump or we see it counted.
+        count_fence();
         let reactors = self.fd_sleepers(side);
         let threads = side.sleeping.map_or(1, |w| self.region.load_i32(self.base + w, Ordering::SeqCst));
-        if reactors > 0 && reactors <= DIRECT_FD_WAKE && threads <= 0 && self.pass_to_reactors(side, now, fanout) {
+        if reactors > 0
+            && reactors <= DIRECT_FD_WAKE
+            && threads <= 0
+            && self.pass_to_reactors(side, now, fanout)
+        {
             return;
         }
         if self.region.wake_i32(self.base + side.bell, 1) == 0 && reactors > 0 {
@@ -320,9 +329,14 @@ struct Side {
     fd_sleeping: usize,
 }
 
-static READERS_SIDE: Side =
-    Side { armed: READERS_ARMED, bell: READERS_BELL, sleeping: Some(READERS_SLEEPING), fd_sleeping: READERS_FD_SLEEPING };
-static WRITER_SIDE: Side = Side { armed: WRITER_ARMED, bell: WRITER_BELL, sleeping: None, fd_sleeping: WRITER_FD_SLEEPING };
+static READERS_SIDE: Side = Side {
+    armed: READERS_ARMED,
+    bell: READERS_BELL,
+    sleeping: Some(READERS_SLEEPING),
+    fd_sleeping: READERS_FD_SLEEPING,
+};
+static WRITER_SIDE: Side =
+    Side { armed: WRITER_ARMED, bell: WRITER_BELL, sleeping: None, fd_sleeping: WRITER_FD_SLEEPING };
 
 impl Armed {
     fn side(self) -> &'static Side {
@@ -425,7 +439,9 @@ pub fn prepare_reactor_sleep<R: RegionMut>(
     let timeout = if barrier() { timeout } else { timeout.min(NAP) };
     // Rung since we armed: a ringer may have read the reactor count before we were in it, so no
     // FIFO write of its may come (a thread's futex wait fails on the changed word instead).
-    if (protocol::doorbell_recheck() && ready()) || (protocol::doorbell_reactor_rang_check() && bell.rang(armed.0)) {
+    if (protocol::doorbell_recheck() && ready())
+        || (protocol::doorbell_reactor_rang_check() && bell.rang(armed.0))
+    {
         finish_reactor_sleep(bell, armed);
         return None;
     }
@@ -467,6 +483,17 @@ pub fn keep_door<R: RegionMut>(bell: &Doorbell<R>, door: Armed) -> Armed {
         }
     }
     self::door(bell)
+}
+
+/// A ringer's full fence between bumping a bell and reading who is counted asleep on it (cold:
+/// only a ring that found the bell armed pays it). A SeqCst read-modify-write then a SeqCst
+/// load are ordered by the language already; the fence says so where the protocol relies on it,
+/// and is what the loom model checks (loom takes SeqCst accesses for AcqRel).
+#[inline(always)]
+fn count_fence() {
+    if protocol::doorbell_count_fence() {
+        crate::sync::fence(Ordering::SeqCst);
+    }
 }
 
 /// The sleeper's barrier, after arming every bell it will sleep on and before its last look at
@@ -545,7 +572,11 @@ mod fanout {
         /// The wake FIFO of the stream whose slot file is `slot_file`: `NAME.wake` beside
         /// `NAME.readers`.
         pub fn of(slot_file: &Path) -> Self {
-            Self { slot_file: slot_file.into(), path: slot_file.with_extension("wake"), fifo: Mutex::new(None) }
+            Self {
+                slot_file: slot_file.into(),
+                path: slot_file.with_extension("wake"),
+                fifo: Mutex::new(None),
+            }
         }
 
         pub fn path(&self) -> &Path {
