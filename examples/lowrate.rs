@@ -573,7 +573,18 @@ fn main() {
     println!("one-way latency in µs (pooled over subscribers) and the subscribers' CPU in cores");
     println!(
         "{:<7} {:>3}  {:<19} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9} {:>9} {:>6}",
-        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "pub cpu", "send p50", "send mean", "send p99", "lost"
+        "rate",
+        "N",
+        "lane",
+        "p50",
+        "p99",
+        "p99.9",
+        "cpu",
+        "pub cpu",
+        "send p50",
+        "send mean",
+        "send p99",
+        "lost"
     );
     for &rate in &a.rates {
         for &n in &a.subs {

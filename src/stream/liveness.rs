@@ -18,7 +18,6 @@
 
 use super::concurrent_writer::{ConcurrentWriter, WriterLiveness};
 use super::doorbell::{Doorbell, Fanout};
-use std::sync::Arc;
 use super::slots::{SlotLocks, SlotMut, Slots};
 use super::writer::{Liveness, Writer};
 use crate::error::Error;
@@ -29,6 +28,7 @@ use crate::sys::fs::is_same_file;
 use crate::sys::lock::{self, Kind};
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Byte the publisher write-locks in its log while it lives.

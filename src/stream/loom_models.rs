@@ -335,9 +335,12 @@ impl SlotReader {
             let bell = self.reader.bell().expect("a slot with a doorbell");
             let token = fanout.token();
             let has_news = || self.reader.has_news();
-            if let Some((armed, _)) =
-                doorbell::prepare_reactor_sleep(bell, Doorbell::arm_readers, has_news, std::time::Duration::MAX)
-            {
+            if let Some((armed, _)) = doorbell::prepare_reactor_sleep(
+                bell,
+                Doorbell::arm_readers,
+                has_news,
+                std::time::Duration::MAX,
+            ) {
                 asleep = Some(armed);
                 fanout.wait_past(token);
             }
@@ -738,7 +741,8 @@ fn sleepers_one_wake(kinds: &[Sleeps], messages: usize) {
         .iter()
         .enumerate()
         .map(|(i, &kind)| {
-            let slot = claimed(&slots, i, 7 + i as i64).with_bell(bell(&slots).with_fanout(Arc::clone(&fanout)));
+            let slot =
+                claimed(&slots, i, 7 + i as i64).with_bell(bell(&slots).with_fanout(Arc::clone(&fanout)));
             let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
             let fanout = Arc::clone(&fanout);
             thread::spawn(move || {

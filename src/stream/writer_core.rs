@@ -3,12 +3,12 @@
 //! their slots and liveness, the flow control over them, and the doorbell it rings for them.
 //! Written once, so the two writers differ only in how they take space in the log.
 
+use super::doorbell::Fanout;
 use super::flow::FlowControl;
 use super::slots::{SessionReaders, SlotLocks, Slots};
 use crate::log::{Counter, Gauge, Log};
 use crate::region::RegionMut;
 use crate::sync::LightBarrier;
-use super::doorbell::Fanout;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
 pub trait Liveness: SlotLocks {

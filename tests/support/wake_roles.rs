@@ -96,7 +96,9 @@ pub fn sleeper(cfg: &Settings, ctx: &Ctx) -> ! {
             // Made outside any runtime, the receiver sleeps through the waiter thread; made
             // inside one with its IO driver, in the runtime's reactor.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
-            let make = || AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap_or_else(|e| ctx.fail(&format!("{e}")));
+            let make = || {
+                AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap_or_else(|e| ctx.fail(&format!("{e}")))
+            };
             let mut rx = if kind == "async" { make() } else { runtime.block_on(async { make() }) };
             if rx.in_reactor() != (kind == "async_reactor") {
                 ctx.fail(&format!("{kind}: in_reactor() is {}", rx.in_reactor()));
