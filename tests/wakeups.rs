@@ -240,9 +240,9 @@ fn waiter_switches() -> u64 {
 
 /// One hop (issue 33): an `AsyncReceiver` made inside a tokio runtime with its IO driver sleeps
 /// in the runtime's reactor, and each of 200 commits, every one made once the receiver took the
-/// one before and is counted asleep again, wakes the runtime's thread straight through the
-/// stream's wake FIFO: the process's waiter thread is not on the path (it sleeps for its 1 s
-/// tick). The same receiver made outside the runtime sleeps through the waiter thread, which
+/// one before and armed its bell again (asleep, or about to be), wakes the runtime's thread
+/// straight through the stream's wake FIFO: the process's waiter thread is not on the path (it
+/// sleeps for its 1 s tick). The same receiver made outside the runtime sleeps through the waiter thread, which
 /// then wakes for every message: that is the path this test fails on.
 #[test]
 fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
@@ -266,7 +266,7 @@ fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
                     assert!(Instant::now() < deadline, "message {seq} never taken");
                     std::thread::yield_now();
                 }
-                await_word(&path, raw::slots::READERS_FD_SLEEPING, |v| v == 1, "the receiver never slept");
+                await_word(&path, raw::slots::READERS_ARMED, |v| v == 1, "the receiver never waited again");
                 p.offer(&seq.to_le_bytes()).unwrap();
             }
             p
@@ -286,9 +286,14 @@ fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
     assert!(switches < count / 10, "the waiter thread woke {switches} times for {count} messages");
 }
 
-/// An `AsyncSender` made inside a tokio runtime awaits room in the reactor too: a reader that
-/// frees room one message at a time, each time only once the sender sent more and is counted
-/// asleep in its reactor again, wakes it each time without the waiter thread.
+/// An `AsyncSender` made inside a tokio runtime awaits room in the reactor too. Flow control
+/// hands room back in a reader's moves, not one message at a time, so the reader here frees room
+/// in rounds: each time the sender has sent more since the last round and armed its bell again
+/// (back-pressured, so asleep or about to be), the reader drains everything committed, which
+/// rings the sender awake. Every round is one wake-up of a sleeping sender, and none of them may
+/// go through the waiter thread (it sleeps for its 1 s tick). The same sender made outside the
+/// runtime sleeps through the waiter thread, which wakes for every round: the path this test
+/// fails on.
 #[test]
 fn an_async_sender_in_a_reactor_awaits_room_without_the_waiter_thread() {
     let _x = exclusive();
@@ -298,30 +303,43 @@ fn an_async_sender_in_a_reactor_awaits_room_without_the_waiter_thread() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
     let mut tx = runtime.block_on(async { AsyncSender::new(Sender::new(p, Bytes)).unwrap() });
     assert!(tx.in_reactor());
-    let count = 300u64;
+    let count = 3000u64;
     let sent = Arc::new(AtomicU64::new(0));
     let path = raw::readers_path(dir.path(), "room");
     let reader = {
         let sent = Arc::clone(&sent);
         std::thread::spawn(move || {
-            let mut last = 0;
-            for seq in 0..count {
-                // While the sender has more than a window left: it sent since we last freed room
-                // and sleeps again.
-                if (32..count - 40).contains(&seq) {
-                    let deadline = Instant::now() + T30;
-                    while sent.load(Ordering::Acquire) <= last {
-                        assert!(Instant::now() < deadline, "the sender never sent after {last}");
-                        std::thread::yield_now();
-                    }
-                    await_word(&path, raw::slots::WRITER_FD_SLEEPING, |v| v == 1, "the sender never slept");
-                    last = sent.load(Ordering::Acquire);
+            let (mut next, mut rounds, mut last) = (0u64, 0u64, 0u64);
+            while next < count {
+                // The sender sent since the last round and armed again: it waits for room.
+                let deadline = Instant::now() + T30;
+                while sent.load(Ordering::Acquire) <= last && sent.load(Ordering::Acquire) < count {
+                    assert!(Instant::now() < deadline, "the sender never sent after {last}");
+                    std::thread::yield_now();
                 }
-                let mut seen = None;
-                let polled = sub.poll_blocking(|m: &[u8], _: &Header| seen = Some(u64::from_le_bytes(m[..8].try_into().unwrap())), 1, T30);
-                assert!(matches!(polled, shmlog::Polled::Fragments(1)), "{polled:?}");
-                assert_eq!(seen, Some(seq));
+                if sent.load(Ordering::Acquire) < count {
+                    await_word(
+                        &path,
+                        raw::slots::WRITER_ARMED,
+                        |v| v == 1,
+                        "the sender never waited for room",
+                    );
+                    rounds += 1;
+                }
+                last = sent.load(Ordering::Acquire);
+                // Everything it sent until it waited (not what it sends once woken: that is the
+                // next round's).
+                while next < last {
+                    let limit = (last - next) as usize;
+                    let mut took = |m: &[u8], _: &Header| {
+                        assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), next);
+                        next += 1;
+                    };
+                    let polled = sub.poll_blocking(&mut took, limit, T30);
+                    assert!(matches!(polled, shmlog::Polled::Fragments(_)), "{polled:?}");
+                }
             }
+            rounds
         })
     };
     let before = waiter_switches();
@@ -334,7 +352,8 @@ fn an_async_sender_in_a_reactor_awaits_room_without_the_waiter_thread() {
         }
     });
     let switches = waiter_switches() - before;
-    reader.join().unwrap();
-    println!("waiter thread: {switches} switches for {count} sends awaiting room in the reactor");
-    assert!(switches < count / 10, "the waiter thread woke {switches} times for {count} sends");
+    let rounds = reader.join().unwrap();
+    println!("waiter thread: {switches} switches for {rounds} waits for room in the reactor ({count} sends)");
+    assert!(rounds >= 50, "only {rounds} rounds: the sender was seldom back-pressured");
+    assert!(switches < rounds / 10, "the waiter thread woke {switches} times for {rounds} waits for room");
 }
