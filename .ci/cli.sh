@@ -10,3 +10,5 @@ cargo build --release -p shmlog-tools --bin shmlog
 cargo clippy -p shmlog-bridge --no-default-features --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p shmlog-bridge --no-default-features
 target/release/shmlog --help >/dev/null
+# The OpenMetrics output read by Prometheus's parser: here a missing parser fails instead of skipping.
+SHMLOG_REQUIRE_OPENMETRICS_PARSER=1 cargo test --release -p shmlog-tools --test cli openmetrics

@@ -2,7 +2,7 @@
 # Fuzzing smoke run (docs/verification.md, "Fuzzing").
 #
 # Builds the cargo-fuzz targets of fuzz/ (libFuzzer + AddressSanitizer) and runs each one for
-# FUZZ_SECONDS (default 30) starting from the committed corpus fuzz/corpus/<target>/, which also
+# FUZZ_SECONDS (default 20; two targets at a time, each is one process on one core) starting from the committed corpus fuzz/corpus/<target>/, which also
 # holds the inputs of past crashes. Fails if any target crashes; the crash input is left in
 # fuzz/artifacts/<target>/. New corpus entries go to fuzz/target/ci-corpus/, never into git.
 #
@@ -57,26 +57,42 @@ if ! (cd fuzz && cargo $toolchain fuzz build) >target/fuzz-build.log 2>&1; then
     exit 1
 fi
 
+# fuzz_one TARGET: one target's run; its report goes to fuzz/target/ci-TARGET.report, printed in
+# order at the end, and a crash leaves fuzz/target/ci-TARGET.crash.
+fuzz_one() {
+    local t=$1 work=fuzz/target/ci-corpus/$1 log=fuzz/target/ci-$1.log report=fuzz/target/ci-$1.report
+    local status execs last
+    mkdir -p "$work" "fuzz/artifacts/$t"
+    {
+        stamp "run $t for ${seconds}s (corpus fuzz/corpus/$t, $(ls "fuzz/corpus/$t" | wc -l) files)"
+        # A crash makes cargo fuzz exit non-zero; keep going so every target reports.
+        if (cd fuzz && cargo $toolchain fuzz run "$t" "target/ci-corpus/$t" "corpus/$t" -- \
+            -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1) >"$log" 2>&1; then
+            status=ok
+        else
+            status=CRASH
+            touch "fuzz/target/ci-$t.crash"
+        fi
+        execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
+        last=$(grep -E "^#[0-9]+" "$log" | tail -1 | grep -oE "cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9a-zA-Z]+" || echo "cov: ?")
+        stamp "$t: $status, $execs executions, $last"
+        if [[ $status == CRASH ]]; then
+            grep -E "panicked|ERROR|SUMMARY|Test unit written" "$log" | head -20
+        fi
+    } >"$report"
+}
+
+stamp "running ${#targets[@]} targets, two at a time"
+rm -f fuzz/target/ci-*.crash fuzz/target/ci-*.report
+for t in "${targets[@]}"; do
+    while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+    fuzz_one "$t" &
+done
+wait
 failed=()
 for t in "${targets[@]}"; do
-    work=fuzz/target/ci-corpus/$t
-    log=fuzz/target/ci-$t.log
-    mkdir -p "$work" "fuzz/artifacts/$t"
-    stamp "run $t for ${seconds}s (corpus fuzz/corpus/$t, $(ls "fuzz/corpus/$t" | wc -l) files)"
-    # A crash makes cargo fuzz exit non-zero; keep going so every target reports.
-    if (cd fuzz && cargo $toolchain fuzz run "$t" "target/ci-corpus/$t" "corpus/$t" -- \
-        -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1) >"$log" 2>&1; then
-        status=ok
-    else
-        status=CRASH
-        failed+=("$t")
-    fi
-    execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
-    last=$(grep -E "^#[0-9]+" "$log" | tail -1 | grep -oE "cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9a-zA-Z]+" || echo "cov: ?")
-    stamp "$t: $status, $execs executions, $last"
-    if [[ $status == CRASH ]]; then
-        grep -E "panicked|ERROR|SUMMARY|Test unit written" "$log" | head -20
-    fi
+    cat "fuzz/target/ci-$t.report"
+    [[ -f fuzz/target/ci-$t.crash ]] && failed+=("$t")
 done
 
 if ((${#failed[@]})); then

@@ -3,14 +3,16 @@
 # src/log/loom_concurrent.rs (many writers and the unblocker),
 # src/stream/loom_models.rs (the shipped stream::Writer and stream::Reader) and
 # src/stream/loom_concurrent_models.rs (the shipped ConcurrentWriter), and of the journal's
-# catalog record and of a replay following a recording that recovery cuts back
+# catalog record, of a replay following a recording that recovery cuts back, retention purges
+# or deletes (its record reused), and of a durable reader's position
 # (src/journal/loom_models.rs), over src/region/loom.rs.
 #
 # 1. Runs every model and the loom backend's own tests (release build, LOOM_MAX_PREEMPTIONS=2
 #    unless set in the environment).
 # 2. Runs the same test binary once per mutation hook (SHMLOG_MUTANT=<name>: in a loom build
 #    every knob of `sync::protocol` reads it) and asserts that the models aimed at it FAIL, so CI
-#    proves they can see the bugs they are there for (one build for all, not one per mutant):
+#    proves they can see the bugs they are there for (one build for all, not one per mutant;
+#    models and mutants share one pool of two single-threaded jobs):
 #      relaxed_commit                     frame lengths committed with Relaxed: every model that
 #                                         reads frames (a-e, d1-d3, g) must fail;
 #      skip_clean                         the next partition is never zeroed: the models that
@@ -49,6 +51,14 @@
 #      no_cut_fence                       recovery does not fence between counting a cut in a
 #                                         catalog record and zeroing past it: a following
 #                                         replay reads a zero and trusts it (j2);
+#      unfenced_reuse                     whoever reuses a deleted recording's catalog record
+#                                         writes it without a fence first: a following replay
+#                                         takes the new recording's positions for its own (j3);
+#      unlink_before_start                retention removes a segment file before it moves the
+#                                         recording's start: a replay that finds it missing takes
+#                                         the purge for damage (j4);
+#      unfenced_reader_position           a durable reader's position is stored without the
+#                                         seqlock's fence: retention loads a torn pair (j5);
 #      pending_after_reserve               a concurrent writer publishes its pending position after
 #                                         its tail CAS: another writer enters the next term over a
 #                                         range not yet zeroed (k1);
@@ -104,37 +114,47 @@ if [[ -z $bin ]]; then
     exit 1
 fi
 
-# The k models (loom_concurrent*) set their own preemption bounds (see their files).
-step "models, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
-models_start=$SECONDS
-cargo test -p shmlog --release --lib -- loom_models loom_concurrent --nocapture
-step "models passed in $((SECONDS - models_start))s"
-
 # The backend's own tests (some expect a panic, whose message would only be noise here).
 step "region::loom tests"
 cargo test -p shmlog --release --lib region::loom
 
 read -r -a knobs <<<"$(grep -o 'mutant("[a-z_]*")' src/sync.rs | cut -d '"' -f 2 | tr '\n' ' ')"
 
-# mutant NAME FILTER...: runs the models matching one of the FILTERs with SHMLOG_MUTANT=NAME and
-# asserts that every one of them fails. Two mutants run at a time (the models are single-threaded
-# and some take minutes to fail); each reports into target/loom/mutants/NAME.log, printed in order
-# at the end.
-mkdir -p target/loom/mutants
-rm -f target/loom/mutants/*
-mutants=()
-mutant() {
+# Every model run and every mutant run is single-threaded: they share one pool of two jobs (the
+# two cores), each reporting into target/loom/jobs/NAME.log, printed in order at the end. Longest
+# first: the catalog model `j` alone, the other models in two halves, then the mutants, the
+# relaxed catalog one (which takes `j` minutes to fail) first.
+mkdir -p target/loom/jobs
+rm -f target/loom/jobs/*
+jobs_run=()
+pool() {
     local name=$1
     shift
-    # A misspelt name would make every model panic, and so "fail": refuse it.
-    if [[ " ${knobs[*]} " != *" $name "* ]]; then
-        echo "FAIL: mutant $name is not a knob of src/sync.rs (${knobs[*]})" >&2
-        exit 1
-    fi
-    mutants+=("$name")
+    jobs_run+=("$name")
     while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
-    run_mutant "$name" "$@" >"target/loom/mutants/$name.log" 2>&1 &
+    "$@" >"target/loom/jobs/$name.log" 2>&1 &
 }
+
+# models NAME FILTER... [--skip F] [--exact]: every model matching a FILTER must pass.
+run_models() {
+    local name=$1 out status=0 t0=$SECONDS
+    shift
+    echo "== models $name: $("$bin" "$@" --list | grep -c ': test$' || true) model(s) matching '$*'"
+    out=$("$bin" "$@" --test-threads=1 --nocapture 2>&1) || status=$?
+    grep -E '^test |test result|iterations|panicked at' <<<"$out" | head -n 80
+    if [[ $status -ne 0 ]]; then
+        echo "FAIL: models $name"
+        return 1
+    fi
+    echo "== models $name passed ($((SECONDS - t0))s)"
+    touch "target/loom/jobs/models-$name.ok"
+}
+models() {
+    pool "models-$1" run_models "$@"
+}
+
+# mutant NAME FILTER...: runs the models matching one of the FILTERs with SHMLOG_MUTANT=NAME and
+# asserts that every one of them fails.
 run_mutant() {
     local name=$1 out total failed status=0 t0=$SECONDS
     shift
@@ -149,10 +169,25 @@ run_mutant() {
         return 1
     fi
     echo "== mutant $name: $failed of $total models failed, as they must ($((SECONDS - t0))s)"
-    touch "target/loom/mutants/$name.ok"
+    touch "target/loom/jobs/mutant-$name.ok"
+}
+mutant() {
+    local name=$1
+    # A misspelt name would make every model panic, and so "fail": refuse it.
+    if [[ " ${knobs[*]} " != *" $name "* ]]; then
+        echo "FAIL: mutant $name is not a knob of src/sync.rs (${knobs[*]})" >&2
+        exit 1
+    fi
+    pool "mutant-$name" run_mutant "$@"
 }
 
-step "mutants, two at a time"
+# The k models (loom_concurrent*) set their own preemption bounds (see their files).
+step "models and mutants, two at a time, LOOM_MAX_PREEMPTIONS=$LOOM_MAX_PREEMPTIONS"
+models catalog journal::loom_models::j_catalog_record_vs_reader --exact
+models stream stream::loom_models stream::loom_concurrent_models
+models log log::loom_models log::loom_concurrent journal::loom_models \
+    --skip journal::loom_models::j_catalog_record_vs_reader
+mutant relaxed_catalog journal::loom_models::j_
 mutant relaxed_commit log::loom_models log::loom_concurrent::k1_ log::loom_concurrent::k2_ \
     log::loom_concurrent::k3_ stream::loom_models::d stream::loom_models::g_ stream::loom_concurrent_models
 mutant skip_clean log::loom_models::c2_ stream::loom_models::d1_
@@ -170,8 +205,10 @@ mutant uncounted_reactor_sleeper stream::loom_models::i3_ stream::loom_models::i
 mutant reactor_no_rang_check stream::loom_models::i3_
 mutant one_passed_word stream::loom_models::i4_
 mutant no_count_fence stream::loom_models::i3_
-mutant relaxed_catalog journal::loom_models::j_
 mutant no_cut_fence journal::loom_models::j2_
+mutant unfenced_reuse journal::loom_models::j3_
+mutant unlink_before_start journal::loom_models::j4_
+mutant unfenced_reader_position journal::loom_models::j5_
 mutant pending_after_reserve log::loom_concurrent::k1_
 mutant release_before_clean log::loom_concurrent::k1_ stream::loom_concurrent_models::k5_
 mutant unblock_over_live log::loom_concurrent::k3_
@@ -186,11 +223,11 @@ mutant lossy_count log::loom_concurrent::k7_
 
 wait
 bad=0
-for name in "${mutants[@]}"; do
-    cat "target/loom/mutants/$name.log"
-    [[ -f target/loom/mutants/$name.ok ]] || bad=1
+for name in "${jobs_run[@]}"; do
+    cat "target/loom/jobs/$name.log"
+    [[ -f target/loom/jobs/$name.ok ]] || { echo "FAIL: $name (above)"; bad=1; }
 done
-((bad == 0)) || { echo "FAIL: some mutants were not caught (above)" >&2; exit 1; }
+((bad == 0)) || { echo "FAIL: a model failed or a mutant was not caught (above)" >&2; exit 1; }
 
 # Every knob of src/sync.rs has its line above (one added without a line fails here).
 for known in "${knobs[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Python bindings (python/, issues 27 and 34): lint the member, build the wheel users install
+# The Python bindings (python/, issues 27 and 34; the workspace's clippy run in .ci/run lints
+# the member): build the wheel users install
 # (abi3, CPython >= 3.10, manylinux2014: glibc 2.17 and later, linked with zig so that the tag is
 # not the build machine's newer glibc), install it into a venv of its own, run the pytest suite
 # against it (test_wheel.py checks the tag against the symbols the module needs) and the bench
@@ -8,7 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-cargo clippy -p shmlog-python --all-targets -- -D warnings
 cargo build --release -p shmlog-python --example peer
 export SHMLOG_PEER="$root/target/release/examples/peer"
 

@@ -6,14 +6,20 @@
 //!   (both sized up front, both left to the page cache; then both with an fdatasync per 64 MiB).
 //!   The recorder runs twice a round: with each frame's CRC32C (the default) and without
 //!   (`Checksum::None`). Goal: >= 0.8x with the checksum.
-//! - `crc32c`: the crate's CRC32C (`shmlog::journal::crc32c`) against the `crc32c` crate over
-//!   1 056-byte frames (a 1 KiB message's) and 1 MiB buffers, GB/s.
 //! - `live`: what attaching a recorder (polling every millisecond) costs the live path: the round
 //!   trip of 32-byte ping-pong (p50/p99) and a publisher's streaming throughput to a spinning
 //!   subscriber, with and without it. Goal: >= 0.9x, where the disk keeps up.
 //! - `replay`: replaying a recording from the page cache, bytes of messages delivered a second,
 //!   against `memcpy` of the same bytes in 1 MiB copies, with the checksums checked and of a
 //!   recording without them. Goal: >= 0.5x.
+//!
+//! - `purge`: retention's purge of 1 GiB (eight 128 MiB segments, the default length) of a
+//!   recording, wall time, against removing eight 128 MiB files of the same disk with plain
+//!   `unlink`s: each side's bytes freshly written and then synced (`sync(2)`) before it is timed.
+//!   Goal: < 100 ms of the recorder's time: the purge runs on the recorder's retention thread,
+//!   so `purge_beside_recording` measures what it costs a recorder recording another stream into
+//!   the same journal at 50 MB/s meanwhile: its longest `poll` (and p99) over one second with a
+//!   purge of 1 GiB in it, against the same second without.
 //!
 //! Journals go to `$SHMLOG_BENCH_DISK` or the temp dir (a real disk, not `/dev/shm`).
 
@@ -118,10 +124,20 @@ fn connect(recorder: &mut Recorder, p: &mut Publication) {
 /// Records `bytes` of 1 KiB messages a publisher thread offers into a new journal; returns the
 /// directories, the recording's id and how long the recorder took from the first offer on.
 fn record_stream(bytes: u64, fsync: Fsync, checksum: Checksum) -> (ShmDir, Disk, u32, Duration) {
+    record_segments(bytes, SEGMENT, fsync, checksum)
+}
+
+/// [`record_stream`] into segments of `segment` bytes.
+fn record_segments(
+    bytes: u64,
+    segment: u64,
+    fsync: Fsync,
+    checksum: Checksum,
+) -> (ShmDir, Disk, u32, Duration) {
     let (shm, disk) = (ShmDir::new("journal-rec"), Disk::new("rec"));
     let mut recorder = Recorder::builder("rec", &disk.0)
         .stream_dir(shm.path())
-        .segment_length(SEGMENT)
+        .segment_length(segment)
         .fsync(fsync)
         .checksum(checksum)
         .start()
@@ -468,50 +484,159 @@ fn replay_lanes(args: &Args) {
     );
 }
 
-/// GB/s of `crc` over `bufs` (each checksummed whole, `reps` times).
-fn crc_round(bufs: &[Vec<u8>], reps: usize, crc: impl Fn(&[u8]) -> u32) -> f64 {
+/// Milliseconds `journal::purge` takes to remove `segments` segments of `segment` bytes of a
+/// recording made just before (and synced).
+fn purge_round(segments: u64, segment: u64) -> f64 {
+    // One segment more than purged: the purge keeps the one holding its position.
+    let (_shm, disk, id, _) =
+        record_segments((segments + 1) * segment, segment, Fsync::Never, Checksum::Crc32c);
+    settle();
     let start = Instant::now();
-    let mut acc = 0u32;
-    for _ in 0..reps {
-        for b in bufs {
-            acc ^= crc(std::hint::black_box(b));
-        }
-    }
-    std::hint::black_box(acc);
-    let bytes = (reps * bufs.iter().map(Vec::len).sum::<usize>()) as f64;
-    bytes / start.elapsed().as_secs_f64() / 1e9
+    let done = shmlog::journal::purge(&disk.0, id, (segments * segment) as i64).unwrap();
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(done.files_removed as u64, segments, "{done:?}");
+    ms
 }
 
-fn crc_lanes(args: &Args) {
-    for (label, len, count) in [("frame_1056", 1056, 1024), ("block_1MiB", 1 << 20, 4)] {
-        let name = format!("journal/crc32c/{label}");
-        if !args.wants(&name) {
-            continue;
+/// Milliseconds plain `unlink`s take to remove `segments` files of `segment` bytes written just
+/// before (and synced), as the recorder writes them (1 MiB `pwrite`s, from memory).
+fn unlink_round(segments: u64, segment: u64) -> f64 {
+    let disk = Disk::new("unlink");
+    let source = vec![5u8; 1 << 20];
+    let paths: Vec<PathBuf> = (0..segments).map(|i| disk.0.join(format!("{i}.seg"))).collect();
+    for path in &paths {
+        let f = std::fs::File::create(path).unwrap();
+        for at in (0..segment).step_by(1 << 20) {
+            f.write_all_at(&source, at).unwrap();
         }
-        let bufs: Vec<Vec<u8>> =
-            (0..count).map(|i| (0..len).map(|j| (i * 31 + j * 7) as u8).collect()).collect();
-        for b in &bufs {
-            assert_eq!(shmlog::journal::crc32c(b), crc32c::crc32c(b));
-        }
-        let reps = if args.test { 2 } else { 400 };
-        let (theirs, ours, q) = alternate(
-            args.n(7, 1),
-            || crc_round(&bufs, reps, crc32c::crc32c),
-            || crc_round(&bufs, reps, shmlog::journal::crc32c),
-        );
-        eprintln!("[{B}] {name}: shmlog {ours:.1} GB/s, crc32c crate {theirs:.1} GB/s, ratio {q:.2}");
-        support::record(B, &name, &[("shmlog_gbps", ours), ("crc32c_crate_gbps", theirs), ("ratio", q)], &[]);
     }
+    settle();
+    let start = Instant::now();
+    for path in &paths {
+        std::fs::remove_file(path).unwrap();
+    }
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+/// A recorder recording a publisher's 1 KiB messages at 50 MB/s into a journal that holds
+/// `segments + 1` segments of an older recording, for one second, with (`purge`) a purge of
+/// `segments` of them on another thread from 100 ms on: the recorder's poll durations (ms) and
+/// how long the purge took.
+fn beside_round(purge: bool, segments: u64, segment: u64) -> (Pcts, f64) {
+    let (_shm_old, disk, old, _) =
+        record_segments((segments + 1) * segment, segment, Fsync::Never, Checksum::Crc32c);
+    settle();
+    let shm = ShmDir::new("journal-live");
+    let mut recorder =
+        Recorder::builder("live", &disk.0).stream_dir(shm.path()).segment_length(segment).start().unwrap();
+    let mut p = Publication::builder("live").dir(shm.path()).term_length(16 << 20).create().unwrap();
+    connect(&mut recorder, &mut p);
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..50 {
+                    offer_spin(&mut p, &[i as u8; 1024]);
+                    i += 1;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let purger = {
+        let dir = disk.0.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let start = Instant::now();
+            if purge {
+                let done = shmlog::journal::purge(&dir, old, (segments * segment) as i64).unwrap();
+                assert_eq!(done.files_removed as u64, segments);
+            }
+            start.elapsed().as_secs_f64() * 1e3
+        })
+    };
+    let mut polls = Vec::new();
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        let start = Instant::now();
+        let moved = recorder.poll().unwrap();
+        polls.push(start.elapsed().as_secs_f64() * 1e3);
+        if moved == 0 {
+            recorder.wait(Duration::from_millis(1));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    publisher.join().unwrap();
+    let purge_ms = purger.join().unwrap();
+    recorder.stop().unwrap();
+    (Pcts::of(&mut polls), purge_ms)
+}
+
+fn purge_lanes(args: &Args) {
+    if args.wants("journal/purge_beside_recording") {
+        let (segments, segment) = if args.test { (1, 16 << 20) } else { (8, 128 << 20) };
+        let (mut quiet, mut busy, mut purges) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.n(3, 1) {
+            let (q, _) = beside_round(false, segments, segment);
+            let (b, ms) = beside_round(true, segments, segment);
+            quiet.push(q);
+            busy.push(b);
+            purges.push(ms);
+        }
+        let worst = |v: &[Pcts], f: fn(&Pcts) -> f64| v.iter().map(f).fold(0.0, f64::max);
+        let (qmax, bmax) = (worst(&quiet, |p| p.max), worst(&busy, |p| p.max));
+        let (q99, b99) = (worst(&quiet, |p| p.p99), worst(&busy, |p| p.p99));
+        let purge_ms = median(&mut purges);
+        eprintln!(
+            "[{B}] journal/purge_beside_recording: recorder's longest poll {bmax:.2} ms with a purge of {} MiB \
+             ({purge_ms:.0} ms on another thread) beside it, {qmax:.2} ms without; p99 {b99:.3} / {q99:.3} ms",
+            (segments * segment) >> 20
+        );
+        support::record(
+            B,
+            "journal/purge_beside_recording",
+            &[
+                ("poll_max_ms", bmax),
+                ("poll_max_quiet_ms", qmax),
+                ("poll_p99_ms", b99),
+                ("poll_p99_quiet_ms", q99),
+                ("purge_ms", purge_ms),
+            ],
+            &[],
+        );
+    }
+    if !args.wants("journal/purge") {
+        return;
+    }
+    // 1 GiB in 128 MiB segments; in test mode one segment of 16 MiB (the recorded log's term:
+    // a segment is at least a term).
+    let (segments, segment) = if args.test { (1, 16 << 20) } else { (8, 128 << 20) };
+    let (unlink, purge, q) =
+        alternate(args.n(5, 1), || unlink_round(segments, segment), || purge_round(segments, segment));
+    eprintln!(
+        "[{B}] journal/purge: {purge:.1} ms to purge {} MiB ({segments} segments), plain unlink {unlink:.1} ms \
+         (ratio {q:.2}; goal < 100 ms)",
+        (segments * segment) >> 20
+    );
+    support::record(
+        B,
+        "journal/purge",
+        &[("purge_ms", purge), ("unlink_ms", unlink), ("ratio", q), ("bytes", (segments * segment) as f64)],
+        &[],
+    );
 }
 
 fn main() {
     let args = Args::parse();
     support::banner(B);
-    crc_lanes(&args);
     live_lanes(&args);
     record_lanes(&args);
     settle();
     replay_lanes(&args);
+    settle();
+    purge_lanes(&args);
     // Criterion's own report of the replay, for its statistics and baselines.
     let (_shm, disk, id, _) =
         record_stream(if args.test { 1 << 20 } else { 32 << 20 }, Fsync::Never, Checksum::Crc32c);

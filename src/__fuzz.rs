@@ -25,9 +25,10 @@ pub mod reader {
 pub mod journal {
     pub use crate::journal::catalog::Catalog;
     pub use crate::journal::frames::{checksum, frame_at, padding_header, seal, Expect};
-    pub use crate::journal::record::{Checksum, Fields, WORDS};
+    pub use crate::journal::record::{Checksum, Fields, StopReason, WORDS};
     pub use crate::journal::recovery::{boot_id, cut};
     pub use crate::journal::segment::path as segment_path;
+    pub use crate::journal::Retention;
     /// One catalog record's memory protocol.
     pub mod record {
         pub use crate::journal::record::{decode, publish, snapshot, RECORD_LEN};

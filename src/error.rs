@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 /// Why an offer or claim did not append. Cheap to return, cheap to match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OfferError {
     /// The slowest live reader is a whole window behind. Retry later (idle first).
     BackPressured,

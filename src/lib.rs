@@ -106,7 +106,8 @@
 //! `journal::AsyncReplay`, a stream of a recording's messages. None is on by default.
 //!
 //! # The workspace around the core
-//! This crate is the core: messaging on one host and its journal, on `libc` and `memmap2`. Beside
+//! This crate is the core: messaging on one host and its journal, on `libc`, `memmap2` and
+//! `crc32c`. Beside
 //! it, crates of their own that use only its public API: `shmlog-bridge` (`bridge/`: a stream
 //! carried to other hosts over Aeron UDP, `docs/bridge.md`) and `shmlog-tools` (`tools/`: the
 //! `shmlog` command, `docs/cli.md`). `docs/architecture.md` maps the floors.

@@ -257,6 +257,28 @@ pub(crate) mod protocol {
         !mutant("no_cut_fence")
     }
 
+    /// Whoever reuses a deleted recording's catalog record fences (release) before writing a
+    /// word of it, so a reader that loads one of those words and then fences sees the record
+    /// freed (seqlock over the id and state). Mutant: `unfenced_reuse`.
+    #[inline(always)]
+    pub(crate) fn reuse_fence() -> bool {
+        !mutant("unfenced_reuse")
+    }
+
+    /// Retention moves a recording's start position up before it removes the segment files
+    /// below it (not after). Mutant: `unlink_before_start`.
+    #[inline(always)]
+    pub(crate) fn start_before_unlink() -> bool {
+        !mutant("unlink_before_start")
+    }
+
+    /// A durable reader's position record is a seqlock: its writer fences (release) after
+    /// making the sequence odd and before writing the position. Mutant: `unfenced_reader_position`.
+    #[inline(always)]
+    pub(crate) fn reader_position_fence() -> bool {
+        !mutant("unfenced_reader_position")
+    }
+
     /// A concurrent writer publishes its pending position before its tail CAS (not after).
     /// Mutant: `pending_after_reserve`.
     #[inline(always)]
@@ -367,6 +389,9 @@ pub(crate) mod protocol {
         "no_doorbell_recheck",
         "relaxed_catalog",
         "no_cut_fence",
+        "unfenced_reuse",
+        "unlink_before_start",
+        "unfenced_reader_position",
         "pending_after_reserve",
         "release_before_clean",
         "stale_ceiling",

@@ -76,6 +76,7 @@ fn reader(dir: &std::path::Path, shape: &'static str) -> std::thread::JoinHandle
                         Polled::Closed => seen.push(Seen::Closed),
                         Polled::Fault(why) => panic!("{why}"),
                         Polled::Fragments(_) | Polled::TimedOut => {}
+                        other => panic!("{other:?}"),
                     }
                 }
             }

@@ -157,7 +157,9 @@ fn a_peer_that_keeps_ringing_costs_a_sleeper_little_cpu() {
     ringer.join().unwrap();
     assert_eq!(got, vec![b"still delivered".to_vec()]);
     println!("sleeper under a ringing peer: {cpu:?} of CPU in {wall:?}");
-    assert!(cpu < wall / 10, "the sleeper spun: {cpu:?} of CPU in {wall:?}");
+    // Spinning costs the whole wall time; a sleeper napping costs ~8 % here (a wake-up, a nap
+    // and a barrier per millisecond), more on a loaded machine.
+    assert!(cpu < wall / 4, "the sleeper spun: {cpu:?} of CPU in {wall:?}");
 }
 
 /// `AsyncSender::send` on a back-pressured stream awaits room under a current-thread runtime: the

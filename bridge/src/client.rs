@@ -4,7 +4,7 @@
 
 use aeron_rs::aeron::Aeron;
 use aeron_rs::context::Context;
-use aeron_rs::publication::Publication;
+use aeron_rs::exclusive_publication::ExclusivePublication;
 use aeron_rs::subscription::Subscription;
 use aeron_rs::utils::errors::{AeronError, GenericError};
 use std::ffi::CString;
@@ -52,18 +52,19 @@ impl Client {
         }
     }
 
-    /// Adds a publication and waits until the driver has made it.
+    /// Adds an exclusive publication (one writer, its own session: two out bridges on one
+    /// driver never share one) and waits until the driver has made it.
     pub fn add_publication(
         &mut self,
         channel: &str,
         stream_id: i32,
         timeout: Duration,
-    ) -> Result<Arc<Mutex<Publication>>, String> {
+    ) -> Result<Arc<Mutex<ExclusivePublication>>, String> {
         let id = self
             .aeron
-            .add_publication(c_string(channel)?, stream_id)
+            .add_exclusive_publication(c_string(channel)?, stream_id)
             .map_err(|e| format!("add publication {channel}: {e}"))?;
-        self.wait_for(timeout, |a| a.find_publication(id))
+        self.wait_for(timeout, |a| a.find_exclusive_publication(id))
             .map_err(|e| format!("publication {channel} stream {stream_id}: {e}"))
     }
 

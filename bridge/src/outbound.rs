@@ -1,11 +1,13 @@
 //! The out bridge: a reader of the local stream that offers every message to an Aeron UDP
-//! publication.
+//! publication, one Aeron stream across lost media drivers (`outbound/stream.rs`).
+
+mod stream;
 
 use crate::builder::{BackPressure, BridgeBuilder, BridgeError, Link, ResumeFile, Status};
 use crate::client::Client;
 use crate::status::{BridgeDirection, BridgeInfo, Loss, LossCause};
 use crate::wire::{self, Reserved};
-use aeron_rs::publication::Publication;
+use aeron_rs::exclusive_publication::ExclusivePublication;
 use aeron_rs::utils::errors::AeronError;
 use shmlog::IdleStrategy;
 use shmlog::{Action, Header, JoinAt, Subscription};
@@ -13,6 +15,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use stream::AeronStream;
 
 /// Fragments read from the local stream per duty cycle.
 const FRAGMENT_LIMIT: usize = 64;
@@ -22,7 +25,7 @@ const FRAGMENT_LIMIT: usize = 64;
 pub struct BridgeOut {
     sub: Subscription,
     link: Link,
-    publication: Option<Arc<Mutex<Publication>>>,
+    publication: Option<Arc<Mutex<ExclusivePublication>>>,
     policy: BackPressure,
     status: Status,
     state: OutState,
@@ -47,10 +50,9 @@ struct OutState {
     /// The run of messages being dropped (policy `Drop`) and its source session, closed by the
     /// next message sent (or a loss reported after it).
     drop_run: Option<(i32, Loss)>,
-    /// Copies of the messages the current publication took within its last term of stream
-    /// (it never holds more unsent), with their ends in the Aeron stream: what a lost driver
-    /// had taken but not sent is offered again from here.
-    offered: VecDeque<(i64, Msg)>,
+    /// The Aeron stream, and copies of the messages its current publication took: what a lost
+    /// driver had taken but not sent is offered again from there, at the same positions.
+    stream: AeronStream,
     /// Buffers to copy messages into, reused.
     pool: Vec<Vec<u8>>,
     /// The reader's `losses_dropped()` counted so far.
@@ -67,7 +69,7 @@ impl OutState {
             session: None,
             sent_session: 0,
             drop_run: None,
-            offered: VecDeque::new(),
+            stream: AeronStream::new(),
             pool: Vec::new(),
             reports_dropped: 0,
         }
@@ -124,15 +126,26 @@ impl BridgeOut {
             let Status { info, resume, .. } = &mut self.status;
             send_again_after(&mut self.state, info, resume, sent_to);
         }
-        if let Err(e) = self.link.ensure(&mut self.publication, now, Client::add_publication) {
+        let made = self.publication.is_none();
+        let pinned = self.state.stream.channel_for(&self.link.channel);
+        let add = |c: &mut Client, channel: &str, id, timeout| {
+            c.add_publication(pinned.as_deref().unwrap_or(channel), id, timeout)
+        };
+        if let Err(e) = self.link.ensure(&mut self.publication, now, add) {
             eprintln!("shmlog bridge out: {e}");
+            if pinned.is_some() {
+                self.state.stream.give_up_continuing();
+            }
+        }
+        if let Some(p) = self.publication.as_ref().filter(|_| made) {
+            self.state.stream.adopt(&p.lock().unwrap_or_else(|e| e.into_inner()));
         }
         let work = match &self.publication {
             Some(p) => {
-                let p = p.lock().unwrap_or_else(|e| e.into_inner());
+                let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
                 self.status.info.connected = p.is_connected();
                 let Status { info, resume, .. } = &mut self.status;
-                carry(&mut self.sub, &mut AeronOut(&p), self.policy, &mut self.state, info, resume)
+                carry(&mut self.sub, &mut AeronOut(&mut p), self.policy, &mut self.state, info, resume)
             }
             None => 0,
         };
@@ -278,21 +291,14 @@ fn record_source_loss(st: &mut OutState, info: &mut BridgeInfo, loss: shmlog::Lo
     st.flags |= wire::LOST;
 }
 
-/// After the driver was lost: offers again, first thing on the next publication, every message
-/// its sender had not sent in full (it had reached Aeron stream position `sent_to`, if its
-/// counter could be read), each with the marks it was read with. Without that, the messages
-/// the dead driver held would be lost; with no position, what it held is lost and the far side
-/// reports the gap. Each is marked [`wire::SENT_AGAIN`]: what had arrived after all is dropped
-/// by the in bridge, not carried twice.
+/// After the driver was lost: offers again, first thing on the next publication (which
+/// continues the Aeron stream, see `outbound/stream.rs`), every message its sender had not sent
+/// in full (it had reached the publication's position `sent_to`, if its counter could be read),
+/// each with the marks it was read with and [`wire::SENT_AGAIN`]. Without that, the messages
+/// the dead driver held would be lost; at the same stream positions as before, what had
+/// arrived after all is known to the in bridge and skipped, not carried twice.
 fn send_again_after(st: &mut OutState, info: &mut BridgeInfo, resume: &ResumeFile, sent_to: Option<i64>) {
-    let first = match sent_to {
-        Some(sent_to) => st.offered.iter().position(|(end, _)| *end > sent_to).unwrap_or(st.offered.len()),
-        None => st.offered.len(),
-    };
-    let unsent: Vec<Msg> = st.offered.drain(first..).map(|(_, m)| m).collect();
-    for (_, m) in st.offered.drain(..) {
-        recycle(&mut st.pool, m.bytes);
-    }
+    let unsent = st.stream.lost(&mut st.pool, sent_to);
     let Some((from, session)) = unsent.first().map(|m| (m.start, m.session)) else { return };
     let bytes: u64 = unsent.iter().map(|m| m.bytes.len() as u64).sum();
     info.messages = info.messages.saturating_sub(unsent.len() as u64);
@@ -319,11 +325,11 @@ trait Outlet {
     fn term_length(&self) -> i64;
 }
 
-struct AeronOut<'a>(&'a Publication);
+struct AeronOut<'a>(&'a mut ExclusivePublication);
 
 impl Outlet for AeronOut<'_> {
     fn offer(&mut self, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
-        offer(self.0, message, reserved)
+        offer(&mut *self.0, message, reserved)
     }
 
     fn term_length(&self) -> i64 {
@@ -349,12 +355,20 @@ fn carry(
         match out.offer(&mut m.bytes, wire::encode(m.start, m.flags)) {
             Ok(aeron_end) => {
                 sent(st, info, resume, &m);
-                remember(st, out.term_length(), aeron_end, m);
+                st.stream.taken(&mut st.pool, out.term_length(), aeron_end, m);
                 work += 1;
             }
             Err(Refused::Busy) if policy == BackPressure::Hold => {
                 st.pending.push_front(m);
                 return work;
+            }
+            // Offered again after a lost driver: never dropped, whatever the policy, or the
+            // messages after it would take other positions in the Aeron stream than before
+            // and the far side could no longer tell what it has. Under `Drop` the source is
+            // still read meanwhile, and what is read is dropped (below).
+            Err(Refused::Busy) if m.flags & wire::SENT_AGAIN != 0 => {
+                st.pending.push_front(m);
+                break;
             }
             Err(why) => {
                 passed = dropped(st, info, &m, why);
@@ -402,10 +416,16 @@ fn carry(
             bytes.extend_from_slice(message);
             let flags = std::mem::take(&mut st.flags);
             let mut m = Msg { bytes, start, end, session: header.session_id(), flags };
-            match out.offer(&mut m.bytes, wire::encode(start, flags)) {
+            // Messages offered again are still waiting (policy `Drop`): this one cannot go
+            // before them, and is dropped.
+            let offered = match st.pending.is_empty() {
+                true => out.offer(&mut m.bytes, wire::encode(start, flags)),
+                false => Err(Refused::Busy),
+            };
+            match offered {
                 Ok(aeron_end) => {
                     sent(st, info, resume, &m);
-                    remember(st, out.term_length(), aeron_end, m);
+                    st.stream.taken(&mut st.pool, out.term_length(), aeron_end, m);
                     Action::Continue
                 }
                 Err(Refused::Busy) if policy == BackPressure::Hold => {
@@ -474,25 +494,14 @@ enum Refused {
     Never(&'static str),
 }
 
-/// Keeps the copy of a message the publication took, and lets go of those more than a term
-/// behind it (a publication never holds more unsent).
-fn remember(st: &mut OutState, term: i64, aeron_end: i64, m: Msg) {
-    while st.offered.front().is_some_and(|(end, _)| end.saturating_add(term) < aeron_end) {
-        if let Some((_, old)) = st.offered.pop_front() {
-            recycle(&mut st.pool, old.bytes);
-        }
-    }
-    st.offered.push_back((aeron_end, m));
-}
-
 fn recycle(pool: &mut Vec<Vec<u8>>, bytes: Vec<u8>) {
     if pool.len() < POOL {
         pool.push(bytes);
     }
 }
 
-/// Offers `message`; its end position in the Aeron stream if taken.
-fn offer(p: &Publication, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
+/// Offers `message`; its end position in the publication if taken.
+fn offer(p: &mut ExclusivePublication, message: &mut [u8], reserved: i64) -> Result<i64, Refused> {
     // A negative maximum (never from a driver) refuses every message: each is then counted and
     // reported as dropped, never lost silently.
     let max = usize::try_from(p.max_message_length()).unwrap_or(0);
@@ -505,7 +514,7 @@ fn offer(p: &Publication, message: &mut [u8], reserved: i64) -> Result<i64, Refu
     // An administrative pause (term rotation) clears at once: one immediate retry.
     for _ in 0..2 {
         match p.offer_opt(buffer, 0, len, wire::reserved_value) {
-            Ok(position) => return Ok(position as i64),
+            Ok(position) => return Ok(position),
             Err(AeronError::AdminAction) => continue,
             Err(_) => return Err(Refused::Busy),
         }
@@ -731,7 +740,7 @@ mod tests {
         let marked = wire::FRESH_START | wire::LOST;
         for (end, m) in [(100, msg(2, 0, 64, marked)), (200, msg(2, 64, 128, 0)), (300, msg(2, 128, 192, 0))]
         {
-            st.offered.push_back((end, m));
+            st.stream.taken(&mut st.pool, 1 << 16, end, m);
         }
         info.messages = 3;
         send_again_after(&mut st, &mut info, &none, Some(50));
@@ -752,11 +761,42 @@ mod tests {
         assert_eq!(out.sent.len(), 1);
         assert_eq!(wire::decode(out.sent[0].1), (64, marked | wire::AFTER_DROP));
         assert_eq!(info.losses, vec![Loss { from: 0, to: 64, messages: Some(1), cause: LossCause::Dropped }]);
-        // A dropped message sent again does not pass that mark on: the next may be new.
-        st.pending.extend([msg(4, 0, 64, wire::SENT_AGAIN), msg(4, 64, 128, 0)]);
-        let mut out = FakeOut { refuse: 1, ..FakeOut::default() };
-        carry(&mut sub, &mut out, BackPressure::Drop, &mut st, &mut info, &none);
-        assert_eq!(wire::decode(out.sent[0].1), (64, wire::AFTER_DROP));
+    }
+
+    /// A message offered again after a lost driver is never dropped, under `Drop` either: it
+    /// waits, and what the source gives meanwhile is dropped (counted, and marked on the next
+    /// message sent). Dropping it would move every later message to other positions of the
+    /// Aeron stream than before, and the far side could no longer tell which it has.
+    #[test]
+    fn a_message_offered_again_waits_and_what_comes_meanwhile_is_dropped() {
+        let dir = crate::testing::TempDir::new("bridge-out-again");
+        let mut p = publisher(dir.path());
+        let mut sub = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        let (mut st, mut info, none) = (OutState::new(0), info(), ResumeFile::detached());
+        st.session = Some(p.session_id());
+        st.pending.push_back(msg(p.session_id(), 0, 64, wire::SENT_AGAIN));
+        for _ in 0..2 {
+            p.offer(&[5; 16]).unwrap();
+        }
+        let mut out = FakeOut { refuse: usize::MAX, ..FakeOut::default() };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while info.dropped < 2 {
+            carry(&mut sub, &mut out, BackPressure::Drop, &mut st, &mut info, &none);
+            assert!(Instant::now() < deadline, "{info:?}");
+        }
+        assert_eq!((st.pending.len(), out.sent.len()), (1, 0), "still waiting");
+        out.refuse = 0;
+        p.offer(&[6; 16]).unwrap();
+        while out.sent.len() < 2 {
+            carry(&mut sub, &mut out, BackPressure::Drop, &mut st, &mut info, &none);
+            assert!(Instant::now() < deadline, "{info:?}");
+        }
+        let sent: Vec<(i64, i64)> = out.sent.iter().map(|(_, r)| wire::decode(*r)).collect();
+        assert_eq!(sent, [(0, wire::SENT_AGAIN), (128, wire::AFTER_DROP)]);
+        assert_eq!(
+            info.losses,
+            vec![Loss { from: 0, to: 128, messages: Some(2), cause: LossCause::Dropped }]
+        );
     }
 
     /// A run of drops that continues into a new session of the source (positions from 0 again)

@@ -22,10 +22,10 @@ pub const AFTER_DROP: i64 = 2;
 pub const LOST: i64 = 4;
 
 /// Offered again by an out bridge that lost its media driver: the driver's sender may have sent
-/// it before its position counter said so, so the far side may have it already. An in bridge
-/// that has carried the source past this message's start drops it as a duplicate; a message
-/// without this mark is never taken for one (a second publisher on the channel has positions
-/// of its own).
+/// it before its position counter said so, so the far side may have it already. Said for
+/// whoever reads the frames: the in bridge knows what it has by the frame's position in the out
+/// bridge's Aeron stream, which the new publication continues (`outbound/stream.rs`,
+/// `inbound/sources.rs`).
 pub const SENT_AGAIN: i64 = 8;
 
 const FLAGS: i64 = 31;

@@ -898,6 +898,84 @@ fn a_killed_driver_is_restarted_and_the_bridge_reconnects() {
     eprintln!("out bridge: {}", std::fs::read_to_string(&out.log).unwrap_or_default());
 }
 
+/// A reader on a host that collects sequence numbers until it has seen every one of `lasts`.
+fn reader_until(dir: &Path, lasts: Vec<u64>) -> std::thread::JoinHandle<Vec<u64>> {
+    let mut sub =
+        Subscription::builder(STREAM).dir(dir).wait_for_publisher(Duration::from_secs(60)).open().unwrap();
+    std::thread::spawn(move || {
+        let mut asm = FragmentAssembler::new(Collect(Vec::new()));
+        let deadline = Instant::now() + Duration::from_secs(240);
+        while !lasts.iter().all(|l| asm.delegate_mut().0.contains(l)) {
+            if sub.poll(&mut asm, 64) == 0 {
+                sub.wait_readable(Duration::from_millis(10));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "reader timed out with {} messages",
+                asm.delegate_mut().0.len()
+            );
+        }
+        asm.into_inner().0
+    })
+}
+
+/// Two near hosts, each with its publisher and out bridge, feed one far in bridge on one
+/// channel and stream id; the second out bridge's media driver is SIGKILLed mid-stream. The
+/// first source runs ahead in source positions (larger messages), so the second one's
+/// messages offered again start below where the first stands. Every message of the first
+/// source arrives once, in order; so does every message of the second, but for any lost on
+/// the wire, which lies in a gap the far bridge reports. Before, the far bridge compared the
+/// second source's messages offered again with its one resume position (the first source's)
+/// and dropped them as duplicates, reporting nothing.
+#[test]
+fn two_sources_into_one_in_bridge_lose_nothing_when_one_loses_its_driver() {
+    if !aeron_available() {
+        return;
+    }
+    let _one = support::exclusive();
+    let (a1, a2, b) = (Host::new("two-a1"), Host::new("two-a2"), Host::new("two-b"));
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let inb = BridgeProc::spawn("in", &b, &channel, &[]);
+    let n = support::iterations(4_000, 100_000) as u64;
+    const SECOND: u64 = 1 << 40;
+    let far = reader_until(b.path(), vec![n - 1, SECOND + n - 1]);
+    let mut p1 = Publication::builder(STREAM).dir(a1.path()).create().unwrap();
+    let mut p2 = Publication::builder(STREAM).dir(a2.path()).create().unwrap();
+    let _out1 = BridgeProc::spawn("out", &a1, &channel, &[]);
+    let out2 = BridgeProc::spawn("out", &a2, &channel, &[]);
+    p1.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    p2.wait_for_readers(1, Duration::from_secs(60)).unwrap();
+    let pace = Some(Duration::from_micros(300));
+    let first = std::thread::spawn(move || publish(&mut p1, 0..n, &mut Rng::new("two-1"), pace));
+    let second = std::thread::spawn(move || {
+        publish_with(&mut p2, SECOND..SECOND + n, &mut Rng::new("two-2"), pace, small_message)
+    });
+    wait_for("a third of the messages across", Duration::from_secs(120), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= 2 * n / 3)
+    });
+    // SAFETY: kill(2) on the driver, a child of our child.
+    unsafe { libc::kill(out2.driver_pid() as i32, libc::SIGKILL) };
+    let (starts1, starts2) = (first.join().unwrap(), second.join().unwrap());
+    let seen = far.join().unwrap();
+    let (seen1, seen2): (Vec<u64>, Vec<u64>) = seen.into_iter().partition(|&s| s < SECOND);
+    assert_eq!(seen1, (0..n).collect::<Vec<_>>(), "the first source, whole and in order");
+    let status = wait_for("the far bridge's status", Duration::from_secs(10), || {
+        b.bridge(inb.pid()).filter(|s| s.messages >= seen1.len() as u64 + seen2.len() as u64)
+    });
+    let missing = check_losses(&starts2, &seen2, &status.losses);
+    let out_status = a2.bridge(out2.pid()).unwrap();
+    assert!(out_status.reconnects >= 1, "{out_status:?}");
+    assert_eq!(status.dropped, 0, "{status:?}");
+    eprintln!(
+        "two sources, the second's driver killed: {missing} of {n} of its messages lost on the wire; \
+         {} received again and skipped; losses {:?}; first source up to {}",
+        status.duplicates,
+        status.losses,
+        starts1.last().unwrap().1
+    );
+    eprintln!("second out bridge: {}", std::fs::read_to_string(&out2.log).unwrap_or_default());
+}
+
 /// Under `--on-back-pressure drop`, an out bridge with no far side drops, and says exactly what:
 /// the dropped runs' counts add up to the messages the far reader never saw.
 #[test]

@@ -16,7 +16,7 @@ const STREAM: i32 = 6;
 
 /// Fuzz target `journal`:
 /// - a catalog record's 64 words, valid ones damaged: decoding never panics, and what it accepts
-///   is ordered (`start <= durable <= recorded`, aligned) with a sane geometry;
+///   is ordered (`origin <= start <= durable <= recorded`, aligned) with a sane geometry;
 /// - one frame header over hostile bytes: accepted frames fit their term;
 /// - a recording written as a recorder writes it (messages, fragments, padding at term ends),
 ///   with or without a CRC32C in each frame's reserved value, then damaged (bytes overwritten,
@@ -25,13 +25,17 @@ const STREAM: i32 = 6;
 ///   before the first damaged byte exactly as written, positions only grow, and recovery cuts at
 ///   or below the recorded end. In a checksummed recording (catalog intact) every delivered
 ///   fragment is exactly a written frame, wherever the damage lies: a damaged byte of a frame's
-///   header or payload is never delivered.
+///   header or payload is never delivered. Then retention's operations (purge, detach, attach,
+///   delete detached, truncate) at positions from the input: they never panic, and on an intact
+///   recording a replay afterwards delivers only written frames, in order;
+/// - the journal's durable readers' file with hostile words: listing never panics.
 pub fn journal(data: &[u8]) {
     let mut input = Input::new(data);
     // 2 and 3 keep the byte values of the seeds written before sealed recordings existed.
-    match input.below(4) {
+    match input.below(5) {
         0 => record_words(&mut input),
         1 => one_frame(&mut input),
+        4 => readers_file(&mut input),
         scenario => recording(&mut input, scenario == 3),
     }
 }
@@ -52,18 +56,20 @@ fn fields(checksum: Checksum) -> Fields<'static> {
         gap_before: 0,
         previous: None,
         checksum,
+        retention: j::Retention::none(),
     }
 }
 
 fn record_words(input: &mut Input<'_>) {
     let region = shmlog::__fuzz::HeapRegion::new(record::RECORD_LEN);
-    record::publish(&region, 0, &fields(Checksum::Crc32c));
+    record::publish(&region, 0, 0, &fields(Checksum::Crc32c));
     let mut words = record::snapshot(&region, 0);
     for _ in 0..input.below(6) {
         let w = input.below(j::WORDS);
         words[w] = input.interesting_i64();
     }
     if let Ok(Some(r)) = record::decode(0, &words, input.bool()) {
+        assert!(r.origin_position <= r.start_position);
         assert!(r.start_position <= r.durable_position && r.durable_position <= r.stop_position);
         assert!(r.start_position >= 0 && r.stop_position % 32 == 0);
         assert!(r.term_length.is_power_of_two() && r.segment_length >= r.term_length as u64);
@@ -123,7 +129,7 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
     let _ = std::fs::remove_dir_all(&dir);
     let catalog = Catalog::open_or_create(&dir, 4).expect("a catalog in a scratch directory");
     let checksum = if sealed { Checksum::Crc32c } else { Checksum::None };
-    let id = catalog.allocate(&fields(checksum)).expect("a record");
+    let (id, slot) = catalog.allocate(&fields(checksum)).expect("a record");
     // Messages as the publisher would cut them, padding where one does not fit its term.
     let mut frames: Vec<Written> = Vec::new();
     let mut position = 0i64;
@@ -133,7 +139,7 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
         let framed = shmlog::__fuzz::frame::framed_length(len, MTU - 32) as i64;
         let room = TERM as i64 - position % TERM as i64;
         if framed > room {
-            let mut pad = j::padding_header(position, &expect());
+            let mut pad = j::padding_header(position, room as usize, &expect());
             if sealed {
                 j::seal(&mut pad);
             }
@@ -161,7 +167,7 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
         file.set_len(TERM as u64).unwrap(); // segments are sized up front, as the recorder does
         file.write_all_at(&f.bytes, (f.position - base) as u64).unwrap();
     }
-    catalog.set_recorded(id, stop);
+    catalog.set_recorded(slot, stop);
     // Damage, at or after `clean` (everything before it stays as written).
     let mut clean = i64::MAX;
     for _ in 0..input.below(4) {
@@ -201,7 +207,7 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
                 let file = std::fs::OpenOptions::new().write(true).open(dir.join("catalog")).unwrap();
                 let _ = file.write_all_at(
                     &value.to_le_bytes(),
-                    (4096 + id as usize * record::RECORD_LEN + w * 8) as u64,
+                    (4096 + slot as usize * record::RECORD_LEN + w * 8) as u64,
                 );
                 clean = -1; // the recording's description itself is in doubt
             }
@@ -254,7 +260,12 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
                         .find(|f| f.position + f.bytes.len() as i64 == *end && f.bytes[6] == TYPE_DATA as u8)
                         .unwrap_or_else(|| panic!("a fragment ending at {end} was never written"));
                     let len = i32::from_le_bytes(f.bytes[..4].try_into().unwrap()) as usize;
-                    assert_eq!(payload.as_slice(), &f.bytes[32..len], "damaged frame at {} delivered", f.position);
+                    assert_eq!(
+                        payload.as_slice(),
+                        &f.bytes[32..len],
+                        "damaged frame at {} delivered",
+                        f.position
+                    );
                 }
             }
         }
@@ -268,6 +279,79 @@ fn recording(input: &mut Input<'_>, sealed: bool) {
             }
         }
     }
+    catalog.stop(slot, stop, j::StopReason::Stopped);
+    catalog.release(slot);
     drop(catalog);
+    // Retention's operations, anywhere: never a panic; on an intact recording, only written
+    // frames are replayed afterwards, in order.
+    for _ in 0..input.below(4) {
+        let at = match input.below(3) {
+            0 => input.below(stop.max(1) as usize) as i64,
+            1 => data_frames.get(input.below(data_frames.len())).map_or(0, |&i| frames[i].position),
+            _ => input.interesting_i64(),
+        };
+        let _ = match input.below(5) {
+            0 => public::purge(&dir, id, at).map(|_| ()),
+            1 => public::detach(&dir, id, at).map(|_| ()),
+            2 => public::attach(&dir, id).map(|_| ()),
+            3 => public::delete_detached(&dir, id).map(|_| ()),
+            _ => public::truncate(&dir, id, at).map(|_| ()),
+        };
+    }
+    if clean == i64::MAX {
+        if let Ok(mut replay) = Replay::builder(&dir, id).open() {
+            let mut last = replay.position();
+            for _ in 0..4 * frames.len() + 4 {
+                let mut bad = None;
+                let polled = replay.poll(
+                    |p: &[u8], h: &Header| {
+                        let written =
+                            frames.iter().find(|f| f.position + f.bytes.len() as i64 == h.position());
+                        let len =
+                            written.map(|f| i32::from_le_bytes(f.bytes[..4].try_into().unwrap()) as usize);
+                        if written.map(|f| &f.bytes[32..len.unwrap_or(32)]) != Some(p) || h.position() <= last
+                        {
+                            bad = Some(h.position());
+                        }
+                        last = h.position();
+                    },
+                    7,
+                );
+                assert_eq!(
+                    bad, None,
+                    "a fragment that was not written (or out of order) replayed after maintenance"
+                );
+                if !matches!(polled, Ok(n) if n > 0) {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The durable readers' file of a journal, registered readers' words overwritten: listing
+/// never panics, and what it lists has names within their bounds.
+fn readers_file(input: &mut Input<'_>) {
+    let dir = scratch_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let names = ["report", "audit", "x"];
+    let registered: Vec<_> = (0..input.below(3) + 1)
+        .map(|i| public::DurableReader::register(&dir, names[i], "fuzz").expect("a reader"))
+        .collect();
+    if let Some(reader) = registered.first() {
+        reader.store(input.u32(), input.interesting_i64());
+    }
+    let file = std::fs::OpenOptions::new().write(true).open(dir.join("readers")).unwrap();
+    for _ in 0..input.below(8) {
+        let at = 4096 + input.below(3 * 256) as u64 / 8 * 8;
+        let _ = file.write_all_at(&input.interesting_i64().to_le_bytes(), at);
+    }
+    if let Ok(list) = public::durable_readers(&dir) {
+        for r in list {
+            assert!(r.name.len() <= 64 && r.stream.len() <= 128);
+        }
+    }
+    drop(registered);
     let _ = std::fs::remove_dir_all(&dir);
 }

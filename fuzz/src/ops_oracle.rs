@@ -289,6 +289,7 @@ impl Model {
                 assert_eq!(after, before, "a message too large moved the writer");
             }
             OfferError::Corrupt => panic!("the exclusive writer reported corrupt tail counters"),
+            other => panic!("an outcome the oracle does not know: {other:?}"),
         }
     }
 
@@ -466,7 +467,7 @@ impl Model {
         self.crashed.remove(&slot);
         self.forged.remove(&slot);
         self.kernel.alive.borrow_mut().insert(slot);
-        let mine = SlotMut::new(Arc::clone(&self.slot_region), slot_offset(slot), slot);
+        let mut mine = SlotMut::new(Arc::clone(&self.slot_region), slot_offset(slot), slot);
         mine.claim(&*self.slot_region, 100 + slot as i64, 0);
         let view = Log::open_any_term(Arc::clone(&self.log_region)).expect("the model's log is valid");
         let reader = match Reader::join(view, &self.slots, mine, rule, copy) {
@@ -529,7 +530,7 @@ impl Model {
                 // A retry at the nearest position joins (the log has not moved meanwhile).
                 if input.bool() {
                     self.kernel.alive.borrow_mut().insert(slot);
-                    let mine = SlotMut::new(Arc::clone(&self.slot_region), slot_offset(slot), slot);
+                    let mut mine = SlotMut::new(Arc::clone(&self.slot_region), slot_offset(slot), slot);
                     mine.claim(&*self.slot_region, 100 + slot as i64, 0);
                     let view = Log::open_any_term(Arc::clone(&self.log_region)).expect("valid");
                     match Reader::join(view, &self.slots, mine, JoinAt::Position(nearest), false) {
@@ -694,7 +695,7 @@ impl Model {
             2 => producer - (2 + input.below(4)) as i64 * self.term_length as i64,
             _ => input.interesting_i64(),
         };
-        let stray = SlotMut::new(Arc::clone(&self.slot_region), slot_offset(slot), slot);
+        let mut stray = SlotMut::new(Arc::clone(&self.slot_region), slot_offset(slot), slot);
         stray.claim(&*self.slot_region, -1, 0);
         stray.activate(if input.below(4) == 0 { input.interesting_i32() } else { SESSION }, position);
         self.crashed.remove(&slot);

@@ -311,6 +311,7 @@ pub fn offer_error(py: Python<'_>, e: OfferError) -> PyErr {
             &[("len", len as i64), ("max", max as i64)],
         ),
         OfferError::Corrupt => new_err(py, K::CorruptLog, message),
+        _ => new_err(py, K::ShmlogError, message),
     }
 }
 

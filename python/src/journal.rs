@@ -73,6 +73,7 @@ impl PyRecording {
             RecordingState::Recording => "recording",
             RecordingState::Interrupted => "interrupted",
             RecordingState::Stopped(_) => "stopped",
+            _ => "unknown",
         }
     }
     /// Why it stopped (`'end-of-stream'`, `'publisher-died'`, `'stopped'`, ...), or `None`.

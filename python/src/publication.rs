@@ -389,6 +389,7 @@ impl PyPublication {
                 Poll::Ready(Ok(position)) => Ok(Some(position)),
                 Poll::Ready(Err(SendError::Offer(e))) => Err(errors::offer_error(py, e)),
                 Poll::Ready(Err(SendError::Encode(never))) => match never {},
+                Poll::Ready(Err(e)) => Err(errors::new_err(py, errors::Kind::ShmlogError, e.to_string())),
             }
         })
     }

@@ -34,6 +34,9 @@ enum Mode {
     Gone,
 }
 
+/// A receive outcome of a newer core than this binding knows (`RecvError` grows): said as a fault.
+const UNKNOWN_OUTCOME: &str = "a receive outcome this build of the bindings does not know";
+
 /// An answer of the receiver that a batch met after it had messages: the next receive gives it.
 #[derive(Clone, Copy)]
 enum Pending {
@@ -114,6 +117,7 @@ impl Inner {
                 Err(RecvError::Closed) => return Some(Got::Answer(Pending::End)),
                 Err(RecvError::Fault(why)) => return Some(Got::Answer(Pending::Fault(why))),
                 Err(RecvError::Decode(never)) => match never {},
+                Err(_) => return Some(Got::Answer(Pending::Fault(UNKNOWN_OUTCOME))),
             }
         }
     }
@@ -140,6 +144,7 @@ impl Inner {
                 Err(RecvError::Closed) => return Some(Some(Pending::End)),
                 Err(RecvError::Fault(why)) => return Some(Some(Pending::Fault(why))),
                 Err(RecvError::Decode(never)) => match never {},
+                Err(_) => return Some(Some(Pending::Fault(UNKNOWN_OUTCOME))),
             }
         }
         Some(None)
@@ -616,6 +621,7 @@ impl PySubscription {
                         return Err(self.answer(py, Pending::Fault(why)))
                     }
                     Poll::Ready(Err(RecvError::Decode(never))) => match never {},
+                    Poll::Ready(Err(_)) => return Err(self.answer(py, Pending::Fault(UNKNOWN_OUTCOME))),
                 }
             }
         })?;

@@ -3,10 +3,8 @@ shape delivers the messages before it, then raises shmlog.Fault, promptly; recei
 spins and never hangs. Run in a child process, so that a receive that never returns fails the
 test instead of hanging the suite.
 
-Under the core's session-change rule the fault is said once and the next receive waits (asleep)
-until the session ends or a new one starts; before it, every receive said it again at once. The
-check after the fault accepts either, so that this test holds on both sides of that change; once
-the change is on main it asserts the wait only (`ONCE = True`)."""
+The fault is said once and the next receive waits (asleep) until the session ends or a new one
+starts (the core's session-change rule; before it, every receive said it again at once)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ CHILD = textwrap.dedent(
     """
     import asyncio, struct, sys, time, shmlog
     d = sys.argv[1]
-    ONCE = False  # True once the core's session-change rule is on main (see the docstring)
 
     def forge(pub):
         # A committed frame at the publisher's position whose header does not match its place.
@@ -57,18 +54,14 @@ CHILD = textwrap.dedent(
         assert got == [b"first", b"second"], (shape, got)
         assert fault is not None and fault < 2.0, (shape, fault)
         assert sub.fault is not None
-        # Said once, the next receive waits its timeout asleep and finds nothing (or, before the
-        # session-change rule, says the fault again at once); it never spins.
+        # Said once, the next receive waits its timeout asleep and finds nothing; it never spins.
         t, c = time.monotonic(), time.process_time()
         try:
             again = sub.recv(timeout=0.3)
         except shmlog.Fault:
             again = "fault again"
         waited, cpu = time.monotonic() - t, time.process_time() - c
-        if again == "fault again" and not ONCE:
-            assert waited < 1.0, (shape, waited)
-        else:
-            assert again is None and 0.25 <= waited < 2.0, (shape, again, waited)
+        assert again is None and 0.25 <= waited < 2.0, (shape, again, waited)
         assert cpu < 0.1, (shape, cpu)
         print(shape, "ok", flush=True)
         pub.close(); sub.close()

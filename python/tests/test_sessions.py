@@ -19,13 +19,7 @@ import shmlog
 # for a reader that learns of a new session as a sleeper learns of a message.
 WAIT = 5.0
 
-# The bindings follow the core's rule and keep no session logic of their own; the core's change
-# (the end said once, a constructed subscription counted at a session's start, a new session seen
-# at once) is not on main yet. Remove this mark when it is: the tests pass on it.
-pytestmark = pytest.mark.xfail(
-    reason="needs the core's session change (issue 31 item 6 / issue 34 items 1-2), not on main yet",
-    strict=False,
-)
+# The bindings follow the core's rule and keep no session logic of their own.
 
 
 def session(name, stream_dir, messages, **kw):

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 /// Why [`Sender::send`] failed.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum SendError<E> {
     /// The publication refused the message (back pressure, no reader, too large, ...).
     Offer(OfferError),
@@ -36,6 +37,7 @@ impl<E: std::error::Error + 'static> std::error::Error for SendError<E> {}
 
 /// Why [`Receiver::recv_timeout`] returned no value.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecvError<E> {
     /// Nothing arrived in time; the session goes on.
     Timeout,
@@ -185,7 +187,8 @@ impl<T, C: Codec<T>> Receiver<T, C> {
     /// The next message, waiting for it at most `timeout` (sleeping, not spinning).
     /// `Err(RecvError::Lost)` comes first if messages were missed before it (once per loss).
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvError<C::Error>> {
-        let deadline = Instant::now().checked_add(timeout);
+        // Read the clock only once a wait is needed: a queued message costs no system call.
+        let mut deadline: Option<Option<Instant>> = None;
         loop {
             if let Some(next) = self.ready.pop_front() {
                 return next.map_err(RecvError::Decode);
@@ -215,7 +218,9 @@ impl<T, C: Codec<T>> Receiver<T, C> {
             if self.subscription.is_closed() {
                 continue; // its losses first, then `Closed`
             }
-            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert_with(|| now.checked_add(timeout));
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
             if !self.subscription.wait_readable(left) {
                 return Err(RecvError::Timeout);
             }

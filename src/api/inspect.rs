@@ -404,6 +404,9 @@ pub enum CleanReason {
     },
     /// Kept: the publisher is gone but a live reader still maps the log (it may be draining it).
     MappedByReader,
+    /// Kept: the publisher is gone and no reader maps the log yet, but a live reader is owed its
+    /// session (it waits for it, or still reads an earlier one) and will read it.
+    OwedToReader,
     /// Kept: a live reader holds a slot.
     SlotHeld,
     /// Kept: a live process (a publisher, or a reader between slots) has the file open.
@@ -440,6 +443,9 @@ impl fmt::Display for CleanReason {
             }
             Self::PublisherAlive { pid } => write!(f, "publisher (pid {pid}) is alive"),
             Self::MappedByReader => f.write_str("publisher is gone but a live reader still maps the log"),
+            Self::OwedToReader => {
+                f.write_str("publisher is gone but a live reader waits to read this session")
+            }
             Self::SlotHeld => f.write_str("a live reader holds a slot"),
             Self::InUse => f.write_str("a live publisher or reader has it open"),
             Self::LogUnknown => f.write_str("the stream's log could not be validated"),
@@ -525,8 +531,9 @@ enum LogVerdict {
     Absent,
     /// A live publisher owns the stream.
     Alive { pid: i32 },
-    /// Publisher gone; `held` is our lock on bytes 0..2 (publisher and reader bytes), if taken.
-    Dead { held: Option<File>, pid: i32, mapped: bool },
+    /// Publisher gone; `held` is our lock on bytes 0..2 (publisher and reader bytes), if taken;
+    /// the session's id and number.
+    Dead { held: Option<File>, pid: i32, mapped: bool, session: (i32, i32) },
     /// Could not be validated.
     Unknown,
 }
@@ -551,9 +558,11 @@ fn clean_stream(dir: &Path, name: &str, dry_run: bool, report: &mut CleanReport)
         LogVerdict::Dead { .. } => clean_readers(&readers_path, None, dry_run, report),
         LogVerdict::Absent => clean_readers(&readers_path, Some(&log_path), dry_run, report),
     }
-    if let LogVerdict::Dead { held, pid, mapped } = verdict {
+    if let LogVerdict::Dead { held, pid, mapped, session } = verdict {
         if mapped {
             report.kept(&log_path, CleanReason::MappedByReader);
+        } else if owed_to_reader(&readers_path, session) {
+            report.kept(&log_path, CleanReason::OwedToReader);
         } else if dry_run {
             report.removed(&log_path, CleanReason::PublisherDead { pid });
         } else if let Some(file) = held {
@@ -574,9 +583,10 @@ fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict
         }
     };
     let pid = log.publisher_pid();
+    let session = (log.session_id(), log.session_seq());
     if !dry_run {
         match lock_log_owners(&file) {
-            Ok(true) => return LogVerdict::Dead { held: Some(file), pid, mapped: false },
+            Ok(true) => return LogVerdict::Dead { held: Some(file), pid, mapped: false, session },
             Ok(false) => {}
             Err(e) => {
                 report.kept(path, CleanReason::Invalid(Error::io("lock", path, e).to_string()));
@@ -595,7 +605,16 @@ fn judge_log(path: &Path, dry_run: bool, report: &mut CleanReport) -> LogVerdict
         report.kept(path, CleanReason::Changed);
         return LogVerdict::Unknown;
     }
-    LogVerdict::Dead { held: None, pid, mapped }
+    LogVerdict::Dead { held: None, pid, mapped, session }
+}
+
+/// `true` if the session `(id, number)` is owed to a live reader of the stream whose slot file is
+/// at `path` (a subscription that waits for it will read its log: removing it would lose it).
+fn owed_to_reader(path: &Path, (session, seq): (i32, i32)) -> bool {
+    match inspect_slots(path, false) {
+        Ok(Some((file, slots))) => crate::stream::liveness::owed_to_live_reader(&slots, &file, session, seq),
+        _ => false,
+    }
 }
 
 /// Removes the slot file if no process uses it: every publisher and reader holding it open keeps
@@ -813,6 +832,28 @@ mod tests {
         assert!(report.kept.iter().any(|e| e.reason == CleanReason::PublisherAlive { pid }));
         let again = clean(dir.path(), false).unwrap();
         assert!(again.removed.is_empty(), "idempotent: {again:?}");
+    }
+
+    /// A session that began and ended while a subscription waited for it (its publisher closed
+    /// before the subscription polled): its log stays for that reader, whom `clean` must not rob
+    /// (it did: the reader then reported the session missed). Found by the Python client's tests.
+    #[test]
+    fn clean_keeps_a_finished_log_a_waiting_reader_is_owed() {
+        let dir = TempDir::new("inspect-owed");
+        let mut waiting = Subscription::builder("s").dir(dir.path()).open().unwrap();
+        let mut p = publication(dir.path(), "s");
+        p.offer(b"owed").unwrap();
+        p.close();
+        let report = clean(dir.path(), false).unwrap();
+        assert!(report.kept.iter().any(|e| e.reason == CleanReason::OwedToReader), "{report:?}");
+        assert!(dir.path().join("s.log").exists());
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while got.is_empty() && std::time::Instant::now() < deadline {
+            waiting.poll(|m: &[u8], _: &crate::Header| got.push(m.to_vec()), 10);
+        }
+        assert_eq!(got, [b"owed".to_vec()]);
+        assert_eq!(waiting.take_loss(), None, "nothing missed");
     }
 
     #[test]

@@ -169,6 +169,7 @@ impl SubscriptionBuilder {
 
 /// What [`Subscription::poll_blocking`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Polled {
     /// This many fragments were delivered (at least one).
     Fragments(usize),
@@ -363,7 +364,6 @@ impl Subscription {
     pub fn wait_any(subscriptions: &mut [&mut Subscription], timeout: Duration) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         let mut budget = WakeBudget::default();
-        let mut look_now = 0u64;
         loop {
             if subscriptions.iter().any(|s| s.readable()) {
                 return true;
@@ -371,10 +371,9 @@ impl Subscription {
             let now = Instant::now();
             let mut chunk = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
             let timed_out = chunk.is_zero();
-            for (i, s) in subscriptions.iter_mut().enumerate() {
+            for s in subscriptions.iter_mut() {
                 // Before the timeout: a zero timeout still learns that a publisher died.
-                let force = look_now & (1 << i.min(63)) != 0;
-                let next = s.follower.check_if_due(now, force);
+                let next = s.follower.check_if_due(now);
                 chunk = chunk.min(next.saturating_duration_since(now));
             }
             if subscriptions.iter().any(|s| s.readable()) {
@@ -385,14 +384,17 @@ impl Subscription {
             }
             let bells: Vec<_> = subscriptions.iter().map(|s| s.follower.bell()).collect();
             let slept = doorbell::sleep_until(&bells, || subscriptions.iter().any(|s| s.readable()), chunk);
-            look_now = 0;
             if slept.rung != Rung::Woken {
                 continue;
             }
             let news = subscriptions.iter().any(|s| s.readable());
             if !news {
                 // Rung without news for us: a new session (look now), or a spurious wake-up.
-                look_now = slept.rang;
+                for (i, s) in subscriptions.iter_mut().enumerate() {
+                    if slept.rang & (1 << i.min(63)) != 0 {
+                        s.follower.after_empty_wake();
+                    }
+                }
             }
             if let Some(nap) = budget.after_wake(news) {
                 std::thread::sleep(nap);

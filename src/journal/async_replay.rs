@@ -20,6 +20,7 @@ const FOLLOW: Duration = Duration::from_millis(1);
 
 /// Why an [`AsyncReplay`] item is not a message.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ReplayError<E> {
     /// Reading the recording failed (a damaged segment, ...): the stream ends after this item.
     Journal(Error),

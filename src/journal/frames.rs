@@ -62,7 +62,7 @@ pub const RESERVED_OFFSET: usize = 24;
 /// frame; the 32-byte header alone for padding, whose body is not data). The alignment bytes
 /// after a frame are not covered: nobody reads them.
 pub fn checksum(frame: &[u8]) -> u32 {
-    use crate::sys::crc32c::{crc32c, crc32c_append};
+    use crc32c::{crc32c, crc32c_append};
     let (head, rest) = frame.split_at(RESERVED_OFFSET.min(frame.len()));
     let crc = crc32c_append(crc32c(head), &[0u8; 8]);
     crc32c_append(crc, rest.get(8..).unwrap_or(&[]))
@@ -81,9 +81,10 @@ pub fn sealed(frame: &[u8], rest: &HeaderRest) -> bool {
     rest.reserved_value == checksum(frame) as i64
 }
 
-/// The 32 bytes of a padding frame from `position` to the end of its term, as a recorder writes
-/// it where the log had padding (which live reads skip and so never hand over).
-pub fn padding_header(position: i64, expect: &Expect) -> [u8; HEADER_LEN] {
+/// The 32 bytes of a padding frame of `len` bytes (32-aligned, within the term) at `position`,
+/// as a recorder writes it where the log had padding (which live reads skip and so never hand
+/// over). Its body is not data: nothing is written there.
+pub fn padding_header(position: i64, len: usize, expect: &Expect) -> [u8; HEADER_LEN] {
     let offset = expect.terms.term_offset(position);
     let rest = HeaderRest {
         version: frame::CURRENT_VERSION,
@@ -96,7 +97,10 @@ pub fn padding_header(position: i64, expect: &Expect) -> [u8; HEADER_LEN] {
         reserved_value: 0,
     };
     let mut out = [0u8; HEADER_LEN];
-    out[..REST_OFFSET].copy_from_slice(&((expect.terms.term_length - offset) as i32).to_le_bytes());
+    debug_assert!(
+        len >= HEADER_LEN && len % frame::FRAME_ALIGNMENT == 0 && offset + len <= expect.terms.term_length
+    );
+    out[..REST_OFFSET].copy_from_slice(&(len as i32).to_le_bytes());
     out[REST_OFFSET..].copy_from_slice(&rest.encode());
     out
 }
@@ -170,10 +174,15 @@ mod tests {
     }
 
     #[test]
-    fn the_padding_header_parses_as_padding_to_the_term_end() {
+    fn the_padding_header_parses_as_padding_of_its_length() {
         let at = (1 << 16) * 5 - 96;
-        let f = frame_at(&padding_header(at, &expect()), at, &expect()).unwrap().unwrap();
+        let f = frame_at(&padding_header(at, 96, &expect()), at, &expect()).unwrap().unwrap();
         assert!(f.is_padding() && f.ends_message());
         assert_eq!(at + f.aligned as i64, (1 << 16) * 5);
+        // Inside a term (an aborted claim).
+        let at = (1 << 16) * 5 + 64;
+        let f = frame_at(&padding_header(at, 480, &expect()), at, &expect()).unwrap().unwrap();
+        assert!(f.is_padding() && f.ends_message());
+        assert_eq!((f.len, f.aligned), (480, 480));
     }
 }

@@ -16,7 +16,26 @@
 //!   mutant without recovery's fence between counting the cut and zeroing
 //!   (`SHMLOG_MUTANT=no_cut_fence`) lets it read a zero and still see the old count, and must
 //!   fail.
+//! - `j3_reused_record_vs_following_replay`: a replay follows a stopped recording while it is
+//!   deleted and its record reused for a new recording (`record::retire`, `record::free`,
+//!   `record::publish`). Whenever the replay's progress says the record still holds its recording
+//!   (`record::progress`, a seqlock over the id and the state), the positions it loaded are that
+//!   recording's, never the new one's. The mutant without the reuser's fence before it writes
+//!   the record (`SHMLOG_MUTANT=unfenced_reuse`) lets a loaded word be the new recording's while
+//!   the id and state read as the old one's, and must fail.
+//! - `j4_purge_vs_replay`: retention moves a recording's start up and then removes the segment
+//!   file below it (`record::move_start`; the removal is a store of a word standing for the
+//!   file's existence, as the `unlink` system call orders it). A replay that finds the file
+//!   missing and then loads the start (`record::start`) sees it past the position it wanted: a
+//!   purge, reported as such, never as damage. The mutant that removes the file first
+//!   (`SHMLOG_MUTANT=unlink_before_start`) must fail.
+//! - `j5_durable_reader_position`: a durable reader stores its position twice, moving to another
+//!   recording (`reader_position::store`) while retention loads it (`reader_position::try_load`):
+//!   what loads is a pair that was stored, never a recording with the other's position. The
+//!   mutant without the writer's fence (`SHMLOG_MUTANT=unfenced_reader_position`) must fail.
 
+use super::policy::Retention;
+use super::reader_position;
 use super::record::{self, Checksum, Fields, RecordingState, StopReason, RECORD_LEN, WORDS};
 use crate::region::LoomRegion;
 use crate::region::{Region, RegionMut};
@@ -40,6 +59,7 @@ fn fields() -> Fields<'static> {
         gap_before: 0,
         previous: None,
         checksum: Checksum::Crc32c,
+        retention: Retention::none(),
     }
 }
 
@@ -55,7 +75,7 @@ fn j_catalog_record_vs_reader() {
         let recorder = {
             let region = region.clone();
             thread::spawn(move || {
-                record::publish(&*region, 0, &fields());
+                record::publish(&*region, 0, 0, &fields());
                 record::set_recorded(&*region, 0, 8192);
                 record::set_durable(&*region, 0, 8192);
                 record::stop(&*region, 0, 12288, StopReason::EndOfStream, 5);
@@ -95,13 +115,13 @@ fn j2_cut_vs_following_replay() {
         let mut words: Vec<usize> = (0..WORDS).map(|w| w * 8).collect();
         words.extend(DATA);
         let region = Arc::new(LoomRegion::new(RECORD_LEN + 16, &[], &[], &words));
-        record::publish(&*region, 0, &fields());
+        record::publish(&*region, 0, 0, &fields());
         for (at, v) in DATA.iter().zip(BYTES) {
             region.store_i64(*at, v, Ordering::Relaxed);
         }
         record::set_recorded(&*region, 0, 8192);
         // What the replay knew before the recorder died.
-        let before = record::progress(&*region, 0);
+        let before = record::progress(&*region, 0, 0, 0);
         assert_eq!((before.cuts, before.recorded), (0, 8192));
         let recovery = {
             let region = region.clone();
@@ -122,18 +142,105 @@ fn j2_cut_vs_following_replay() {
         // The replay reads the bytes below the recorded position it knew (a `pread`).
         let read = |region: &LoomRegion| DATA.map(|at| region.load_i64(at, Ordering::Relaxed));
         let got = read(&region);
-        if record::uncut(&*region, 0, before.cuts) {
+        if record::uncut(&*region, 0, before.cuts, 0, 0) {
             assert_eq!(got, BYTES, "bytes read while no cut began were zeroed under the read");
         } else {
             // A cut began: read again only what the recording holds now.
-            let now = record::progress(&*region, 0);
+            let now = record::progress(&*region, 0, 0, 0);
             assert!(now.cuts == 1 && (now.recorded == 4096 || now.recorded == 8192), "{now:?}");
             if now.recorded == 8192 {
                 let again = read(&region);
-                assert!(record::uncut(&*region, 0, now.cuts));
+                assert!(record::uncut(&*region, 0, now.cuts, 0, 0));
                 assert_eq!(again, BYTES, "bytes below a recorded position written back are whole");
             }
         }
         recovery.join().unwrap();
+    });
+}
+
+#[test]
+fn j3_reused_record_vs_following_replay() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let words: Vec<usize> = (0..WORDS).map(|w| w * 8).collect();
+        let region = Arc::new(LoomRegion::new(RECORD_LEN, &[], &[], &words));
+        // Recording 7 in record 0, stopped at 12288.
+        record::publish(&*region, 0, 7, &fields());
+        record::set_recorded(&*region, 0, 12288);
+        record::stop(&*region, 0, 12288, StopReason::EndOfStream, 5);
+        let reuser = {
+            let region = region.clone();
+            thread::spawn(move || {
+                record::retire(&*region, 0);
+                record::free(&*region, 0);
+                // Recording 8 begins at 65536 in the same record.
+                record::publish(&*region, 0, 8, &Fields { start_position: 65536, ..fields() });
+                record::set_recorded(&*region, 0, 70000 & !31);
+            })
+        };
+        let p = record::progress(&*region, 0, 0, 7);
+        if p.valid {
+            assert_eq!(
+                (p.start, p.recorded, p.stopped, p.cuts),
+                (4096, 12288, true, 0),
+                "the progress of a record reused meanwhile passed for the old recording's"
+            );
+        }
+        reuser.join().unwrap();
+    });
+}
+
+#[test]
+fn j4_purge_vs_replay() {
+    // The word after the record stands for the segment file below the new start: 1 while it
+    // exists.
+    const FILE: usize = RECORD_LEN;
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let mut words: Vec<usize> = (0..WORDS).map(|w| w * 8).collect();
+        words.push(FILE);
+        let region = Arc::new(LoomRegion::new(RECORD_LEN + 8, &[], &[], &words));
+        record::publish(&*region, 0, 7, &Fields { segment_length: 1 << 16, ..fields() });
+        record::set_recorded(&*region, 0, 3 << 16);
+        region.store_i64(FILE, 1, Ordering::Relaxed);
+        let purge = {
+            let region = region.clone();
+            thread::spawn(move || {
+                // Segment 0 goes: the start moves to the first message of segment 1.
+                record::move_start(&*region, 0, (1 << 16) + 64, 1 << 16, || {
+                    region.store_i64(FILE, 0, Ordering::Release);
+                });
+            })
+        };
+        // A replay at 8192 opens the file of segment 0 (an open is an acquire of the file's
+        // existence); missing, it loads the start.
+        if region.load_i64(FILE, Ordering::Acquire) == 0 {
+            let start = record::start(&*region, 0);
+            assert!(start > 8192, "a file missing below the start it loaded: taken for damage, not a purge");
+        }
+        purge.join().unwrap();
+    });
+}
+
+#[test]
+fn j5_durable_reader_position() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let words: Vec<usize> = (0..4).map(|w| w * 8).collect();
+        let region = Arc::new(LoomRegion::new(32, &[], &[], &words));
+        let writer = {
+            let region = region.clone();
+            thread::spawn(move || {
+                reader_position::store(&*region, 0, 1, 100);
+                reader_position::store(&*region, 0, 2, 50);
+            })
+        };
+        if let Some(pair) = reader_position::try_load(&*region, 0) {
+            assert!([(0, 0), (1, 100), (2, 50)].contains(&pair), "a torn position loaded: {pair:?}");
+        }
+        writer.join().unwrap();
     });
 }

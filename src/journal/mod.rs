@@ -15,7 +15,15 @@
 
 #[cfg(all(feature = "async", not(shmlog_loom)))]
 mod async_replay;
+#[cfg(not(shmlog_loom))]
+mod durable;
+#[cfg(not(shmlog_loom))]
+mod maintenance;
+mod policy;
+pub(crate) mod reader_position;
 pub(crate) mod record;
+#[cfg(not(shmlog_loom))]
+mod retention;
 
 #[cfg(not(shmlog_loom))]
 pub(crate) mod catalog;
@@ -39,12 +47,16 @@ mod loom_models;
 
 #[cfg(all(feature = "async", not(shmlog_loom)))]
 pub use async_replay::{AsyncReplay, ReplayError};
+pub use policy::Retention;
 pub use record::{Checksum, Recording, RecordingState, StopReason};
 #[cfg(not(shmlog_loom))]
 pub use {
+    durable::{durable_readers, DurableReader, DurableReaderInfo},
+    maintenance::{attach, delete as delete_recording, delete_detached, detach, purge, truncate, Outcome},
     merge::ReplayMerge,
     recorder::{Fsync, Recorder, RecorderBuilder},
     replay::{Replay, ReplayBuilder},
+    retention::{apply_retention, journal_retention, set_journal_retention, Applied},
 };
 
 /// Every recording in the catalog of the journal directory `journal`, by id; a record that
@@ -54,13 +66,6 @@ pub fn recordings(
     journal: impl AsRef<std::path::Path>,
 ) -> Result<Vec<Result<Recording, crate::Error>>, crate::Error> {
     Ok(catalog::Catalog::open(journal.as_ref())?.list())
-}
-
-/// The CRC32C (Castagnoli) of `bytes`, as the journal computes it for recorded frames (with the
-/// CPU's CRC32C instruction where it has one: SSE4.2 on x86-64, the CRC extension on aarch64).
-#[cfg(not(shmlog_loom))]
-pub fn crc32c(bytes: &[u8]) -> u32 {
-    crate::sys::crc32c::crc32c(bytes)
 }
 
 /// Recording `id` of the journal directory `journal`.

@@ -13,7 +13,17 @@
 //! counts the cut in `CUTS` first, then fences ([`cut_back`]); a replay that read recorded bytes
 //! re-reads `CUTS` after an acquire fence ([`uncut`]) and trusts the bytes only if no cut began
 //! since it last looked (a seqlock; loom model `j2`).
+//!
+//! Version 3 gave a record its recording's id (no longer its index) so that the record of a
+//! deleted recording can be reused: the deleter marks it `DELETING` before anything of it goes,
+//! fences, zeroes what a new recording does not write, and marks it `FREE` ([`retire`],
+//! [`free`]); whoever reuses it fences before writing a word of it ([`publish`]). A reader that
+//! loads the state and the id before and after what it reads ([`progress`], [`same_recording`])
+//! sees either the recording it asked for, whole, or that it is gone (loom model `j3`). Retention moves the start position up (`START`, then `PURGED`) before it
+//! removes any segment file ([`move_start`]), so a replay that finds a file missing and then
+//! loads the start knows whether it was purged (loom model `j4`).
 
+use super::policy::Retention;
 use crate::layout::frame::{max_message_len, FRAME_ALIGNMENT, HEADER_LEN};
 use crate::layout::log_meta::{TERM_MAX_LENGTH, TERM_MIN_LENGTH};
 use crate::region::{Region, RegionMut};
@@ -29,10 +39,14 @@ pub const NAME_MAX: usize = 128;
 /// Largest segment file.
 pub const SEGMENT_MAX: u64 = 1 << 40;
 
-/// Word indices. Loaded in index order: the state first, `durable` before `recorded`. Catalog
-/// version 2 added the checksum kind (bits 32..40 of `NAME_LEN`, beside the name's length, so a
-/// snapshot loads no more words than before: each relaxed word loom may read either way doubles
-/// model j) and `CUTS`; both are zero in a version 1 record: no checksum, never cut.
+/// Word indices. Loaded in index order but for four: the state first, then `PURGED`, `START` and
+/// `ORIGIN` (which retention stores in the opposite order) before the positions, and `durable`
+/// before `recorded`. Catalog version 2 added the checksum kind (bits 32..40 of `NAME_LEN`,
+/// beside the name's length, so a snapshot loads no more words than before: each word loom may
+/// read either way doubles model j) and `CUTS`; both are zero in a version 1 record: no
+/// checksum, never cut. Version 3 added the recording's id (bits 32..64 of `PID`, for the same
+/// reason) and `ORIGIN` to `RETAIN_SEGMENTS`, which only retention writes (zero in a record that
+/// no purge touched, and in older records: no id bits means the id is the record's index).
 pub mod word {
     pub const STATE: usize = 0;
     pub const STOP_REASON: usize = 1;
@@ -56,6 +70,29 @@ pub mod word {
     pub const NAME: usize = 18;
     /// After the 16 words of the name: how many times recovery cut the recording back.
     pub const CUTS: usize = 34;
+    /// Where the recording began, with bit 0 set, once retention first moved `START` (zero
+    /// before: the origin is the start).
+    pub const ORIGIN: usize = 35;
+    /// A segment base: the recording's segment files below it are removed, or being removed.
+    pub const PURGED: usize = 36;
+    /// The recording's own retention policy (`policy::Retention`'s three words).
+    pub const RETAIN_AGE_NS: usize = 37;
+    pub const RETAIN_BYTES: usize = 38;
+    pub const RETAIN_SEGMENTS: usize = 39;
+}
+
+/// The `PID` word's bits 32..64 for recording `id`: `id + 1` (0 in an older record, whose id is
+/// its index). Ids are below `u32::MAX`.
+pub fn id_bits(id: u32) -> i64 {
+    ((u64::from(id) + 1) << 32) as i64
+}
+
+/// The id of the recording a record at index `slot` whose `PID` word is `pid_word` holds.
+pub fn id_in(pid_word: i64, slot: u32) -> u32 {
+    match (pid_word as u64 >> 32) as u32 {
+        0 => slot,
+        bits => bits - 1,
+    }
 }
 
 /// The bits of the `NAME_LEN` word that hold the name's length.
@@ -65,6 +102,8 @@ const NAME_LEN_MASK: i64 = 0xffff_ffff;
 pub const FREE: i64 = 0;
 pub const RECORDING: i64 = 1;
 pub const STOPPED: i64 = 2;
+/// Its recording is being deleted: its files go, then the record is freed.
+pub const DELETING: i64 = 3;
 
 /// Why a recording stopped. The discriminant is the code stored in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,8 +116,9 @@ pub enum StopReason {
     PublisherDied = 2,
     /// The recorder was stopped (or dropped) by its owner.
     Stopped = 3,
-    /// An untethered recorder fell too far behind and skipped ahead: the next recording of the
-    /// stream starts after the gap it reports in [`Recording::gap_before`].
+    /// An untethered recorder was lapped by the publisher: the next recording of the stream
+    /// starts where its subscription went on, after the gap it reports in
+    /// [`Recording::gap_before`].
     Lagged = 4,
     /// The disk was full: the recording holds everything before its stop position, intact.
     DiskFull = 5,
@@ -116,6 +156,7 @@ impl StopReason {
 
 /// Where a recording stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RecordingState {
     /// A live recorder is extending it.
     Recording,
@@ -208,7 +249,16 @@ pub struct Recording {
     pub previous: Option<u32>,
     /// What its frames carry to detect damage ([`Checksum::None`] in catalogs of version 1).
     pub checksum: Checksum,
+    /// Where the recording began. `start_position` is where it begins now: the same until its
+    /// oldest segments are purged or detached.
+    pub origin_position: i64,
+    /// Its own retention policy ([`Retention::none`] if it has none).
+    pub retention: Retention,
     pub(crate) boot_id: i64,
+    /// The catalog record that holds it.
+    pub(crate) slot: u32,
+    /// Segment files below this base are removed (or being removed).
+    pub(crate) purged: i64,
 }
 
 impl Recording {
@@ -240,14 +290,23 @@ pub struct Fields<'a> {
     pub gap_before: i64,
     pub previous: Option<u32>,
     pub checksum: Checksum,
+    pub retention: Retention,
 }
 
 fn at(base: usize, word: usize) -> usize {
     base + word * 8
 }
 
-/// Writes a new recording's fields into the free record at `base`, then publishes it.
-pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
+/// Writes recording `id`'s fields into the free record at `base` (one never used, or one whose
+/// last recording was deleted: every word is written), then publishes it.
+pub fn publish<R: RegionMut>(region: &R, base: usize, id: u32, f: &Fields<'_>) {
+    // Readers of the record's last recording may still load its words: one that loads any word
+    // written from here on, and then fences, sees the state that freed the record, not the
+    // recording's (a mutant drops the fence and loom model j3 fails).
+    if protocol::reuse_fence() {
+        fence(Ordering::Release);
+    }
+    // Words not written here are zero: in a record never used, and in one freed (`free`).
     let put = |w: usize, v: i64| region.store_i64(at(base, w), v, Ordering::Relaxed);
     put(word::STOP_REASON, 0);
     put(word::STOP_NS, 0);
@@ -262,18 +321,22 @@ pub fn publish<R: RegionMut>(region: &R, base: usize, f: &Fields<'_>) {
     put(word::INITIAL_TERM_ID, f.initial_term_id as i64);
     put(word::START_NS, f.start_unix_ns);
     put(word::BOOT_ID, f.boot_id);
-    put(word::PID, f.pid as i64);
+    put(word::PID, (f.pid as u32 as i64) | id_bits(id));
     put(word::GAP_BEFORE, f.gap_before);
     put(word::PREVIOUS, f.previous.map_or(-1, i64::from));
-    // Words past the name stay zero (a record is allocated once, from zeroed bytes).
     let name = f.stream.as_bytes();
     debug_assert!(name.len() <= NAME_MAX);
     put(word::NAME_LEN, name.len() as i64 | f.checksum.code() << 32);
-    // CUTS stays zero, like the words past the name.
     for (i, chunk) in name.chunks(8).enumerate() {
         let mut b = [0u8; 8];
         b[..chunk.len()].copy_from_slice(chunk);
         put(word::NAME + i, i64::from_le_bytes(b));
+    }
+    if !f.retention.is_none() {
+        let [age, bytes, segments] = f.retention.to_words();
+        put(word::RETAIN_AGE_NS, age);
+        put(word::RETAIN_BYTES, bytes);
+        put(word::RETAIN_SEGMENTS, segments);
     }
     // The fields above become visible with the state (protocol::catalog_publish() is Release; a mutant
     // makes it Relaxed, and loom model j fails).
@@ -306,7 +369,8 @@ pub fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
     let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
     region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
     region.store_i64(at(base, word::RECORDED), stop, Ordering::Release);
-    region.store_i64(at(base, word::PID), pid as i64, Ordering::Release);
+    let id = region.load_i64(at(base, word::PID), Ordering::Relaxed) & !0xffff_ffff;
+    region.store_i64(at(base, word::PID), id | pid as u32 as i64, Ordering::Release);
 }
 
 /// Lowers the recorded (and durable) position to `stop` and counts a cut, then fences: called by
@@ -335,44 +399,140 @@ pub struct Progress {
     /// `true` once stopped: `recorded` is final.
     pub stopped: bool,
     pub recorded: i64,
+    /// The oldest position it holds now (retention moves it up).
+    pub start: i64,
+    /// `false` if the record no longer holds the recording (deleted; maybe reused), or changed
+    /// state under the loads: the other fields mean nothing then (load again, or give up).
+    pub valid: bool,
 }
 
-/// The cut count first, then the state, then the recorded position (each acquire): a count seen
-/// comes with the positions lowered before it.
-pub fn progress<R: Region>(region: &R, base: usize) -> Progress {
+/// `true` if the record at index `slot` whose `PID` word is `pid_word` holds recording `id`.
+pub fn holds(pid_word: i64, slot: u32, id: u32) -> bool {
+    id_in(pid_word, slot) == id
+}
+
+/// Recording `id`'s progress in record `slot` at `base`: the id and state, the cut count, the
+/// start and recorded positions (each acquire: a count seen comes with the positions lowered
+/// before it), then, after an acquire fence, the id and state again: a record deleted or reused
+/// under the loads is seen.
+pub fn progress<R: Region>(region: &R, base: usize, slot: u32, id: u32) -> Progress {
+    let pid_word = region.load_i64(at(base, word::PID), Ordering::Acquire);
+    let state = region.load_i64(at(base, word::STATE), Ordering::Acquire);
     let cuts = region.load_i64(at(base, word::CUTS), Ordering::Acquire);
-    let stopped = region.load_i64(at(base, word::STATE), Ordering::Acquire) == STOPPED;
+    let start = region.load_i64(at(base, word::START), Ordering::Acquire);
     let recorded = region.load_i64(at(base, word::RECORDED), Ordering::Acquire);
-    Progress { cuts, stopped, recorded }
+    let valid = holds(pid_word, slot, id)
+        && matches!(state, RECORDING | STOPPED)
+        && same_recording(region, base, slot, id, state);
+    Progress { cuts, stopped: state == STOPPED, recorded, start, valid }
+}
+
+/// After loading words of record `slot` while it held recording `id` in `state`: `true` if it
+/// still does, in that state, so the words loaded were that recording's (an acquire fence, then
+/// the id and state again: a seqlock whose sequence is the pair; the deleter changes the state
+/// before anything else, and whoever reuses the record fences before writing it).
+pub fn same_recording<R: Region>(region: &R, base: usize, slot: u32, id: u32, state: i64) -> bool {
+    fence(Ordering::Acquire);
+    holds(region.load_i64(at(base, word::PID), Ordering::Relaxed), slot, id)
+        && region.load_i64(at(base, word::STATE), Ordering::Relaxed) == state
 }
 
 /// After reading bytes below a recorded position loaded with `cuts`: `true` if no cut began
-/// since, so they are the bytes recorded there (none was zeroed under the read).
-pub fn uncut<R: Region>(region: &R, base: usize, cuts: i64) -> bool {
+/// since, so they are the bytes recorded there (none was zeroed under the read), and record
+/// `slot` still holds recording `id`.
+pub fn uncut<R: Region>(region: &R, base: usize, cuts: i64, slot: u32, id: u32) -> bool {
     fence(Ordering::Acquire);
     region.load_i64(at(base, word::CUTS), Ordering::Relaxed) == cuts
+        && holds(region.load_i64(at(base, word::PID), Ordering::Relaxed), slot, id)
+        && matches!(region.load_i64(at(base, word::STATE), Ordering::Relaxed), RECORDING | STOPPED)
 }
 
-/// The record's words, state first (acquire), each later word acquire-loaded in index order, as
-/// far as the name's length says (the rest of the name reads as zero). The cut count is read by
-/// [`progress`].
+/// Moves the record's start position to `start` (a message start at or below the recorded
+/// position, and at or above its origin) and its purged base up to `purged` (a segment base at
+/// or below `start`): the origin first (if the start never moved), then `START`, then `PURGED`,
+/// each release (a reader loads them the other way round). Then calls `then`, which removes
+/// segment files: a replay that finds one missing and then loads the start ([`start`]) sees it
+/// past what was removed (a mutant removes first and loom model j4 fails).
+pub fn move_start<R: RegionMut, T>(
+    region: &R,
+    base: usize,
+    start: i64,
+    purged: i64,
+    then: impl FnOnce() -> T,
+) -> T {
+    let store = || {
+        if region.load_i64(at(base, word::ORIGIN), Ordering::Relaxed) == 0 {
+            let origin = region.load_i64(at(base, word::START), Ordering::Relaxed);
+            region.store_i64(at(base, word::ORIGIN), origin | 1, Ordering::Release);
+        }
+        region.store_i64(at(base, word::START), start, Ordering::Release);
+        let old = region.load_i64(at(base, word::PURGED), Ordering::Relaxed);
+        region.store_i64(at(base, word::PURGED), old.max(purged), Ordering::Release);
+    };
+    if protocol::start_before_unlink() {
+        store();
+        then()
+    } else {
+        let done = then();
+        store();
+        done
+    }
+}
+
+/// The start position (acquire): after finding a segment file missing, whether it was purged.
+pub fn start<R: Region>(region: &R, base: usize) -> i64 {
+    region.load_i64(at(base, word::START), Ordering::Acquire)
+}
+
+/// Marks the record's recording as being deleted, before any of its files goes (a replay that
+/// finds one missing then sees the recording gone, not damaged).
+pub fn retire<R: RegionMut>(region: &R, base: usize) {
+    region.store_i64(at(base, word::STATE), DELETING, Ordering::Release);
+}
+
+/// Frees the record once its recording's files are gone (it is marked deleting): zeroes the
+/// words a new recording does not write, then marks it free. It may be reused from then on.
+pub fn free<R: RegionMut>(region: &R, base: usize) {
+    // As the reuser does: a reader that loads a zero written here and then fences sees the
+    // record marked deleting, at least.
+    if protocol::reuse_fence() {
+        fence(Ordering::Release);
+    }
+    let zero = |w: usize| region.store_i64(at(base, w), 0, Ordering::Relaxed);
+    for w in (word::NAME..word::NAME + NAME_MAX / 8).chain(word::CUTS..=word::RETAIN_SEGMENTS) {
+        zero(w);
+    }
+    region.store_i64(at(base, word::STATE), FREE, Ordering::Release);
+}
+
+/// The record's words, state first (acquire), then the purged base and the start position,
+/// then each other word acquire-loaded in index order, as far as the name's length says (the rest
+/// of the name reads as zero), then the words version 3 added. The cut count is read by
+/// [`progress`]. A caller that must know the words are one recording's checks
+/// [`same_recording`] after.
 pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
     let mut words = [0i64; WORDS];
-    for (i, w) in words.iter_mut().enumerate().take(word::NAME) {
-        *w = region.load_i64(at(base, i), Ordering::Acquire);
+    let load =
+        |words: &mut [i64; WORDS], i: usize| words[i] = region.load_i64(at(base, i), Ordering::Acquire);
+    for i in [word::STATE, word::PURGED, word::START, word::ORIGIN] {
+        load(&mut words, i);
+    }
+    for i in (1..word::NAME).filter(|&i| i != word::START) {
+        load(&mut words, i);
     }
     let name_words = ((words[word::NAME_LEN] & NAME_LEN_MASK).min(NAME_MAX as i64) as usize).div_ceil(8);
-    for (i, w) in words.iter_mut().enumerate().skip(word::NAME).take(name_words) {
-        *w = region.load_i64(at(base, i), Ordering::Acquire);
+    for i in (word::NAME..word::NAME + name_words).chain(word::RETAIN_AGE_NS..=word::RETAIN_SEGMENTS) {
+        load(&mut words, i);
     }
     words
 }
 
-/// Decodes a record's words: `Ok(None)` for a free record, an error naming the first field
-/// that cannot be true. `alive` says whether a recorder holds the record.
-pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording>, &'static str> {
+/// Decodes the words of record `slot`: `Ok(None)` for a free record (or one being deleted),
+/// an error naming the first field that cannot be true. `alive` says whether a recorder holds
+/// the record. A record without an id (catalog version 2 or older) is recording `slot`.
+pub fn decode(slot: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording>, &'static str> {
     let state = match w[word::STATE] {
-        FREE => return Ok(None),
+        FREE | DELETING => return Ok(None),
         RECORDING if alive => RecordingState::Recording,
         RECORDING => RecordingState::Interrupted,
         STOPPED => {
@@ -402,19 +562,37 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
     {
         return Err("MTU is not a multiple of 32 between 64 bytes and the largest message");
     }
+    let id = id_in(w[word::PID], slot);
     let (start, durable, recorded) = (w[word::START], w[word::DURABLE], w[word::RECORDED]);
+    let origin = match w[word::ORIGIN] {
+        0 => start,
+        o if o & 1 == 1 => o & !1,
+        _ => return Err("the origin word is not an origin"),
+    };
+    let purged = w[word::PURGED];
     let max_position = (term_length as i64) << 31;
-    if start < 0 || !(start <= durable && durable <= recorded && recorded <= max_position) {
-        return Err("positions are not ordered start <= durable <= recorded <= the largest position");
+    // Retention moves the start up past a durable position that fsync never moved.
+    if origin < 0
+        || !(origin <= start && start <= recorded && durable <= recorded && recorded <= max_position)
+    {
+        return Err(
+            "positions are not ordered origin <= start <= recorded, durable <= recorded <= the largest",
+        );
     }
-    if [start, durable, recorded].iter().any(|p| p % FRAME_ALIGNMENT as i64 != 0) {
+    if !(0..=start).contains(&purged) || purged % segment_length != 0 {
+        return Err("the purged base is not a segment base at or below the start");
+    }
+    if [origin, start, durable, recorded].iter().any(|p| p % FRAME_ALIGNMENT as i64 != 0) {
         return Err("a position is not 32-byte aligned");
     }
+    let retention =
+        Retention::from_words([w[word::RETAIN_AGE_NS], w[word::RETAIN_BYTES], w[word::RETAIN_SEGMENTS]])
+            .ok_or("negative retention limit")?;
     let i32_field = |i: usize, what: &'static str| i32::try_from(w[i]).map_err(|_| what);
     let session_id = i32_field(word::SESSION_ID, "session id out of range")?;
     let stream_id = i32_field(word::STREAM_ID, "stream id out of range")?;
     let initial_term_id = i32_field(word::INITIAL_TERM_ID, "initial term id out of range")?;
-    let recorder_pid = i32_field(word::PID, "recorder pid out of range")?;
+    let recorder_pid = w[word::PID] as i32;
     if recorder_pid <= 0 {
         return Err("recorder pid out of range");
     }
@@ -452,7 +630,7 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
         segment_length: segment_length as u64,
         start_position: start,
         stop_position: recorded,
-        durable_position: durable,
+        durable_position: durable.max(start),
         start_unix_ns: w[word::START_NS],
         stop_unix_ns: matches!(state, RecordingState::Stopped(_)).then_some(stop_ns),
         state,
@@ -460,7 +638,11 @@ pub fn decode(id: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording
         gap_before,
         previous,
         checksum,
+        origin_position: origin,
+        retention,
         boot_id: w[word::BOOT_ID],
+        slot,
+        purged,
     }))
 }
 
@@ -485,6 +667,7 @@ mod tests {
             gap_before: 0,
             previous: Some(3),
             checksum: Checksum::Crc32c,
+            retention: Retention::none(),
         }
     }
 
@@ -493,9 +676,16 @@ mod tests {
         let region = HeapRegion::new(RECORD_LEN);
         assert_eq!(decode(0, &snapshot(&region, 0), true), Ok(None));
         let name = "orders.eu-1";
-        publish(&region, 0, &fields(name));
-        let r = decode(7, &snapshot(&region, 0), true).unwrap().unwrap();
-        assert_eq!((r.id, r.stream.as_str(), r.session_id, r.stream_id), (7, name, -5, 77));
+        publish(&region, 0, 7, &fields(name));
+        // Record 2 holds recording 7 (ids are the recordings', since catalog version 3).
+        let r = decode(2, &snapshot(&region, 0), true).unwrap().unwrap();
+        assert_eq!((r.id, r.slot, r.stream.as_str(), r.session_id, r.stream_id), (7, 2, name, -5, 77));
+        assert_eq!((r.origin_position, r.purged, r.retention), (4096, 0, Retention::none()));
+        assert!(holds(id_bits(7) | 5, 2, 7) && !holds(id_bits(2), 2, 7) && holds(5, 7, 7) && !holds(5, 2, 7));
+        assert_eq!(
+            (id_in(id_bits(u32::MAX - 1), 0), id_in(id_bits(0) | 9, 3), id_in(9, 3)),
+            (u32::MAX - 1, 0, 3)
+        );
         assert_eq!((r.start_position, r.stop_position, r.durable_position), (4096, 4096, 4096));
         assert_eq!((r.previous, r.state, r.stop_unix_ns), (Some(3), RecordingState::Recording, None));
         assert_eq!(r.checksum, Checksum::Crc32c);
@@ -514,12 +704,37 @@ mod tests {
             assert_eq!(reason.as_str(), name);
         }
         assert_eq!((r.state, r.stop_unix_ns), (RecordingState::Stopped(StopReason::RecorderDied), Some(99)));
+        let p = progress(&region, 0, 2, 7);
+        assert!(p.valid && p.stopped && (p.start, p.recorded) == (4096, 5120));
+        let removed = move_start(&region, 0, 4160, 0, || "files removed");
+        assert_eq!(removed, "files removed");
+        let r = decode(2, &snapshot(&region, 0), false).unwrap().unwrap();
+        assert_eq!((r.origin_position, r.start_position, r.durable_position), (4096, 4160, 5120));
+        // Retention moves the start up past a durable position fsync never moved: the durable
+        // position reads as the start.
+        set_durable(&region, 0, 4096);
+        move_start(&region, 0, 4192, 0, || ());
+        let r = decode(2, &snapshot(&region, 0), false).unwrap().unwrap();
+        assert_eq!((r.start_position, r.durable_position), (4192, 4192));
+        // Deleted, then reused for recording 9: every word is the new recording's.
+        cut_back(&region, 0, 5120);
+        retire(&region, 0);
+        assert!(!progress(&region, 0, 2, 7).valid, "a recording being deleted is gone");
+        assert_eq!(decode(2, &snapshot(&region, 0), false), Ok(None));
+        free(&region, 0);
+        publish(&region, 0, 9, &Fields { retention: Retention::none().max_segments(3), ..fields("o") });
+        assert!(!progress(&region, 0, 2, 7).valid, "a reused record does not hold the old recording");
+        let p = progress(&region, 0, 2, 9);
+        assert!(p.valid && p.cuts == 0 && p.start == 4096);
+        let r = decode(2, &snapshot(&region, 0), true).unwrap().unwrap();
+        assert_eq!((r.id, r.stream.as_str(), r.previous, r.start_position), (9, "o", Some(3), 4096));
+        assert_eq!(r.retention, Retention::none().max_segments(3));
     }
 
     #[test]
     fn decode_refuses_every_field_that_cannot_be_true() {
         let region = HeapRegion::new(RECORD_LEN);
-        publish(&region, 0, &fields("s"));
+        publish(&region, 0, 0, &fields("s"));
         let good = snapshot(&region, 0);
         let cases: &[(usize, i64)] = &[
             (word::STATE, 9),
@@ -540,6 +755,13 @@ mod tests {
             (word::NAME, 0xff),
             (word::NAME_LEN, 2 << 32 | 1),
             (word::NAME_LEN, -1),
+            (word::PID, -1),
+            (word::ORIGIN, 4128 | 1),
+            (word::ORIGIN, 4096),
+            (word::ORIGIN, -31),
+            (word::PURGED, 8192),
+            (word::PURGED, 32),
+            (word::RETAIN_BYTES, -1),
         ];
         for &(w, v) in cases {
             let mut bad = good;

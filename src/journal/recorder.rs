@@ -10,9 +10,11 @@
 
 use super::catalog::{Catalog, DEFAULT_CAPACITY};
 use super::frames::{self, Expect};
+use super::policy::Retention;
 use super::record::{Checksum, Fields, Recording, StopReason};
 use super::recovery;
-use super::segment::{self, Segment, BLOCK_LEN};
+use super::retention::RetentionThread;
+use super::segment::{self, Segment, Space, BLOCK_LEN};
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
 use crate::layout::frame::{FRAME_ALIGNMENT, HEADER_LEN};
@@ -36,6 +38,7 @@ const SEAL_CHUNK: usize = 256 << 10;
 /// policy decides what survives a power loss or kernel crash: the recording up to its
 /// [`Recording::durable_position`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fsync {
     /// Never: the page cache writes back when the kernel sees fit (~30 s). Fastest; a power loss
     /// may lose the whole recording's unsynced tail (the catalog then trusts only its start).
@@ -62,6 +65,10 @@ pub struct RecorderBuilder {
     resume: bool,
     wake_on_commit: bool,
     checksum: Checksum,
+    space: Space,
+    retention: Retention,
+    journal_retention: Option<Retention>,
+    retention_interval: Duration,
 }
 
 /// How long an idle recorder sleeps between looks unless woken on commit.
@@ -133,6 +140,40 @@ impl RecorderBuilder {
         self
     }
 
+    /// `false` (the default): a segment file grows as it is written, so it costs what it holds
+    /// (a short recording takes a few pages, not a segment). `true`: each segment's whole length
+    /// is reserved (`posix_fallocate`) when it is begun, so a full disk shows at a segment's
+    /// start rather than in the middle of one, and the file system can lay it out in one piece.
+    /// A full disk is [`Error::InsufficientSpace`] either way, with everything recorded intact.
+    pub fn preallocate(mut self, preallocate: bool) -> Self {
+        self.space = if preallocate { Space::Preallocate } else { Space::Grow };
+        self
+    }
+
+    /// The retention policy of each recording this recorder begins (default
+    /// [`Retention::none`]: keep everything), kept in its catalog record: its oldest segments are
+    /// purged as the policy says, by a thread of the recorder (never on the publisher's path,
+    /// and not on the recorder's own), whoever records the stream later.
+    pub fn retention(mut self, policy: Retention) -> Self {
+        self.retention = policy;
+        self
+    }
+
+    /// Sets the whole journal's retention policy (kept in the catalog's header, for every
+    /// recorder of the journal to apply, oldest recordings first, deleting a recording once
+    /// nothing of it is kept). Default: leave the journal's policy as it is.
+    pub fn journal_retention(mut self, policy: Retention) -> Self {
+        self.journal_retention = Some(policy);
+        self
+    }
+
+    /// How often the recorder's retention thread applies the policies (default 1 s). The
+    /// thread runs only if a policy is set: this recorder's, the journal's, or a recording's.
+    pub fn retention_interval(mut self, interval: Duration) -> Self {
+        self.retention_interval = interval;
+        self
+    }
+
     /// Records a new catalog gets (default 4096).
     pub fn catalog_capacity(mut self, records: usize) -> Self {
         self.catalog_capacity = records;
@@ -150,6 +191,18 @@ impl RecorderBuilder {
             return Err(Error::InvalidConfig("segment length must be a power of two from 64 KiB to 1 TiB"));
         }
         let catalog = Catalog::open_or_create(&self.journal, self.catalog_capacity)?;
+        if let Some(policy) = self.journal_retention {
+            catalog.set_retention(policy)?;
+        }
+        // Finish what a crash interrupted (a purge, a truncation, a deletion).
+        super::maintenance::sweep(&catalog)?;
+        let retains = !self.retention.is_none()
+            || !catalog.retention().is_none()
+            || catalog.list().iter().flatten().any(|r| !r.retention.is_none());
+        let retention = match retains {
+            true => Some(RetentionThread::spawn(self.journal.clone(), self.retention_interval)?),
+            false => None,
+        };
         let interrupted = recovery::close_interrupted(&catalog, &self.journal, &self.stream)?;
         let mut resumed = None;
         let mut sub = None;
@@ -157,7 +210,7 @@ impl RecorderBuilder {
             if self.resume {
                 match self.live.clone().tethered(self.tethered).join_at(JoinAt::Position(stop)).open() {
                     Ok(s) if s.session_id() == Some(recording.session_id) && s.position() == stop => {
-                        catalog.resume(recording.id, stop);
+                        catalog.resume(recording.slot, stop);
                         sub = Some(s);
                     }
                     Ok(_) | Err(Error::PositionNotAvailable { .. }) => {}
@@ -167,8 +220,8 @@ impl RecorderBuilder {
             if sub.is_some() {
                 resumed = Some((recording, stop));
             } else {
-                catalog.stop(recording.id, stop, StopReason::RecorderDied);
-                catalog.release(recording.id);
+                catalog.stop(recording.slot, stop, StopReason::RecorderDied);
+                catalog.release(recording.slot);
             }
         }
         let sub = match sub {
@@ -182,7 +235,10 @@ impl RecorderBuilder {
             active: None,
             segment_length: self.segment_length,
             fsync: self.fsync,
+            space: self.space,
             checksum: self.checksum,
+            retention: self.retention,
+            retains: retention.is_some(),
             scratch: Vec::new(),
             previous: None,
             lost: 0,
@@ -190,9 +246,9 @@ impl RecorderBuilder {
             last_stop: 0,
         };
         if let Some((recording, stop)) = resumed {
-            writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync)?);
+            writer.active = Some(Active::resumed(&writer.dir, &recording, stop, writer.fsync, writer.space)?);
         }
-        Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit })
+        Ok(Recorder { sub: Some(sub), w: writer, wake_on_commit: self.wake_on_commit, retention })
     }
 }
 
@@ -217,6 +273,8 @@ pub struct Recorder {
     sub: Option<Subscription>,
     w: Writer,
     wake_on_commit: bool,
+    /// Applies retention policies, if any is set (dropped, so stopped, with the recorder).
+    retention: Option<RetentionThread>,
 }
 
 impl Recorder {
@@ -236,6 +294,10 @@ impl Recorder {
             resume: true,
             wake_on_commit: false,
             checksum: Checksum::Crc32c,
+            space: Space::Grow,
+            retention: Retention::none(),
+            journal_retention: None,
+            retention_interval: Duration::from_secs(1),
         }
     }
 
@@ -269,13 +331,20 @@ impl Recorder {
             self.fail(&e);
             return Err(e);
         }
-        if sub.laps() != laps {
-            // Lapped (an untethered recorder): what follows is not contiguous with what was
-            // recorded, even where it starts a term (which the writer would take for padding).
-            if let Err(e) = self.w.lagged() {
-                self.fail(&e);
-                return Err(e);
+        let padded = if sub.laps() != laps {
+            // Lapped (an untethered recorder; a lapped poll hands over no block): what follows
+            // is not contiguous with what was recorded, even where it starts a term (which the
+            // writer would take for padding).
+            self.w.lagged()
+        } else {
+            match log {
+                Some(log) => self.w.pad_to_reader(sub.position(), &log),
+                None => Ok(()),
             }
+        };
+        if let Err(e) = padded {
+            self.fail(&e);
+            return Err(e);
         }
         if let Err(e) = self.w.sync_due(false) {
             self.fail(&e);
@@ -337,15 +406,30 @@ impl Recorder {
         self.sub.as_mut()?.take_loss()
     }
 
+    /// The last error the retention thread met applying the policies (it goes on), once.
+    pub fn take_retention_error(&mut self) -> Option<Error> {
+        self.retention.as_ref()?.take_error()
+    }
+
     /// `true` once an error stopped the recorder.
     pub fn is_failed(&self) -> bool {
         self.w.failed
     }
 
     /// Closes the current recording ([`StopReason::Stopped`]), syncing it unless the policy is
-    /// [`Fsync::Never`].
+    /// [`Fsync::Never`]; then, if retention policies are set, applies them once more, so that
+    /// what the journal keeps after a stop is what they say (the thread's last pass may be up to
+    /// an interval old).
     pub fn stop(mut self) -> Result<(), Error> {
-        self.w.close(StopReason::Stopped)
+        let closed = self.w.close(StopReason::Stopped);
+        let retained = match self.retention.take() {
+            Some(thread) => {
+                drop(thread);
+                super::retention::apply(&self.w.catalog, std::time::SystemTime::now()).map(drop)
+            }
+            None => Ok(()),
+        };
+        closed.and(retained)
     }
 
     fn fail(&mut self, e: &Error) {
@@ -416,6 +500,8 @@ impl LogFacts {
 #[derive(Debug)]
 struct Active {
     id: u32,
+    /// The catalog record that holds it.
+    slot: u32,
     expect: Expect,
     checksum: Checksum,
     segment_length: u64,
@@ -426,7 +512,7 @@ struct Active {
 }
 
 impl Active {
-    fn resumed(dir: &Path, r: &Recording, stop: i64, fsync: Fsync) -> Result<Self, Error> {
+    fn resumed(dir: &Path, r: &Recording, stop: i64, fsync: Fsync, space: Space) -> Result<Self, Error> {
         let expect = Expect {
             terms: Terms::new(r.term_length, r.initial_term_id),
             session_id: r.session_id,
@@ -435,10 +521,11 @@ impl Active {
         let base = segment::base_of(stop, r.segment_length);
         Ok(Self {
             id: r.id,
+            slot: r.slot,
             expect,
             checksum: r.checksum,
             segment_length: r.segment_length,
-            segment: Some(Segment::open(dir, r.id, base, r.segment_length, fsync != Fsync::Never)?),
+            segment: Some(Segment::open(dir, r.id, base, r.segment_length, space, fsync != Fsync::Never)?),
             recorded: stop,
             durable: r.durable_position.min(stop),
             last_sync: Instant::now(),
@@ -455,8 +542,12 @@ struct Writer {
     active: Option<Active>,
     segment_length: u64,
     fsync: Fsync,
+    space: Space,
     /// For recordings begun from now on (a resumed one keeps its own).
     checksum: Checksum,
+    retention: Retention,
+    /// Whether any retention policy is set (then a full catalog is worth a retention pass).
+    retains: bool,
     /// Where blocks are copied to be sealed, reused.
     scratch: Vec<u8>,
     /// The recording the next one continues, and the position it stopped at.
@@ -491,34 +582,62 @@ impl Writer {
             self.begin(position, log)?;
         }
         let a = self.active.as_mut().expect("begun above");
-        if position != a.recorded {
-            let terms = a.expect.terms;
-            let next_term = terms.term_begin(a.recorded) + terms.term_length as i64;
-            if terms.term_offset(a.recorded) != 0 && position == next_term {
-                // The log had padding to the term's end here, which reads skip.
-                let (mut pad, at) = (frames::padding_header(a.recorded, &a.expect), a.recorded);
-                if a.checksum == Checksum::Crc32c {
-                    frames::seal(&mut pad);
-                }
-                Self::segment_for(&self.dir, a, at, self.fsync, &self.catalog)?.write_at(&pad, at)?;
-            } else {
-                // Not contiguous (cannot happen to a tethered reader): a new recording.
-                let previous = (a.id, a.recorded);
-                self.close(StopReason::Lagged)?;
-                self.previous = Some(previous);
-                self.begin(position, log)?;
-            }
+        if position > a.recorded {
+            // Padding the reader passed (see `Writer::pad`): part of the stream, recorded.
+            self.pad(position)?;
+        } else if position < a.recorded {
+            // Behind what was recorded: no reader's position goes back, so the log is not what
+            // this recording holds. Start a new recording rather than overwrite this one.
+            let previous = (a.id, a.recorded);
+            self.close(StopReason::Lagged)?;
+            self.previous = Some(previous);
+            self.begin(position, log)?;
         }
         let a = self.active.as_mut().expect("begun above");
         let checksum = a.checksum;
-        let segment = Self::segment_for(&self.dir, a, position, self.fsync, &self.catalog)?;
+        let segment = Self::segment_for(&self.dir, a, position, self.fsync, self.space, &self.catalog)?;
         match checksum {
             Checksum::None => segment.write_at(block, position)?,
             Checksum::Crc32c => write_sealed(segment, &mut self.scratch, block, position)?,
         }
         a.recorded = position + block.len() as i64;
-        self.catalog.set_recorded(a.id, a.recorded);
+        self.catalog.set_recorded(a.slot, a.recorded);
         Ok(())
+    }
+
+    /// Records padding from the recorded position to `to`: what the subscription passed there
+    /// without handing it over (reads skip padding: an aborted or dropped claim, an unblocker's
+    /// pad, the rest of a term). A subscription's position moves only over committed frames, and
+    /// a lap (the one other way it moves) ends the recording before the next block (`Recorder::poll`),
+    /// so everything between is padding: one padding frame per term it covers, so that the
+    /// recording stays as contiguous as the stream and one aborted claim costs no recording.
+    fn pad(&mut self, to: i64) -> Result<(), Error> {
+        let Some(a) = self.active.as_mut() else { return Ok(()) };
+        let terms = a.expect.terms;
+        while a.recorded < to {
+            let at = a.recorded;
+            let end = to.min(terms.term_begin(at) + terms.term_length as i64);
+            let mut pad = frames::padding_header(at, (end - at) as usize, &a.expect);
+            if a.checksum == Checksum::Crc32c {
+                frames::seal(&mut pad);
+            }
+            Self::segment_for(&self.dir, a, at, self.fsync, self.space, &self.catalog)?
+                .write_padding(&pad, at, end)?;
+            a.recorded = end;
+        }
+        self.catalog.set_recorded(a.slot, a.recorded);
+        Ok(())
+    }
+
+    /// After a poll: the subscription's position, if past what was recorded of the same session,
+    /// passed padding with nothing after it yet. Recorded now, so that the recording ends where
+    /// the reader stands (a replay-merge hands over there) and a stop position is never before
+    /// padding the stream had.
+    fn pad_to_reader(&mut self, position: i64, log: &LogFacts) -> Result<(), Error> {
+        match &self.active {
+            Some(a) if a.expect == log.expect && position > a.recorded => self.pad(position),
+            _ => Ok(()),
+        }
     }
 
     /// Starts a recording at `position` (where a message starts).
@@ -528,7 +647,7 @@ impl Writer {
         let previous = self.previous.take();
         let gap = previous.map_or(0, |(_, stopped)| (position - stopped).max(0));
         self.lost += gap;
-        let id = self.catalog.allocate(&Fields {
+        let fields = Fields {
             stream: &self.stream,
             session_id: e.session_id,
             stream_id: e.stream_id,
@@ -543,9 +662,19 @@ impl Writer {
             gap_before: gap,
             previous: previous.map(|(id, _)| id),
             checksum: self.checksum,
-        })?;
+            retention: self.retention,
+        };
+        let (id, slot) = match self.catalog.allocate(&fields) {
+            // Full: retention may free a record now rather than at its next pass.
+            Err(Error::InvalidConfig(_)) if self.retains => {
+                super::retention::apply(&self.catalog, std::time::SystemTime::now())?;
+                self.catalog.allocate(&fields)?
+            }
+            allocated => allocated?,
+        };
         self.active = Some(Active {
             id,
+            slot,
             expect: e,
             checksum: self.checksum,
             segment_length,
@@ -563,23 +692,24 @@ impl Writer {
         a: &'a mut Active,
         position: i64,
         fsync: Fsync,
+        space: Space,
         catalog: &Catalog<MmapRegion>,
-    ) -> Result<&'a Segment, Error> {
+    ) -> Result<&'a mut Segment, Error> {
         let base = segment::base_of(position, a.segment_length);
         if a.segment.as_ref().map(|s| s.base) != Some(base) {
             if let Some(old) = a.segment.take() {
                 if fsync != Fsync::Never {
                     old.sync()?;
                     a.durable = a.recorded;
-                    catalog.set_durable(a.id, a.durable);
+                    catalog.set_durable(a.slot, a.durable);
                     segment::trace::note(|| format!("durable {}", a.durable));
-                    catalog.sync(a.id)?;
+                    catalog.sync(a.slot)?;
                     a.last_sync = Instant::now();
                 }
             }
-            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length, fsync != Fsync::Never)?);
+            a.segment = Some(Segment::open(dir, a.id, base, a.segment_length, space, fsync != Fsync::Never)?);
         }
-        Ok(a.segment.as_ref().expect("opened above"))
+        Ok(a.segment.as_mut().expect("opened above"))
     }
 
     /// Syncs if the policy says it is time (or `now`, for any policy but `Never`).
@@ -598,9 +728,9 @@ impl Writer {
         }
         a.durable = a.recorded;
         a.last_sync = Instant::now();
-        self.catalog.set_durable(a.id, a.durable);
+        self.catalog.set_durable(a.slot, a.durable);
         segment::trace::note(|| format!("durable {}", a.durable));
-        self.catalog.sync(a.id)
+        self.catalog.sync(a.slot)
     }
 
     /// Closes the current recording, if any, at what it recorded.
@@ -613,9 +743,14 @@ impl Writer {
         let mut stopped = Ok(());
         if let Some(a) = self.active.take() {
             self.last_stop = a.recorded;
-            self.catalog.stop(a.id, a.recorded, reason);
-            stopped = self.catalog.sync(a.id);
-            self.catalog.release(a.id);
+            self.catalog.stop(a.slot, a.recorded, reason);
+            stopped = self.catalog.sync(a.slot);
+            self.catalog.release(a.slot);
+            if let Some(s) = a.segment.filter(|s| a.recorded <= s.base) {
+                // Begun for a write that failed (a full disk at a segment's start): it holds
+                // nothing of the recording, which now stops before it. Leave no stub.
+                let _ = std::fs::remove_file(&s.path);
+            }
         }
         // The first error: the recording's own sync, else its catalog record's.
         synced.and(stopped)
@@ -625,7 +760,12 @@ impl Writer {
 /// Writes `block` (whole committed frames from stream `position` on) with each frame's checksum
 /// in its reserved value: copied into `scratch` a chunk at a time, sealed there, written from
 /// there. The live log is never written.
-fn write_sealed(segment: &Segment, scratch: &mut Vec<u8>, block: &[u8], position: i64) -> Result<(), Error> {
+fn write_sealed(
+    segment: &mut Segment,
+    scratch: &mut Vec<u8>,
+    block: &[u8],
+    position: i64,
+) -> Result<(), Error> {
     let mut at = 0;
     while at < block.len() {
         let rest = &block[at..];
@@ -726,6 +866,32 @@ mod tests {
         let e = result.expect_err("the failed sync is reported");
         assert!(e.to_string().contains("sync catalog"), "{e}");
         assert!(recorder.is_failed());
+    }
+
+    /// A full disk at a growing segment's first write: a typed error, the recording stopped as
+    /// `DiskFull` with nothing in it, and no empty segment file left behind.
+    #[test]
+    fn a_full_disk_at_a_segments_first_write_is_a_typed_error_and_leaves_no_stub() {
+        let (shm, disk) = (TempDir::new("stub-shm"), TempDir::new("stub-journal"));
+        let mut recorder = Recorder::builder("stub", disk.path()).stream_dir(shm.path()).start().unwrap();
+        let mut p = Publication::builder("stub").dir(shm.path()).term_length(1 << 16).create().unwrap();
+        while !p.is_connected() {
+            recorder.poll().unwrap();
+        }
+        p.offer(&[7; 100]).unwrap();
+        trace::fail_next("write segment");
+        let mut result = Ok(0);
+        for _ in 0..10_000 {
+            result = recorder.poll();
+            if result.is_err() {
+                break;
+            }
+        }
+        assert!(matches!(result, Err(Error::InsufficientSpace { .. })), "{result:?}");
+        assert!(recorder.is_failed());
+        let r = crate::journal::recording(disk.path(), 0).unwrap();
+        assert_eq!((r.state, r.length()), (crate::journal::RecordingState::Stopped(StopReason::DiskFull), 0));
+        assert!(segment::list(disk.path(), 0).unwrap().is_empty(), "an empty segment was left behind");
     }
 
     #[test]

@@ -37,13 +37,18 @@ pub fn close_interrupted(
         if recording.stream != stream || recording.state != RecordingState::Interrupted {
             continue;
         }
-        if !catalog.take(recording.id)? {
+        if !catalog.take(recording.slot)? {
             continue; // its recorder is alive after all (or another recorder is recovering it)
         }
-        let stop = cut(dir, &recording, |stop| catalog.cut_back(recording.id, stop))?;
+        // Not while an operator moves its start (whose walk reads what a cut zeroes); read
+        // again under the locks, since the start may have moved since the list.
+        let maintenance = catalog.maintain(recording.slot, true)?.ok_or(Error::Timeout)?;
+        let recording = catalog.read(recording.slot)?.unwrap_or(recording);
+        let stop = cut(dir, &recording, |stop| catalog.cut_back(recording.slot, stop))?;
+        drop(maintenance);
         if let Some((older, older_stop)) = latest.replace((recording, stop)) {
-            catalog.stop(older.id, older_stop, StopReason::RecorderDied);
-            catalog.release(older.id);
+            catalog.stop(older.slot, older_stop, StopReason::RecorderDied);
+            catalog.release(older.slot);
         }
     }
     Ok(latest)
@@ -90,7 +95,11 @@ fn scrub(dir: &Path, r: &Recording, stop: i64, trusted: i64) -> Result<(), Error
     let path = segment::path(dir, r.id, base);
     if end > stop {
         if let Ok(file) = crate::sys::fs::open_existing(&path, true) {
-            let zeros = vec![0u8; (end - stop) as usize];
+            // A growing segment holds nothing past its length: zero only what it has (writing
+            // zeroes past it would grow it for nothing).
+            let len = file.metadata().map_err(|e| Error::io("inspect segment", &path, e))?.len() as i64;
+            let end = end.min(base + len);
+            let zeros = vec![0u8; (end - stop).max(0) as usize];
             file.write_all_at(&zeros, (stop - base) as u64)
                 .map_err(|e| Error::io("zero torn tail", &path, e))?;
             file.sync_data().map_err(|e| Error::io("sync segment", &path, e))?;
@@ -143,7 +152,11 @@ mod tests {
             gap_before: 0,
             previous: None,
             checksum: Checksum::None,
+            origin_position: 0,
+            retention: crate::journal::Retention::none(),
             boot_id: boot_id(),
+            slot: 3,
+            purged: 0,
         }
     }
 

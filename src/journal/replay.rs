@@ -57,9 +57,17 @@ impl ReplayBuilder {
         let mut attempts = 0;
         loop {
             let recording = catalog.get(self.id)?;
-            let progress = catalog.progress(self.id);
+            let (slot, id) = (recording.slot, recording.id);
+            let progress = catalog.progress(slot, id);
+            if !progress.valid {
+                attempts += 1;
+                if attempts < 100 {
+                    continue; // stopped (or deleted) under the loads: look again
+                }
+                return Err(Error::NoSuchRecording { id });
+            }
             let mut reader = SegmentReader::new(&self.journal, &recording);
-            let (start, stop) = (recording.start_position, progress.recorded);
+            let (start, stop) = (progress.start, progress.recorded);
             let from = self.from.unwrap_or(start);
             let found = if from == start {
                 Ok((true, from))
@@ -69,8 +77,11 @@ impl ReplayBuilder {
             } else {
                 Ok((false, from.clamp(start, stop)))
             };
-            // Recovery cut the recording back while we walked it: walk again what it holds now.
-            if !catalog.uncut(self.id, progress.cuts) && attempts < 100 {
+            // Recovery cut the recording back, or retention purged what we walked, meanwhile:
+            // walk again what it holds now.
+            let purged =
+                matches!(found, Err(Error::CorruptRecording { .. })) && catalog.start_of(slot) > start;
+            if (!catalog.uncut(slot, id, progress.cuts) || purged) && attempts < 100 {
                 attempts += 1;
                 continue;
             }
@@ -88,6 +99,7 @@ impl ReplayBuilder {
                 catalog,
                 limit: stop,
                 stopped: progress.stopped,
+                gone: false,
                 cuts: progress.cuts,
                 recording,
                 reader,
@@ -137,6 +149,8 @@ pub struct Replay {
     /// The recorded end as last seen, and whether the recording had stopped then.
     limit: i64,
     stopped: bool,
+    /// The recording was deleted (seen at the last look at the catalog).
+    gone: bool,
     /// The record's cut count when `limit` was read: bytes below `limit` read while it holds
     /// are recorded bytes (see `journal::record`).
     cuts: i64,
@@ -179,7 +193,13 @@ impl Replay {
         while fragments < limit {
             let end = self.end();
             if self.position >= end {
-                if self.stopped || self.position >= self.to || !self.refresh() {
+                if self.stopped || self.position >= self.to {
+                    break;
+                }
+                if !self.refresh() {
+                    if self.gone {
+                        return Err(Error::NoSuchRecording { id: self.recording.id });
+                    }
                     break;
                 }
                 continue;
@@ -187,11 +207,16 @@ impl Replay {
             let frame = self.reader.frame(self.position, self.limit);
             // Bytes read from a file while recovery cut the recording back may be half zeroed:
             // neither delivered nor reported as damage. Read again what the recording holds now.
-            if self.reader.take_fresh() && !self.catalog.uncut(self.recording.id, self.cuts) {
-                self.follow_cut();
+            if self.reader.take_fresh()
+                && !self.catalog.uncut(self.recording.slot, self.recording.id, self.cuts)
+            {
+                self.follow_cut()?;
                 continue;
             }
-            let frame = frame?;
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(e) => return Err(self.explain(e)),
+            };
             let next = self.position + frame.aligned as i64;
             if next > self.to {
                 // `to` falls inside this frame: the replay ends before it.
@@ -227,9 +252,51 @@ impl Replay {
         self.limit.min(self.to)
     }
 
+    /// An error reading the recording at our position, explained by what the catalog says now:
+    /// a segment file missing because retention purged it is [`Error::PositionNotAvailable`]
+    /// (with the oldest position kept), a recording deleted is [`Error::NoSuchRecording`].
+    fn explain(&self, e: Error) -> Error {
+        if !matches!(e, Error::CorruptRecording { .. }) {
+            return e;
+        }
+        let (slot, id) = (self.recording.slot, self.recording.id);
+        // The start is moved (and the recording marked deleted) before any file goes: loaded
+        // after the file was found missing, it says whether it was purged (loom model j4).
+        let start = self.catalog.start_of(slot);
+        let p = self.progress();
+        if !p.valid {
+            return Error::NoSuchRecording { id };
+        }
+        if self.position < start {
+            return Error::PositionNotAvailable {
+                requested: self.position,
+                oldest: start,
+                newest: p.recorded,
+                nearest: start,
+            };
+        }
+        e
+    }
+
+    /// The recording's progress, loaded again while it changes state under the loads.
+    fn progress(&self) -> super::record::Progress {
+        let mut p = self.catalog.progress(self.recording.slot, self.recording.id);
+        for _ in 0..100 {
+            if p.valid {
+                break;
+            }
+            p = self.catalog.progress(self.recording.slot, self.recording.id);
+        }
+        p
+    }
+
     /// Looks at the catalog for more recorded bytes; `true` if there are.
     fn refresh(&mut self) -> bool {
-        let p = self.catalog.progress(self.recording.id);
+        let p = self.progress();
+        if !p.valid {
+            self.gone = true; // deleted: the poll says so
+            return false;
+        }
         if p.cuts != self.cuts {
             self.cut_to(p);
             return self.position < self.end();
@@ -243,9 +310,13 @@ impl Replay {
 
     /// Recovery cut the recording back: its recorded end is what the catalog says now (lower
     /// than what this replay saw; a resumed recorder writes the same frames there again).
-    fn follow_cut(&mut self) {
-        let p = self.catalog.progress(self.recording.id);
+    fn follow_cut(&mut self) -> Result<(), Error> {
+        let p = self.progress();
+        if !p.valid {
+            return Err(Error::NoSuchRecording { id: self.recording.id });
+        }
         self.cut_to(p);
+        Ok(())
     }
 
     fn cut_to(&mut self, p: super::record::Progress) {

@@ -1,7 +1,10 @@
-//! Segment files: `<recording id>-<base position>.seg`, each `segment_length` bytes covering the
-//! stream positions `base .. base + segment_length`, frames at the file offset `position - base`
-//! exactly as they were in the log. Space is reserved when a segment is created, so a full disk
-//! shows at a segment's start with a typed error, never halfway through a frame.
+//! Segment files: `<recording id>-<base position>.seg`, each covering the stream positions
+//! `base .. base + segment_length`, frames at the file offset `position - base` exactly as they
+//! were in the log. A segment costs what it holds: the file grows as frames are written (padding
+//! bodies are holes), unless the recorder was asked to preallocate, in which case each segment's
+//! whole length is reserved (`posix_fallocate`) when it is created and a full disk shows there.
+//! Either way a full disk is a typed error ([`Error::InsufficientSpace`]) and the recorded
+//! position never covers a write that did not complete.
 //!
 //! A new file's name is durable only once its directory is synced (POSIX; ext4 in its default
 //! mode commits it with the file, XFS and btrfs may not): [`sync_dir`] follows the creation of a
@@ -28,17 +31,21 @@ pub fn base_of(position: i64, segment_length: u64) -> i64 {
     position & !(segment_length as i64 - 1)
 }
 
+/// The recording id and base position a segment file's name says, if it is one's.
+pub fn parse_name(name: &str) -> Option<(u32, i64)> {
+    let (id, base) = name.strip_suffix(".seg")?.split_once('-')?;
+    Some((id.parse().ok()?, base.parse().ok()?))
+}
+
 /// The segment files of recording `id` in `dir`, as (base, path), sorted by base.
 pub fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
-    let prefix = format!("{id}-");
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let base = name.strip_prefix(&prefix).and_then(|rest| rest.strip_suffix(".seg"));
-        if let Some(base) = base.and_then(|b| b.parse::<i64>().ok()) {
-            found.push((base, entry.path()));
+        match name.to_str().and_then(parse_name) {
+            Some((of, base)) if of == id => found.push((base, entry.path())),
+            _ => {}
         }
     }
     found.sort();
@@ -111,18 +118,38 @@ pub(crate) mod trace {
     }
 }
 
+/// How a new segment file gets its space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Space {
+    /// The file grows as it is written: a segment costs what it holds.
+    Grow,
+    /// The segment's whole length is reserved when it is created (`posix_fallocate`): a full
+    /// disk shows there, and the file's blocks are contiguous where the file system can.
+    Preallocate,
+}
+
 /// A segment open for writing.
 #[derive(Debug)]
 pub struct Segment {
     pub base: i64,
     pub file: File,
     pub path: PathBuf,
+    /// The file's length as far as we know (it only grows while we write it).
+    len: u64,
 }
 
 impl Segment {
-    /// Creates the segment of recording `id` at `base` with all its space reserved, or opens it
-    /// if it exists (a resumed recording). `durable`: sync the directory after creating it.
-    pub fn open(dir: &Path, id: u32, base: i64, length: u64, durable: bool) -> Result<Self, Error> {
+    /// Creates the segment of recording `id` at `base` (its whole `length` reserved if `space`
+    /// says so), or opens it if it exists (a resumed recording). `durable`: sync the directory
+    /// after creating it.
+    pub fn open(
+        dir: &Path,
+        id: u32,
+        base: i64,
+        length: u64,
+        space: Space,
+        durable: bool,
+    ) -> Result<Self, Error> {
         let path = path(dir, id, base);
         let (file, created) = match create_new(&path, 0o600) {
             Ok(file) => (file, true),
@@ -131,27 +158,52 @@ impl Segment {
             }
             Err(e) => return Err(Error::io("create segment", &path, e)),
         };
-        if let Err(e) = reserve(&file, length) {
-            let error = space_error(&path, length, e);
-            // A segment that could not be sized holds nothing: leave no stub behind.
-            if file.metadata().map(|m| m.len() < length).unwrap_or(false) {
-                let _ = fs::remove_file(&path);
+        if space == Space::Preallocate {
+            if let Err(e) = reserve(&file, length) {
+                let error = space_error(&path, length, e);
+                // A segment that could not be sized holds nothing: leave no stub behind.
+                if created && file.metadata().map(|m| m.len() < length).unwrap_or(false) {
+                    let _ = fs::remove_file(&path);
+                }
+                return Err(error);
             }
-            return Err(error);
         }
+        let len = file.metadata().map_err(|e| Error::io("inspect segment", &path, e))?.len();
         if created {
             trace::note(|| format!("create {id}-{base}.seg"));
             if durable {
                 sync_dir(dir)?;
             }
         }
-        Ok(Self { base, file, path })
+        Ok(Self { base, file, path, len })
     }
 
-    /// Writes `bytes` at stream `position`.
-    pub fn write_at(&self, bytes: &[u8], position: i64) -> Result<(), Error> {
+    /// Writes `bytes` at stream `position`. A full disk (or file size limit) is
+    /// [`Error::InsufficientSpace`]; a write cut short leaves bytes past the recorded position,
+    /// which nothing reads.
+    pub fn write_at(&mut self, bytes: &[u8], position: i64) -> Result<(), Error> {
         let offset = (position - self.base) as u64;
-        self.file.write_all_at(bytes, offset).map_err(|e| space_error(&self.path, bytes.len() as u64, e))
+        if trace::failing("write segment") {
+            let e = io::Error::from_raw_os_error(libc::ENOSPC);
+            return Err(space_error(&self.path, bytes.len() as u64, e));
+        }
+        self.file.write_all_at(bytes, offset).map_err(|e| space_error(&self.path, bytes.len() as u64, e))?;
+        self.len = self.len.max(offset + bytes.len() as u64);
+        Ok(())
+    }
+
+    /// Writes the padding header `pad` at stream `position`, for a padding frame that ends at
+    /// `end`. Its body is not data and is not written: if the file ends before `end`, it is
+    /// extended there (a hole), so that the file holds every position below the recorded one.
+    pub fn write_padding(&mut self, pad: &[u8], position: i64, end: i64) -> Result<(), Error> {
+        debug_assert!(position + pad.len() as i64 <= end);
+        self.write_at(pad, position)?;
+        let end = (end - self.base) as u64;
+        if self.len < end {
+            self.file.set_len(end).map_err(|e| space_error(&self.path, end - self.len, e))?;
+            self.len = end;
+        }
+        Ok(())
     }
 
     /// Writes the segment's data to the disk itself and waits (`fdatasync`).

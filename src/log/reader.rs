@@ -540,12 +540,22 @@ pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 }
 
 /// The first position at or after `from` (and below `newest`, the writer's position) where a
-/// message starts, committed or still being written (the frame after a message's end that the
-/// writer has not committed yet: a message, or padding, starts there), found by walking the
-/// frames from the start of `from`'s term; `newest` if there is none. For joins at the oldest
-/// message and refused joins: a position a retry can use. Reads only length words and headers,
-/// never lends bytes.
+/// committed message starts, found by walking the frames from the start of `from`'s term;
+/// `newest` if there is none. For refused joins: a position a retry at an explicit position can
+/// use. Reads only length words and headers, never lends bytes.
 pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
+    first_message_start(log, from, newest, false)
+}
+
+/// [`message_start_at_or_after`], but a frame still being written right after a message's end
+/// counts too (a message, or padding, starts there once it is committed): where a join at the
+/// oldest message lands when the writer is writing it (a session's first message, with its
+/// writer held at the start by the readers it is owed to).
+pub fn oldest_message_start<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
+    first_message_start(log, from, newest, true)
+}
+
+fn first_message_start<R: Region>(log: &Log<R>, from: i64, newest: i64, pending: bool) -> i64 {
     let terms = log.terms();
     let mut at = terms.term_begin(from.max(0));
     // Whether the frame before `at` ended a message (a term always starts with a message).
@@ -556,7 +566,7 @@ pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64
         let frame = match next_frame(log, &term, cursor.offset, cursor.term_id) {
             Ok(Some(frame)) => frame,
             // Still being written, after a message's end: the next message starts here.
-            Ok(None) if at >= from && after_end => return at,
+            Ok(None) if pending && at >= from && after_end => return at,
             _ => return newest, // still being written inside a message, or not a valid frame
         };
         let starts = frame.rest.frame_type == TYPE_PAD || frame.rest.flags & BEGIN_FLAG != 0;

@@ -320,7 +320,8 @@ pub fn leave_session_files(
     slots: &Slots<MmapRegion>,
     slot_file: &SlotFile,
 ) {
-    let owed = super::liveness::readers_elsewhere(slots, slot_file, log.session_id());
+    let owed =
+        super::liveness::owed_to_live_reader(slots, &slot_file.file, log.session_id(), log.session_seq());
     if owed {
         log.set_left_for_readers();
     }

@@ -288,9 +288,22 @@ impl Follower {
         }
     }
 
-    /// Checks now if a check is due at `now` (or `force`); returns when the next is due.
-    pub fn check_if_due(&mut self, now: Instant, force: bool) -> Instant {
-        if force || now >= self.next_check {
+    /// After a wake-up that brought no news: a new publisher rings the bell when its session
+    /// appears, so look at once if the stream's session counter moved (a load, no system call:
+    /// a peer that keeps ringing for nothing costs no checks).
+    pub fn after_empty_wake(&mut self) {
+        let counter = self.slots.sessions();
+        let moved = std::mem::replace(&mut self.counter_seen, counter) != counter;
+        // Or it moved before we slept, and the log it announced was not there yet.
+        let looking = matches!(self.state, State::Waiting(_)) && self.vanishing.is_some();
+        if moved || looking {
+            self.next_check = Instant::now();
+        }
+    }
+
+    /// Checks now if a check is due at `now`; returns when the next is due.
+    pub fn check_if_due(&mut self, now: Instant) -> Instant {
+        if now >= self.next_check {
             self.next_check = now + self.rules.liveness_interval;
             let _ = self.check();
         }

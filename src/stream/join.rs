@@ -26,6 +26,7 @@ const ATTEMPTS: usize = 1000;
 
 /// Where a subscription starts reading a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum JoinAt {
     /// At the slowest live reader of the session, or at the publisher's position if there is
     /// none (Aeron's rule): a new reader sees everything not yet passed by every other reader.
@@ -84,7 +85,7 @@ pub fn join<L: Region, R: Region, S: RegionMut>(
                 _ => producer,
             },
             JoinAt::Latest => producer,
-            JoinAt::Earliest => reader::message_start_at_or_after(log, (producer - term).max(0), producer),
+            JoinAt::Earliest => reader::oldest_message_start(log, (producer - term).max(0), producer),
             JoinAt::Position(p) => p,
         };
         slot.activate(session, position);

@@ -100,10 +100,10 @@ pub fn slot_owner_alive(slot_file: &File, index: usize) -> bool {
     held(slot_file, Kind::Exclusive, start, len)
 }
 
-/// `true` if a live reader of the stream is not reading `session` (it waits for a session, or
-/// still reads an earlier one): it owes `session`, whose closed log must stay for it to read.
-pub fn readers_elsewhere<R: Region>(slots: &Slots<R>, slot_file: &SlotFile, session: i32) -> bool {
-    slots.readers_elsewhere(session).any(|i| slot_owner_alive(&slot_file.file, i))
+/// `true` if the session `session` (numbered `seq`) is owed to a live reader of the stream
+/// ([`Slots::owed_readers`]): its finished log must stay for that reader to read.
+pub fn owed_to_live_reader<R: Region>(slots: &Slots<R>, slot_file: &File, session: i32, seq: i32) -> bool {
+    slots.owed_readers(session, seq).any(|i| slot_owner_alive(slot_file, i))
 }
 
 /// `true` while some reader holds any of the `count` slots of the slot file.

@@ -38,6 +38,7 @@ pub const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
 /// Where an untethered reader goes on after the writer lapped it
 /// (`SubscriptionBuilder::on_lapped`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Resume {
     /// At the oldest message the log still holds: the start of the term before the writer's.
     /// Loses the least, but a reader that lags for good is lapped again soon.
@@ -226,7 +227,8 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
 
     /// Hands `handler` one block of raw committed frames (headers included) and the position of
     /// its first byte; returns the bytes the position moved (the block, padding before it, and
-    /// the rest of a message a new reader joined inside of).
+    /// the rest of a message a new reader joined inside of). A call in which an untethered
+    /// reader is lapped hands over no block.
     pub fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
         if self.untethered.is_some() {
             return self.block_poll_untethered(handler, max_bytes);
@@ -322,7 +324,10 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
         if self.skipping {
             // Pass the rest of a message joined in the middle; stop in front of the next one.
             self.poll_untethered(|_: &[u8], _: &Header| Action::Abort, usize::MAX);
-            if self.skipping {
+            // A lap ends skipping too; then no block in this call either: a poll that reports a
+            // lap hands over nothing, so a caller (the recorder) knows every block it is handed
+            // follows what it was handed before, or padding, since the last lap it learnt of.
+            if self.skipping || self.untethered.as_ref().is_some_and(|u| !u.losses.is_empty()) {
                 return (self.cursor.position() - before) as usize;
             }
         }

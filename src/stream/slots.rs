@@ -326,12 +326,14 @@ impl<R: Region> Slots<R> {
         found
     }
 
-    /// Slots (below the high-water mark) whose readers are not reading `session`: waiting for a
-    /// session, or still reading an earlier one. Liveness is not checked.
-    pub fn readers_elsewhere(&self, session: i32) -> impl Iterator<Item = usize> + '_ {
+    /// Slots (below the high-water mark) whose readers the session `session` (numbered `seq`)
+    /// is owed to: waiting for a session numbered after the newest they know of, or still
+    /// reading another (an older) one. Tethered or not; liveness is not checked.
+    pub fn owed_readers(&self, session: i32, seq: i32) -> impl Iterator<Item = usize> + '_ {
         (0..self.high_water()).filter(move |&i| match self.state(i) {
-            (_, s::STATE_FREE) => false,
-            (sid, state) => state != s::STATE_ACTIVE || sid != session,
+            (known, s::STATE_WAITING) => seq.wrapping_sub(known) > 0,
+            (sid, s::STATE_ACTIVE) => sid != session,
+            _ => false,
         })
     }
 

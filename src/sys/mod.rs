@@ -10,7 +10,6 @@ compile_error!(
 
 pub(crate) mod barrier;
 pub(crate) mod clock;
-pub(crate) mod crc32c;
 pub(crate) mod fanout;
 pub(crate) mod fs;
 pub(crate) mod futex;

@@ -32,6 +32,7 @@ pub fn run_if_peer() {
         "sleeper" => sleeper(&cfg, &ctx),
         "idle_publisher" => idle_publisher(&cfg, &ctx),
         "recorder" => recorder(&cfg, &ctx),
+        "journal_maintainer" => journal_maintainer(&cfg, &ctx),
         "cwriter" => super::concurrent_roles::writer(&cfg, &ctx),
         "creader" => super::concurrent_roles::reader(&cfg, &ctx),
         "wake_sleeper" => super::wake_roles::sleeper(&cfg, &ctx),
@@ -664,6 +665,7 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
         .segment_length(cfg.u64_or("segment", 1 << 20))
         .fsync(fsync)
         .tethered(!cfg.flag("untethered"))
+        .preallocate(cfg.flag("preallocate"))
         .start()
     {
         Ok(r) => r,
@@ -704,4 +706,31 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
     let _ = r.stop();
     ctx.emit("stopped", &format!("position={position}"));
     std::process::exit(0)
+}
+
+/// Moves the start of recording `id` of `journal` back and forth without end (detach, attach,
+/// purge a segment at a time), for a test that kills it anywhere: `segment` bytes per segment.
+fn journal_maintainer(cfg: &Settings, ctx: &Ctx) -> ! {
+    let journal = PathBuf::from(cfg.str("journal").expect("setting journal"));
+    let id = cfg.u64("id").expect("setting id") as u32;
+    let segment = cfg.u64_or("segment", 1 << 16) as i64;
+    let start = match shmlog::journal::recording(&journal, id) {
+        Ok(r) => r.start_position,
+        Err(e) => ctx.fail(&format!("maintenance: {e}")),
+    };
+    if let Some(us) = cfg.u64("kill_us") {
+        die_after(us);
+    }
+    ctx.emit("maintaining", "");
+    let mut keep = (start & !(segment - 1)) + segment;
+    loop {
+        let step = shmlog::journal::detach(&journal, id, keep)
+            .and_then(|_| shmlog::journal::attach(&journal, id))
+            .and_then(|_| shmlog::journal::purge(&journal, id, keep));
+        if let Err(e) = step {
+            ctx.fail(&format!("maintenance: {e}"));
+        }
+        keep += segment;
+        ctx.check_deadline();
+    }
 }

@@ -4,7 +4,7 @@ use crate::sys::stop_requested;
 use crate::DirArg;
 use clap::Args;
 use serde_json::json;
-use shmlog::journal::{self, Checksum, Fsync, Recorder, Recording, RecordingState, Replay};
+use shmlog::journal::{self, Checksum, Fsync, Recorder, Recording, RecordingState, Replay, Retention};
 use shmlog::{Error, FragmentAssembler, Header, JoinAt, Publication};
 use std::cell::RefCell;
 use std::io::{self, BufWriter, Write};
@@ -42,6 +42,45 @@ pub struct RecordArgs {
     /// checks only the frames' structure, and the publisher's reserved values are kept).
     #[arg(long)]
     no_checksum: bool,
+    /// Reserve each segment's whole length when it is begun (posix_fallocate) instead of
+    /// letting the file grow as it is written.
+    #[arg(long)]
+    preallocate: bool,
+    #[command(flatten)]
+    retain: RetainArgs,
+}
+
+/// A retention policy from the command line.
+#[derive(Args, Debug, Default)]
+pub struct RetainArgs {
+    /// Keep segments written in the last SECS seconds only (purge older ones).
+    #[arg(long, value_name = "SECS")]
+    retain_age: Option<f64>,
+    /// Keep at most BYTES of each recording (whole segments).
+    #[arg(long, value_name = "BYTES")]
+    retain_bytes: Option<u64>,
+    /// Keep at most N segments of each recording.
+    #[arg(long, value_name = "N")]
+    retain_segments: Option<u64>,
+}
+
+impl RetainArgs {
+    fn policy(&self) -> Result<Retention, String> {
+        let mut p = Retention::none();
+        if let Some(secs) = self.retain_age {
+            if !(secs > 0.0 && secs.is_finite()) {
+                return Err("--retain-age must be a positive number of seconds".into());
+            }
+            p = p.max_age(Duration::from_secs_f64(secs));
+        }
+        if let Some(bytes) = self.retain_bytes {
+            p = p.max_bytes(bytes);
+        }
+        if let Some(n) = self.retain_segments {
+            p = p.max_segments(n);
+        }
+        Ok(p)
+    }
 }
 
 fn parse_fsync(s: &str) -> Result<Fsync, String> {
@@ -56,7 +95,12 @@ fn parse_fsync(s: &str) -> Result<Fsync, String> {
 }
 
 /// Records until Ctrl-C, `--duration`, or (with `--until-end`) the end of the first session.
-pub fn record(a: &RecordArgs) -> Result<(), Error> {
+pub fn record(a: &RecordArgs) -> Result<(), String> {
+    let policy = a.retain.policy()?;
+    record_with(a, policy).map_err(|e| e.to_string())
+}
+
+fn record_with(a: &RecordArgs, policy: Retention) -> Result<(), Error> {
     let mut recorder = Recorder::builder(&a.stream, &a.journal)
         .stream_dir(a.dir.path())
         .segment_length(a.segment_length)
@@ -64,6 +108,8 @@ pub fn record(a: &RecordArgs) -> Result<(), Error> {
         .tethered(!a.untethered)
         .join_at(if a.from_slowest { JoinAt::Slowest } else { JoinAt::Latest })
         .checksum(if a.no_checksum { Checksum::None } else { Checksum::Crc32c })
+        .preallocate(a.preallocate)
+        .retention(policy)
         .start()?;
     let deadline = a.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     eprintln!("recording {:?} into {} (Ctrl-C stops)", a.stream, a.journal.display());
@@ -232,6 +278,7 @@ fn state(r: &Recording) -> String {
         RecordingState::Recording => "recording".into(),
         RecordingState::Interrupted => "interrupted".into(),
         RecordingState::Stopped(reason) => format!("stopped:{}", reason.as_str()),
+        _ => "unknown".into(),
     }
 }
 
@@ -239,7 +286,9 @@ fn state(r: &Recording) -> String {
 fn rate(r: &Recording) -> Option<f64> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos() as i64;
     let secs = (r.stop_unix_ns.unwrap_or(now) - r.start_unix_ns) as f64 / 1e9;
-    (secs > 0.0).then(|| r.length() as f64 / secs).filter(|x| x.is_finite())
+    // Over all it recorded: retention may have purged its beginning since.
+    let recorded = (r.stop_position - r.origin_position) as f64;
+    (secs > 0.0).then(|| recorded / secs).filter(|x| x.is_finite())
 }
 
 /// Lists the recordings of a journal directory.
@@ -269,6 +318,8 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
                     "gap_before": r.gap_before,
                     "previous": r.previous,
                     "checksum": r.checksum.as_str(),
+                    "origin_position": r.origin_position,
+                    "retention": retention_json(&r.retention),
                 }),
                 Err(e) => json!({ "error": e.to_string() }),
             })
@@ -288,7 +339,7 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
             Ok(r) => {
                 let _ = writeln!(
                     out,
-                    "{:>4}  {:<20} {:>11}  {:<24} {:>12} {:>12} {:>12}  {:>10}  {:>10}{}{}",
+                    "{:>4}  {:<20} {:>11}  {:<24} {:>12} {:>12} {:>12}  {:>10}  {:>10}{}{}{}",
                     r.id,
                     r.stream,
                     r.session_id,
@@ -303,7 +354,12 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
                     } else {
                         String::new()
                     },
-                    if r.checksum == Checksum::None { "  (no checksum)" } else { "" }
+                    if r.checksum == Checksum::None { "  (no checksum)" } else { "" },
+                    if r.retention.is_none() {
+                        String::new()
+                    } else {
+                        format!("  ({})", retention_text(&r.retention))
+                    }
                 );
             }
             Err(e) => {
@@ -312,6 +368,360 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// A policy as JSON: each limit, or null.
+pub fn retention_json(p: &Retention) -> serde_json::Value {
+    json!({
+        "max_age_seconds": p.max_age.map(|d| d.as_secs_f64()),
+        "max_bytes": p.max_bytes,
+        "max_segments": p.max_segments,
+    })
+}
+
+/// A policy for people: "keep 7d, 1.0 GiB, 8 segments", or "keep everything".
+pub fn retention_text(p: &Retention) -> String {
+    if p.is_none() {
+        return "keep everything".into();
+    }
+    let mut parts = Vec::new();
+    if let Some(age) = p.max_age {
+        parts.push(format!("{} s", age.as_secs_f64()));
+    }
+    if let Some(bytes) = p.max_bytes {
+        parts.push(human_bytes(bytes as f64));
+    }
+    if let Some(n) = p.max_segments {
+        parts.push(format!("{n} segments"));
+    }
+    format!("keep {}", parts.join(", "))
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum JournalCommand {
+    /// Remove a recording's segments wholly below the one holding POSITION; the recording then
+    /// starts at the first message start of what is kept.
+    Purge {
+        #[command(flatten)]
+        at: Target,
+        /// Keep the segment holding this position and everything after it.
+        #[arg(long, value_name = "POSITION")]
+        to: i64,
+    },
+    /// Move a recording's start past its segments wholly below POSITION, keeping their files.
+    Detach {
+        #[command(flatten)]
+        at: Target,
+        /// Keep the segment holding this position and everything after it.
+        #[arg(long, value_name = "POSITION")]
+        to: i64,
+    },
+    /// Take a recording's detached segment files back (the run of them just below its start).
+    Attach {
+        #[command(flatten)]
+        at: Target,
+    },
+    /// Remove a recording's detached segment files.
+    DeleteDetached {
+        #[command(flatten)]
+        at: Target,
+    },
+    /// Cut a stopped recording at POSITION (where a message starts): what follows is removed.
+    Truncate {
+        #[command(flatten)]
+        at: Target,
+        /// The new stop position.
+        #[arg(long, value_name = "POSITION")]
+        at_position: i64,
+    },
+    /// Delete a recording: its files, then its catalog record.
+    Delete {
+        #[command(flatten)]
+        at: Target,
+    },
+    /// Show the journal's retention policy, set it, or apply the policies once (--apply).
+    Retention {
+        /// Journal directory.
+        #[arg(long, value_name = "DIR")]
+        journal: PathBuf,
+        #[command(flatten)]
+        retain: RetainArgs,
+        /// Set the policy to keep everything.
+        #[arg(long)]
+        none: bool,
+        /// Apply every policy (the journal's and its recordings') once, now.
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A recording of a journal, for the operations.
+#[derive(Args, Debug)]
+pub struct Target {
+    /// Journal directory.
+    #[arg(long, value_name = "DIR")]
+    journal: PathBuf,
+    /// Recording id (see `shmlog recordings`).
+    id: u32,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `shmlog journal ...`: one operation, then what it did.
+pub fn journal_command(c: &JournalCommand) -> Result<(), String> {
+    let (target, what, done) = match c {
+        JournalCommand::Purge { at, to } => (at, "purged", journal::purge(&at.journal, at.id, *to)),
+        JournalCommand::Detach { at, to } => (at, "detached", journal::detach(&at.journal, at.id, *to)),
+        JournalCommand::Attach { at } => (at, "attached", journal::attach(&at.journal, at.id)),
+        JournalCommand::DeleteDetached { at } => {
+            (at, "deleted detached", journal::delete_detached(&at.journal, at.id))
+        }
+        JournalCommand::Truncate { at, at_position } => {
+            (at, "truncated", journal::truncate(&at.journal, at.id, *at_position))
+        }
+        JournalCommand::Delete { at } => (at, "deleted", journal::delete_recording(&at.journal, at.id)),
+        JournalCommand::Retention { journal: dir, retain, none, apply, json } => {
+            return retention_command(dir, retain, *none, *apply, *json).map_err(|e| e.to_string());
+        }
+    };
+    let done = done.map_err(|e| e.to_string())?;
+    let r = journal::recording(&target.journal, target.id).ok();
+    if target.json {
+        println!(
+            "{}",
+            json!({
+                "id": target.id,
+                "done": what,
+                "start_position": r.as_ref().map(|r| r.start_position),
+                "stop_position": r.as_ref().map(|r| r.stop_position),
+                "files_removed": done.files_removed,
+                "bytes_removed": done.bytes_removed,
+            })
+        );
+    } else {
+        match r {
+            Some(r) => println!(
+                "recording {}: {what}; it holds {}..{} now; {} file(s), {} removed",
+                target.id,
+                r.start_position,
+                r.stop_position,
+                done.files_removed,
+                human_bytes(done.bytes_removed as f64)
+            ),
+            None => println!(
+                "recording {}: {what}; {} file(s), {} removed",
+                target.id,
+                done.files_removed,
+                human_bytes(done.bytes_removed as f64)
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn retention_command(
+    dir: &Path,
+    retain: &RetainArgs,
+    none: bool,
+    apply: bool,
+    as_json: bool,
+) -> Result<(), Error> {
+    let asked = retain
+        .policy()
+        .map_err(|_| Error::InvalidConfig("--retain-age must be a positive number of seconds"))?;
+    if none || !asked.is_none() {
+        journal::set_journal_retention(dir, asked)?;
+    }
+    let applied = if apply { Some(journal::apply_retention(dir)?) } else { None };
+    let policy = journal::journal_retention(dir)?;
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "journal": dir.display().to_string(),
+                "retention": retention_json(&policy),
+                "applied": applied.map(|a| json!({
+                    "files_removed": a.files_removed,
+                    "bytes_removed": a.bytes_removed,
+                    "recordings_deleted": a.recordings_deleted,
+                })),
+            })
+        );
+    } else {
+        println!("journal {}: {}", dir.display(), retention_text(&policy));
+        if let Some(a) = applied {
+            println!(
+                "applied: {} file(s), {} removed, {} recording(s) deleted",
+                a.files_removed,
+                human_bytes(a.bytes_removed as f64),
+                a.recordings_deleted
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What `shmlog stat --journal DIR` shows of a journal: its size on disk, its streams' oldest
+/// and newest positions, its retention, and its durable readers.
+#[derive(Debug)]
+pub struct Summary {
+    pub dir: PathBuf,
+    /// Bytes its files take on disk, and its segment files.
+    pub disk_bytes: u64,
+    pub segments: usize,
+    pub retention: Retention,
+    pub streams: Vec<StreamSummary>,
+    pub readers: Vec<journal::DurableReaderInfo>,
+    pub problems: Vec<String>,
+}
+
+/// One stream's recordings in a journal.
+#[derive(Debug)]
+pub struct StreamSummary {
+    pub stream: String,
+    pub recordings: usize,
+    /// The oldest position kept (recording id, position) and the newest.
+    pub oldest: (u32, i64),
+    pub newest: (u32, i64),
+    /// Stream bytes its recordings hold.
+    pub bytes: i64,
+    /// `true` if one is being recorded.
+    pub recording: bool,
+}
+
+pub fn summary(dir: &Path) -> Result<Summary, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let (mut disk_bytes, mut segments) = (0, 0);
+    for entry in
+        std::fs::read_dir(dir).map_err(|e| Error::Io { op: "list journal", path: dir.into(), source: e })?
+    {
+        let Ok(entry) = entry else { continue };
+        if let Ok(meta) = entry.metadata() {
+            disk_bytes += meta.blocks() * 512;
+            segments += usize::from(entry.file_name().to_string_lossy().ends_with(".seg"));
+        }
+    }
+    let mut streams: Vec<StreamSummary> = Vec::new();
+    let mut problems = Vec::new();
+    for r in journal::recordings(dir)? {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                problems.push(e.to_string());
+                continue;
+            }
+        };
+        let live = r.state == RecordingState::Recording;
+        match streams.iter_mut().find(|s| s.stream == r.stream) {
+            Some(s) => {
+                s.recordings += 1;
+                s.newest = (r.id, r.stop_position);
+                s.bytes += r.length();
+                s.recording |= live;
+            }
+            None => streams.push(StreamSummary {
+                stream: r.stream.clone(),
+                recordings: 1,
+                oldest: (r.id, r.start_position),
+                newest: (r.id, r.stop_position),
+                bytes: r.length(),
+                recording: live,
+            }),
+        }
+    }
+    Ok(Summary {
+        dir: dir.into(),
+        disk_bytes,
+        segments,
+        retention: journal::journal_retention(dir)?,
+        streams,
+        readers: journal::durable_readers(dir)?,
+        problems,
+    })
+}
+
+/// A durable reader's lag behind its stream's newest recorded position, in bytes, when it reads
+/// the newest recording (otherwise it is recordings behind: `None`).
+pub fn reader_lag(s: &Summary, r: &journal::DurableReaderInfo) -> Option<i64> {
+    let newest = s.streams.iter().find(|x| x.stream == r.stream)?.newest;
+    match r.position {
+        Some((id, position)) if id == newest.0 => Some(newest.1 - position),
+        _ => None,
+    }
+}
+
+pub fn summary_text(s: &Summary) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "
+journal {}: {} on disk, {} segment file(s), {}",
+        s.dir.display(),
+        human_bytes(s.disk_bytes as f64),
+        s.segments,
+        retention_text(&s.retention)
+    );
+    for st in &s.streams {
+        let _ = writeln!(
+            t,
+            "  stream {:<20} {} recording(s){}, {} held, oldest {} @ {}, newest {} @ {}",
+            st.stream,
+            st.recordings,
+            if st.recording { " (recording)" } else { "" },
+            human_bytes(st.bytes as f64),
+            st.oldest.0,
+            st.oldest.1,
+            st.newest.0,
+            st.newest.1
+        );
+    }
+    for r in &s.readers {
+        let _ = writeln!(
+            t,
+            "  durable reader {:<12} of {:<16} {} {}{}",
+            r.name,
+            r.stream,
+            r.position.map_or("nothing read".into(), |(id, p)| format!("at {id} @ {p}")),
+            reader_lag(s, r).map_or(String::new(), |lag| format!("lag {} ", human_bytes(lag as f64))),
+            if r.alive { "(live)" } else { "(stopped)" }
+        );
+    }
+    for p in &s.problems {
+        let _ = writeln!(t, "  PROBLEM     {p}");
+    }
+    t
+}
+
+pub fn summary_json(s: &Summary) -> serde_json::Value {
+    json!({
+        "journal": s.dir.display().to_string(),
+        "disk_bytes": s.disk_bytes,
+        "segment_files": s.segments,
+        "retention": retention_json(&s.retention),
+        "streams": s.streams.iter().map(|st| json!({
+            "stream": st.stream,
+            "recordings": st.recordings,
+            "recording": st.recording,
+            "bytes": st.bytes,
+            "oldest": { "recording": st.oldest.0, "position": st.oldest.1 },
+            "newest": { "recording": st.newest.0, "position": st.newest.1 },
+        })).collect::<Vec<_>>(),
+        "durable_readers": s.readers.iter().map(|r| json!({
+            "name": r.name,
+            "stream": r.stream,
+            "recording": r.position.map(|p| p.0),
+            "position": r.position.map(|p| p.1),
+            "lag_bytes": reader_lag(s, r),
+            "updated_unix_ns": r.updated_unix_ns,
+            "alive": r.alive,
+        })).collect::<Vec<_>>(),
+        "problems": s.problems,
+    })
 }
 
 fn human_bytes(b: f64) -> String {

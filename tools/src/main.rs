@@ -6,9 +6,13 @@
 
 #[cfg(feature = "bridge")]
 mod bridge;
+mod clean;
 mod histogram;
 mod journal;
 mod latency;
+mod metrics;
+mod openmetrics;
+mod serve;
 mod stat;
 mod sys;
 
@@ -28,14 +32,23 @@ struct Cli {
 enum Command {
     /// Show every stream of a directory: publisher, position, limit, counters, readers and lag.
     Stat {
-        #[command(flatten)]
-        dir: DirArg,
+        /// Directory of the streams (repeatable, except with --json) [default: $SHMLOG_DIR, else
+        /// /dev/shm/shmlog-<uid>]
+        #[arg(long, value_name = "DIR")]
+        dir: Vec<PathBuf>,
         /// Print again every SECS seconds, with rates (MB/s, back-pressure events/s), until Ctrl-C.
         #[arg(long, value_name = "SECS")]
         watch: Option<f64>,
         /// Print JSON (one object per snapshot, one per line with --watch).
         #[arg(long)]
         json: bool,
+        /// Print every figure once in the OpenMetrics text format (what Prometheus scrapes).
+        #[arg(long, conflicts_with_all = ["json", "watch"])]
+        openmetrics: bool,
+        /// Show this journal directory too: size, oldest and newest positions, retention,
+        /// durable readers (repeatable).
+        #[arg(long, value_name = "DIR")]
+        journal: Vec<PathBuf>,
     },
     /// Remove files of streams whose publisher is dead and that no live reader uses.
     Clean {
@@ -59,6 +72,11 @@ enum Command {
     #[cfg(feature = "bridge")]
     #[command(subcommand)]
     Bridge(BridgeCommand),
+    /// Purge, detach, attach, truncate or delete a journal's recordings, or set its retention.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
+    /// Serve every `stat` figure to Prometheus: OpenMetrics over HTTP at /metrics, until Ctrl-C.
+    ServeMetrics(serve::ServeArgs),
     /// List the recordings of a journal directory: streams, positions, sizes, rates, states.
     Recordings {
         /// Journal directory.
@@ -84,6 +102,15 @@ struct DirArg {
     /// Directory of the streams [default: $SHMLOG_DIR, else /dev/shm/shmlog-<uid>]
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+}
+
+/// The directories given, or the default one.
+fn dirs_or_default(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    if dirs.is_empty() {
+        vec![shmlog::default_dir()]
+    } else {
+        dirs
+    }
 }
 
 impl DirArg {
@@ -181,20 +208,27 @@ fn run(cli: Cli) -> Result<(), String> {
     sys::install_stop_handler();
     sys::default_sigpipe();
     match cli.command {
-        Command::Stat { dir, watch, json } => {
+        Command::Stat { dir, watch, json, openmetrics, journal } => {
             if watch.is_some_and(|w| !(w > 0.0 && w.is_finite())) {
                 return Err("--watch must be a positive number of seconds".into());
             }
-            stat::run(&dir.path(), watch, json).map_err(|e| e.to_string())
+            let format = match (json, openmetrics) {
+                (true, _) => stat::Format::Json,
+                (_, true) => stat::Format::OpenMetrics,
+                _ => stat::Format::Text,
+            };
+            stat::run(&dirs_or_default(dir), watch, format, &journal)
         }
+        Command::ServeMetrics(args) => serve::run(&args),
         Command::Clean { dir, dry_run, json } => {
-            stat::clean(&dir.path(), dry_run, json).map_err(|e| e.to_string())
+            clean::run(&dir.path(), dry_run, json).map_err(|e| e.to_string())
         }
         #[cfg(feature = "bridge")]
         Command::Bridge(BridgeCommand::Out(args)) => bridge::out(&args),
         #[cfg(feature = "bridge")]
         Command::Bridge(BridgeCommand::In(args)) => bridge::inbound(&args),
-        Command::Record(args) => journal::record(&args).map_err(|e| e.to_string()),
+        Command::Record(args) => journal::record(&args),
+        Command::Journal(cmd) => journal::journal_command(&cmd),
         Command::Replay(args) => journal::replay(&args),
         Command::Recordings { journal, json } => {
             journal::recordings(&journal, json).map_err(|e| e.to_string())

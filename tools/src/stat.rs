@@ -1,5 +1,5 @@
-//! `shmlog stat` and `shmlog clean`: the inspection API (`shmlog::inspect` for the streams'
-//! files, `shmlog_bridge::status` for the bridges' status files), printed for people or as JSON.
+//! `shmlog stat`: the inspection API (`shmlog::inspect` for the streams' files,
+//! `shmlog_bridge::status` for the bridges' status files), printed for people or as JSON.
 
 use crate::sys::stop_requested;
 use serde_json::{json, Value};
@@ -105,20 +105,57 @@ impl Previous {
     }
 }
 
-/// `shmlog stat`: prints every stream once, or every `watch` seconds until Ctrl-C.
-pub fn run(dir: &Path, watch: Option<f64>, as_json: bool) -> Result<(), shmlog::Error> {
-    let mut previous = Previous::default();
+/// How `stat` prints a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// For people.
+    Text,
+    /// One JSON object per snapshot.
+    Json,
+    /// The OpenMetrics text format, once (`metrics.rs`).
+    OpenMetrics,
+}
+
+/// `shmlog stat`: prints every stream of each directory once, or every `watch` seconds until
+/// Ctrl-C.
+pub fn run(dirs: &[PathBuf], watch: Option<f64>, format: Format, journals: &[PathBuf]) -> Result<(), String> {
+    match format {
+        Format::OpenMetrics => return crate::metrics::print_once(dirs, journals),
+        Format::Json if dirs.len() > 1 => {
+            return Err("--json shows one --dir (run it once per directory, or use --openmetrics)".into())
+        }
+        _ => {}
+    }
+    let mut previous: Vec<Previous> = dirs.iter().map(|_| Previous::default()).collect();
     let started = Instant::now();
     loop {
-        let list = streams(dir)?;
-        let rates = previous.update(&list, Instant::now());
-        if as_json {
-            println!("{}", stat_json(dir, &list, rates.as_ref()));
-        } else {
-            if watch.is_some() {
-                println!("--- {:.1} s ---", started.elapsed().as_secs_f64());
+        let summaries = journals
+            .iter()
+            .map(|j| crate::journal::summary(j))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        if format == Format::Text && watch.is_some() {
+            println!("--- {:.1} s ---", started.elapsed().as_secs_f64());
+        }
+        for (i, (dir, previous)) in dirs.iter().zip(&mut previous).enumerate() {
+            if i > 0 && format == Format::Text {
+                println!();
             }
-            print!("{}", stat_text(dir, &list, rates.as_ref()));
+            let list = streams(dir).map_err(|e| e.to_string())?;
+            let rates = previous.update(&list, Instant::now());
+            if format == Format::Json {
+                let mut doc: Value =
+                    serde_json::from_str(&stat_json(dir, &list, rates.as_ref())).unwrap_or(Value::Null);
+                doc["journals"] = summaries.iter().map(crate::journal::summary_json).collect();
+                println!("{doc}");
+            } else {
+                print!("{}", stat_text(dir, &list, rates.as_ref()));
+            }
+        }
+        if format == Format::Text {
+            for s in &summaries {
+                print!("{}", crate::journal::summary_text(s));
+            }
         }
         let Some(period) = watch else { return Ok(()) };
         let until = Instant::now() + Duration::from_secs_f64(period.max(0.05));
@@ -533,85 +570,6 @@ fn reader_json(r: &ReaderInfo, rate: Option<f64>) -> Value {
         "lost_bytes": r.lost_bytes,
         "bytes_per_sec": rate,
     })
-}
-
-/// What `shmlog clean` did: the core's report on the streams' files and the bridges' files,
-/// one row (path, why) each.
-#[derive(Debug, Default)]
-pub struct Cleaned {
-    pub dry_run: bool,
-    pub removed: Vec<(PathBuf, String)>,
-    pub kept: Vec<(PathBuf, String)>,
-}
-
-/// `inspect::clean` for the streams' files, then `status::clean` for the bridges' (which the
-/// core lists as not its own: those rows give way to the bridge's).
-pub fn clean_dir(dir: &Path, dry_run: bool) -> Result<Cleaned, shmlog::Error> {
-    let report = inspect::clean(dir, dry_run)?;
-    let bridges = status::clean(dir, dry_run).map_err(|source| shmlog::Error::Io {
-        op: "read directory",
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let bridge_file = |path: &Path| {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        status::parse_file_name(name).or_else(|| status::parse_resume_name(name)).is_some()
-    };
-    let row = |e: &inspect::CleanEntry| (e.path.clone(), e.reason.to_string());
-    let mut out = Cleaned {
-        dry_run,
-        removed: report.removed.iter().map(row).collect(),
-        kept: report
-            .kept
-            .iter()
-            .filter(|e| !(e.reason == inspect::CleanReason::NotOurs && bridge_file(&e.path)))
-            .map(row)
-            .collect(),
-    };
-    for b in bridges {
-        let list = if b.removed { &mut out.removed } else { &mut out.kept };
-        list.push((b.path.clone(), b.to_string()));
-    }
-    Ok(out)
-}
-
-/// `shmlog clean`.
-pub fn clean(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Error> {
-    let report = clean_dir(dir, dry_run)?;
-    if as_json {
-        println!("{}", clean_json(&report));
-    } else {
-        print!("{}", clean_text(&report));
-    }
-    Ok(())
-}
-
-pub fn clean_text(report: &Cleaned) -> String {
-    let mut s = String::new();
-    let verb = if report.dry_run { "would remove" } else { "removed" };
-    for (path, why) in &report.removed {
-        let _ = writeln!(s, "{verb:<12} {}: {why}", path.display());
-    }
-    for (path, why) in &report.kept {
-        let _ = writeln!(s, "{:<12} {}: {why}", "kept", path.display());
-    }
-    let n = report.removed.len();
-    let _ = writeln!(
-        s,
-        "{n} file{} {}, {} kept",
-        if n == 1 { "" } else { "s" },
-        if report.dry_run { "would be removed (dry run)" } else { "removed" },
-        report.kept.len()
-    );
-    s
-}
-
-fn clean_json(report: &Cleaned) -> String {
-    let entries = |list: &[(PathBuf, String)]| -> Vec<Value> {
-        list.iter().map(|(path, why)| json!({ "path": path.display().to_string(), "reason": why })).collect()
-    };
-    json!({ "dry_run": report.dry_run, "removed": entries(&report.removed), "kept": entries(&report.kept) })
-        .to_string()
 }
 
 #[cfg(test)]

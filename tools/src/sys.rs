@@ -1,5 +1,5 @@
-//! The two system calls the tool needs beyond the library: the monotonic clock shared by all
-//! processes of a host, and a Ctrl-C flag.
+//! The system calls the tool needs beyond the library and std: the monotonic clock shared by
+//! all processes of a host, a Ctrl-C flag, and a bounded wait for a listening socket.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -52,6 +52,19 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
+/// Waits until `fd` is readable (a listening socket: a connection is waiting), `timeout`
+/// passes, or a signal arrives (Ctrl-C: the caller looks at [`stop_requested`]). `true` if
+/// readable (or in error: the caller's next call on it says which).
+pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `p` is one valid, writable pollfd for the duration of the call (count 1); the
+    // borrowed descriptor stays open while it is borrowed. poll(2) only writes `revents`.
+    let rc = unsafe { libc::poll(&mut p, 1, ms) };
+    rc > 0
+}
+
 /// The flag the stop handler sets, for loops that take one.
 #[cfg(feature = "bridge")]
 pub fn stop_flag() -> &'static AtomicBool {
@@ -61,6 +74,16 @@ pub fn stop_flag() -> &'static AtomicBool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_readable_sees_a_waiting_connection_and_times_out_without_one() {
+        use std::os::fd::AsFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let short = std::time::Duration::from_millis(10);
+        assert!(!wait_readable(listener.as_fd(), short));
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(wait_readable(listener.as_fd(), std::time::Duration::from_secs(10)));
+    }
 
     #[test]
     fn monotonic_clock_moves_forward() {

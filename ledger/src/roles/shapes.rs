@@ -186,6 +186,8 @@ fn blocking(ctx: &Ctx, mut sub: Subscription, mut t: Tracker) -> i32 {
             Polled::Closed => back_off(asm.delegate_mut().closed()),
             Polled::Fault(why) => back_off(asm.delegate_mut().fault(why)),
             Polled::Fragments(_) | Polled::TimedOut => {}
+            // An outcome this ledger does not know of: a fault nobody caused fails the run.
+            _ => back_off(asm.delegate_mut().fault("unknown poll_blocking outcome")),
         }
     }
     finish(asm.delegate_mut())
@@ -210,6 +212,7 @@ fn receiver(ctx: &Ctx, sub: Subscription, mut t: Tracker, iterate: bool) -> i32 
             Err(RecvError::Lost(l)) => t.loss(&l),
             Err(RecvError::Fault(why)) => back_off(t.fault(why)),
             Err(RecvError::Decode(e)) => match e {},
+            Err(_) => back_off(t.fault("unknown receive outcome")),
         }
     }
     finish(&mut t)
@@ -250,6 +253,7 @@ fn asynchronous(ctx: &Ctx, sub: Subscription, mut t: Tracker, stream: bool) -> i
                 Err(RecvError::Lost(l)) => t.loss(&l),
                 Err(RecvError::Fault(why)) => back_off(t.fault(why)),
                 Err(RecvError::Decode(e)) => match e {},
+                Err(_) => back_off(t.fault("unknown receive outcome")),
             }
         }
     });
