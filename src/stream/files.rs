@@ -185,8 +185,16 @@ pub fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
     Ok(OwnedLog { file, path, log })
 }
 
+/// Refusals of the old log's publisher lock, a millisecond apart, after which its publisher is
+/// taken to be alive.
+const TAKEN_AFTER_REFUSALS: u32 = 20;
+
 /// Makes the initialised file at `tmp` visible at `path`, replacing only a stale log.
 fn publish(tmp: &Path, path: &Path) -> Result<(), Error> {
+    // A live publisher holds the old log's lock for its whole life; `clean` (deciding whether to
+    // remove it) and a creator replacing it hold it for moments. Look again for a while before
+    // calling the name taken (a clean in a loop made creation fail under load).
+    let mut refused = 0;
     for _ in 0..64 {
         match open_existing(path, true) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::hard_link(tmp, path) {
@@ -204,6 +212,11 @@ fn publish(tmp: &Path, path: &Path) -> Result<(), Error> {
                 if !lock::try_lock(&old, Kind::Exclusive, PUBLISHER_LOCK, 1)
                     .map_err(|e| Error::io("lock", path, e))?
                 {
+                    if refused < TAKEN_AFTER_REFUSALS {
+                        refused += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        continue;
+                    }
                     return Err(Error::AlreadyExists { path: path.into() });
                 }
                 if !looks_like_log(&old) {
@@ -456,7 +469,7 @@ pub fn open_readers<R: SlotsMapping>(
                 if at_least && slots.count() < count {
                     return Err(Error::ReaderSlots { path, slots: slots.count(), wanted: count });
                 }
-                return Ok((SlotFile { file, path }, slots));
+                return Ok((SlotFile::new(file, path), slots));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open reader slots", &path, e)),
@@ -471,10 +484,50 @@ pub fn open_readers<R: SlotsMapping>(
         let slots = Slots::open(region).map_err(|e| e.at(&tmp))?;
         lock::try_lock(&file, Kind::Shared, USER_LOCK, 1).map_err(|e| Error::io("lock", &tmp, e))?;
         match fs::hard_link(&tmp, &path) {
-            Ok(()) => return Ok((SlotFile { file, path }, slots)),
+            Ok(()) => return Ok((SlotFile::new(file, path), slots)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Error::io("publish reader slots", &path, e)),
         }
     }
     Err(Error::io("open reader slots", &path, io::Error::other("the file kept changing")))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::stream::liveness::lock_log_owners;
+    use crate::testing::TempDir;
+    use crate::{Error, Publication};
+
+    use std::sync::Barrier;
+
+    /// `clean` holds a stale log's owner locks while it decides; a publisher replacing that log
+    /// meanwhile waits it out instead of calling the name taken. A live publisher's name stays
+    /// taken.
+    #[test]
+    fn a_new_publisher_waits_out_a_cleaner_holding_the_stale_log() {
+        let tmp = TempDir::new("files");
+        let create = || Publication::builder("s").dir(tmp.path()).term_length(64 * 1024).create();
+        // A closed publisher's log, kept aside while it removes its name, then put back: stale.
+        let (log, kept) = (tmp.path().join("s.log"), tmp.path().join("kept"));
+        let first = create().unwrap();
+        std::fs::hard_link(&log, &kept).unwrap();
+        drop(first);
+        std::fs::rename(&kept, &log).unwrap();
+        let stale = std::fs::File::options().read(true).write(true).open(&log).unwrap();
+        assert!(lock_log_owners(&stale).unwrap(), "nobody holds a closed publisher's log");
+        let held = Barrier::new(2);
+        let publication = std::thread::scope(|s| {
+            s.spawn(|| {
+                held.wait();
+                // What a cleaner's look at the slots costs under load; then it lets go.
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                drop(stale);
+            });
+            held.wait();
+            create()
+        });
+        let publication = publication.expect("the stale log is replaced once the cleaner lets go");
+        assert!(matches!(create(), Err(Error::AlreadyExists { .. })), "a live publisher's name is taken");
+        drop(publication);
+    }
 }
