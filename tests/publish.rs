@@ -163,27 +163,35 @@ fn every_sleeping_concurrent_writer_wakes_when_the_reader_moves() {
     }
 }
 
-/// An `AsyncSender` over a concurrent writer awaits room like one over the exclusive publication.
+/// An `AsyncSender` over a concurrent writer awaits room like one over the exclusive publication,
+/// through the waiter thread (made outside a runtime) and in a tokio reactor (made inside one).
 #[test]
 fn an_async_sender_over_a_concurrent_writer_awaits_room() {
-    let dir = ShmDir::new("publish-async");
-    let mut rx = Receiver::new(reader(&dir, "s"), Bytes);
-    let mut p = writer(&dir, "s");
-    p.wait_connected(T20).unwrap();
-    let count = 200u64; // 32 messages of 1000 bytes fill the window
-    let sender = std::thread::spawn(move || {
-        let mut tx = AsyncSender::new(Sender::new(p, Bytes)).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        runtime.block_on(async {
-            for seq in 0..count {
-                tx.send(&message(0, seq, 1000)).await.unwrap();
-            }
+    for in_reactor in [false, true] {
+        let dir = ShmDir::new("publish-async");
+        let mut rx = Receiver::new(reader(&dir, "s"), Bytes);
+        let mut p = writer(&dir, "s");
+        p.wait_connected(T20).unwrap();
+        let count = 200u64; // 32 messages of 1000 bytes fill the window
+        let sender = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let mut tx = if in_reactor {
+                runtime.block_on(async { AsyncSender::new(Sender::new(p, Bytes)) }).unwrap()
+            } else {
+                AsyncSender::new(Sender::new(p, Bytes)).unwrap()
+            };
+            assert_eq!(tx.in_reactor(), in_reactor);
+            runtime.block_on(async {
+                for seq in 0..count {
+                    tx.send(&message(0, seq, 1000)).await.unwrap();
+                }
+            });
+            tx.into_inner().into_publication()
         });
-        tx.into_inner().into_publication()
-    });
-    for seq in 0..count {
-        let m = rx.recv_timeout(T20).unwrap();
-        assert_eq!(m, message(0, seq, 1000));
+        for seq in 0..count {
+            let m = rx.recv_timeout(T20).unwrap();
+            assert_eq!(m, message(0, seq, 1000));
+        }
+        drop(sender.join().unwrap());
     }
-    drop(sender.join().unwrap());
 }
