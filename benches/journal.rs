@@ -21,13 +21,24 @@
 //!   the same journal at 50 MB/s meanwhile: its longest `poll` (and p99) over one second with a
 //!   purge of 1 GiB in it, against the same second without.
 //!
+//! - `persistent/catch_up`: a persistent subscription whose durable position is a backlog behind
+//!   (the bytes a publisher of 1 KiB messages at 20 MB/s makes in 10 s: 200 MB) resumes, catches
+//!   up from the journal while the publisher keeps going at that rate, and merges into the live
+//!   stream: bytes of messages delivered a second until merged, against the publisher's rate
+//!   (goal >= 5x) and against replaying the same recording by hand (`Replay`, which never
+//!   merges: what a user would do instead).
+//! - `persistent/publisher`: a publisher's streaming rate (64-byte messages, one second) with a
+//!   tethered recorder as its reader, alone; with a slow persistent subscription (64 fragments
+//!   a millisecond) lapped by it beside; and with a slow tethered subscription instead (what a
+//!   user would do instead to lose nothing). Goal: >= 0.95x with the persistent one.
+//!
 //! Journals go to `$SHMLOG_BENCH_DISK` or the temp dir (a real disk, not `/dev/shm`).
 
 mod support;
 
 use criterion::Criterion;
-use shmlog::journal::{Checksum, Fsync, Recorder, Replay};
-use shmlog::{Header, Publication};
+use shmlog::journal::{Checksum, DurableReader, Fsync, PersistentSubscription, Recorder, Replay};
+use shmlog::{Header, Publication, Subscription};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -628,6 +639,214 @@ fn purge_lanes(args: &Args) {
     );
 }
 
+/// Starts a recorder of stream `name` on a thread of its own (tethered, polling in a loop);
+/// returns it once it has joined `p`'s session, and the flag that stops it.
+fn recorder_thread(
+    name: &str,
+    shm: &Path,
+    disk: &Path,
+    p: &mut Publication,
+) -> (std::thread::JoinHandle<()>, Arc<AtomicBool>) {
+    let mut recorder = Recorder::builder(name, disk).stream_dir(shm).segment_length(SEGMENT).start().unwrap();
+    connect(&mut recorder, p);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            if recorder.poll().unwrap() == 0 {
+                recorder.wait(Duration::from_micros(100));
+            }
+        }
+        recorder.stop().unwrap();
+    });
+    (thread, stop)
+}
+
+/// Publishes 1 KiB messages at `mbps` MB/s (a batch every millisecond) until `stop`.
+fn paced(mut p: Publication, mbps: f64, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Publication> {
+    std::thread::spawn(move || {
+        let msg = [5u8; 1024];
+        let per_ms = (mbps * 1e6 / 1024.0 / 1000.0).round() as u64;
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let due = (start.elapsed().as_secs_f64() * 1000.0) as u64 * per_ms;
+            while sent < due {
+                offer_spin(&mut p, &msg);
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        p
+    })
+}
+
+/// One catch-up: a backlog of `backlog` bytes recorded, then a persistent subscription resumed
+/// at its start while a publisher goes on at `mbps`; returns the MB/s of messages it delivered
+/// until it merged, and the MB/s of a plain replay of the same backlog.
+fn catch_up_round(backlog: u64, mbps: f64) -> (f64, f64) {
+    let (shm, disk) = (ShmDir::new("journal-pcu"), Disk::new("pcu"));
+    let mut p = Publication::builder("pcu").dir(shm.path()).term_length(16 << 20).create().unwrap();
+    let (recorder, stop_recorder) = recorder_thread("pcu", shm.path(), &disk.0, &mut p);
+    let msg = [5u8; 1024];
+    let mut end = 0;
+    for _ in 0..backlog / 1024 {
+        end = offer_spin(&mut p, &msg);
+    }
+    let id = loop {
+        let list = shmlog::journal::recordings(&disk.0).unwrap();
+        match list.first() {
+            Some(Ok(r)) if r.stop_position >= end => break r.id,
+            _ => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
+    // From here on the publisher goes on at its pace, for both readers.
+    let stop_publisher = Arc::new(AtomicBool::new(false));
+    let publisher = paced(p, mbps, stop_publisher.clone());
+    let by_hand = {
+        let mut replay = Replay::builder(&disk.0, id).to(end).open().unwrap();
+        let mut bytes = 0u64;
+        let start = Instant::now();
+        while !replay.is_done() {
+            replay.poll(|m: &[u8], _: &Header| bytes += m.len() as u64, 1024).unwrap();
+        }
+        bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+    };
+    DurableReader::register(&disk.0, "bench", "pcu").unwrap().store(id, 0);
+    let start = Instant::now();
+    let mut sub = PersistentSubscription::builder(&disk.0, "bench")
+        .live(Subscription::builder("pcu").dir(shm.path()))
+        .open()
+        .unwrap();
+    let mut bytes = 0u64;
+    while !sub.is_live() {
+        sub.poll(|m: &[u8], _: &Header| bytes += m.len() as u64, 1024).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(60), "the persistent subscription never merged");
+    }
+    let rate = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+    stop_publisher.store(true, Ordering::Relaxed);
+    drop(publisher.join().unwrap());
+    stop_recorder.store(true, Ordering::Relaxed);
+    recorder.join().unwrap();
+    (rate, by_hand)
+}
+
+/// Who reads beside the recorder in a `publisher_round`.
+#[derive(Clone, Copy)]
+enum Beside {
+    Nobody,
+    Persistent,
+    SlowTethered,
+}
+
+/// A publisher's rate of 64-byte messages over `secs`, a tethered recorder reading, and beside
+/// it a slow reader (64 fragments a millisecond) of the kind `beside` says; msgs/s.
+fn publisher_round(secs: f64, beside: Beside) -> f64 {
+    let (shm, disk) = (ShmDir::new("journal-ppub"), Disk::new("ppub"));
+    let mut p = Publication::builder("ppub").dir(shm.path()).term_length(16 << 20).create().unwrap();
+    let (recorder, stop_recorder) = recorder_thread("ppub", shm.path(), &disk.0, &mut p);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (shm, journal, stop) = (shm.path().to_path_buf(), disk.0.clone(), stop.clone());
+        let slow = move |mut poll: Box<dyn FnMut() -> usize>| {
+            while !stop.load(Ordering::Relaxed) {
+                poll();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        match beside {
+            Beside::Nobody => None,
+            Beside::Persistent => {
+                let mut sub = PersistentSubscription::builder(&journal, "slow")
+                    .live(Subscription::builder("ppub").dir(&shm))
+                    .open()
+                    .unwrap();
+                Some(std::thread::spawn(move || {
+                    slow(Box::new(move || sub.poll(|_: &[u8], _: &Header| {}, 64).unwrap()))
+                }))
+            }
+            Beside::SlowTethered => {
+                let mut sub = Subscription::builder("ppub").dir(&shm).open().unwrap();
+                Some(std::thread::spawn(move || {
+                    slow(Box::new(move || sub.poll(|_: &[u8], _: &Header| {}, 64)))
+                }))
+            }
+        }
+    };
+    let msg = [3u8; 64];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        for _ in 0..1000 {
+            offer_spin(&mut p, &msg);
+        }
+        n += 1000;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    if let Some(r) = reader {
+        r.join().unwrap();
+    }
+    stop_recorder.store(true, Ordering::Relaxed);
+    recorder.join().unwrap();
+    rate
+}
+
+fn persistent_lanes(args: &Args) {
+    if args.wants("journal/persistent/catch_up") {
+        // 10 s of a 20 MB/s publisher behind.
+        let (backlog, mbps) = if args.test { (8 << 20, 20.0) } else { (200_000_000, 20.0) };
+        let (mut rates, mut by_hand, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.n(3, 1) {
+            settle();
+            let (rate, hand) = catch_up_round(backlog, mbps);
+            rates.push(rate);
+            by_hand.push(hand);
+            ratios.push(rate / hand);
+        }
+        let (rate, hand, q) = (median(&mut rates), median(&mut by_hand), median(&mut ratios));
+        eprintln!(
+            "[{B}] journal/persistent/catch_up: {rate:.0} MB/s of messages until merged, {:.1}x the publisher's \
+             {mbps} MB/s (goal >= 5x); a plain replay of the backlog {hand:.0} MB/s (ratio {q:.2})",
+            rate / mbps
+        );
+        support::record(
+            B,
+            "journal/persistent/catch_up",
+            &[("catch_up_mbps", rate), ("publisher_mbps", mbps), ("replay_mbps", hand), ("ratio_replay", q)],
+            &[],
+        );
+    }
+    if args.wants("journal/persistent/publisher") {
+        let secs = if args.test { 0.1 } else { 1.0 };
+        let [alone, persistent, tethered, q, qt] = alternate3(
+            args.n(5, 1),
+            || publisher_round(secs, Beside::Nobody),
+            || publisher_round(secs, Beside::Persistent),
+            || publisher_round(secs, Beside::SlowTethered),
+        );
+        eprintln!(
+            "[{B}] journal/persistent/publisher: {:.2} M msgs/s (64 B) with a recorder; {:.2} M with a slow persistent \
+             subscription beside (ratio {q:.2}, goal >= 0.95); {:.3} M with a slow tethered one instead (ratio {qt:.3})",
+            alone / 1e6,
+            persistent / 1e6,
+            tethered / 1e6
+        );
+        support::record(
+            B,
+            "journal/persistent/publisher",
+            &[
+                ("alone_msgs_per_s", alone),
+                ("persistent_msgs_per_s", persistent),
+                ("tethered_msgs_per_s", tethered),
+                ("ratio", q),
+                ("ratio_tethered", qt),
+            ],
+            &[],
+        );
+    }
+}
+
 fn main() {
     let args = Args::parse();
     support::banner(B);
@@ -637,6 +856,8 @@ fn main() {
     replay_lanes(&args);
     settle();
     purge_lanes(&args);
+    settle();
+    persistent_lanes(&args);
     // Criterion's own report of the replay, for its statistics and baselines.
     let (_shm, disk, id, _) =
         record_stream(if args.test { 1 << 20 } else { 32 << 20 }, Fsync::Never, Checksum::Crc32c);

@@ -9,7 +9,11 @@
 //! - `shmlog-yielding`: `poll` with `Yielding` (a core per reader while it can get one);
 //! - `shmlog-untethered`: as `shmlog-blocking`, through untethered subscriptions (the publisher
 //!   never waits for them; `lost` counts what they missed, each in a loss report);
+//! - `shmlog-async`:    `AsyncReceiver::recv().await` on a current-thread tokio runtime (it sleeps
+//!   through the process's waiter thread: two wake-ups per message);
 //! - `udp-multicast`:   blocking `recv` on a socket joined to 239.255.0.1 on 127.0.0.1;
+//! - `tokio-udp`:       the same socket as a tokio `UdpSocket`, `recv().await` on a current-thread
+//!   runtime: what an async service fanning out over UDP multicast does;
 //! - `futex-floor`:     a bare shared futex word the publisher bumps and wakes (`FUTEX_WAKE`, all
 //!   waiters) after writing the timestamp: what any kernel wake-up costs here, the floor.
 //!
@@ -35,7 +39,8 @@ mod futex;
 
 use hdrhistogram::Histogram;
 use shmlog::{
-    Backoff, Bytes, Header, IdleStrategy, Publication, Receiver, RecvError, Subscription, Yielding,
+    AsyncReceiver, Backoff, Bytes, Header, IdleStrategy, Publication, Receiver, RecvError, Subscription,
+    Yielding,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -43,13 +48,15 @@ use std::os::fd::FromRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const LANES: [&str; 7] = [
+const LANES: [&str; 9] = [
     "shmlog-blocking",
     "shmlog-receiver",
+    "shmlog-async",
     "shmlog-backoff",
     "shmlog-yielding",
     "shmlog-untethered",
     "udp-multicast",
+    "tokio-udp",
     "futex-floor",
 ];
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 0, 1);
@@ -267,6 +274,43 @@ fn child(argv: &[String]) {
         std::io::stdout().flush().unwrap();
     };
     match lane.as_str() {
+        "tokio-udp" => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+            runtime.block_on(async {
+                let std_sock = udp_socket(port, true);
+                std_sock.set_nonblocking(true).unwrap();
+                let sock = tokio::net::UdpSocket::from_std(std_sock).unwrap();
+                ready();
+                let mut buf = [0u8; 64];
+                loop {
+                    let n = sock.recv(&mut buf).await.unwrap();
+                    let (seq, sent) = decode(&buf[..n]);
+                    if !on_message(seq, sent) {
+                        break;
+                    }
+                }
+            });
+        }
+        "shmlog-async" => {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
+            let mut rx = AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap();
+            ready();
+            runtime.block_on(async {
+                loop {
+                    match rx.recv().await {
+                        Ok(m) => {
+                            let (seq, sent) = decode(&m);
+                            if !on_message(seq, sent) {
+                                break;
+                            }
+                        }
+                        Err(RecvError::Closed) => break,
+                        Err(e) => panic!("async receiver: {e}"),
+                    }
+                }
+            });
+        }
         "udp-multicast" => {
             let sock = udp_socket(port, true);
             ready();
@@ -362,6 +406,8 @@ fn child(argv: &[String]) {
 struct Cell {
     pub_cores: f64,
     send_p50: f64,
+    send_mean: f64,
+    send_p99: f64,
     p50: f64,
     p99: f64,
     p999: f64,
@@ -408,7 +454,7 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
     if let Some(p) = &mut publication {
         p.wait_for_readers(n, Duration::from_secs(30)).unwrap();
     }
-    let udp = (lane == "udp-multicast").then(|| udp_socket(0, false));
+    let udp = lane.contains("udp").then(|| udp_socket(0, false));
     let target = SocketAddrV4::new(GROUP, port);
     let send = |p: &mut Option<Publication>, seq: u64| {
         let mut m = [0u8; 16];
@@ -448,7 +494,7 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
     let settle = Instant::now();
     loop {
         send(&mut publication, STOP);
-        if lane != "udp-multicast" || settle.elapsed() > Duration::from_millis(50) {
+        if !lane.contains("udp") || settle.elapsed() > Duration::from_millis(50) {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -479,6 +525,8 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
     Cell {
         pub_cores,
         send_p50: send_hist.value_at_quantile(0.5) as f64 / 1000.0,
+        send_mean: send_hist.mean() / 1000.0,
+        send_p99: send_hist.value_at_quantile(0.99) as f64 / 1000.0,
         p50: us(0.5),
         p99: us(0.99),
         p999: us(0.999),
@@ -509,18 +557,29 @@ fn main() {
     let mut a = parse_args();
     std::fs::create_dir_all(&a.dir).unwrap();
     let mut port = 40_000 + (std::process::id() % 10_000) as u16;
-    if a.lanes.iter().any(|l| l == "udp-multicast") && !multicast_works(port) {
+    if a.lanes.iter().any(|l| l.contains("udp")) && !multicast_works(port) {
         println!(
-            "udp-multicast SKIPPED: no multicast on loopback here (a route for 239.255.0.1 via lo is needed)"
+            "udp lanes SKIPPED: no multicast on loopback here (a route for 239.255.0.1 via lo is needed)"
         );
-        a.lanes.retain(|l| l != "udp-multicast");
+        a.lanes.retain(|l| !l.contains("udp"));
     }
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!("lowrate: one publisher, N subscriber processes, {} s per cell, {cores} cores", a.seconds);
     println!("one-way latency in µs (pooled over subscribers) and the subscribers' CPU in cores");
     println!(
-        "{:<7} {:>3}  {:<16} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>6}",
-        "rate", "N", "lane", "p50", "p99", "p99.9", "cpu", "pub cpu", "send p50", "lost"
+        "{:<7} {:>3}  {:<19} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>9} {:>9} {:>6}",
+        "rate",
+        "N",
+        "lane",
+        "p50",
+        "p99",
+        "p99.9",
+        "cpu",
+        "pub cpu",
+        "send p50",
+        "send mean",
+        "send p99",
+        "lost"
     );
     for &rate in &a.rates {
         for &n in &a.subs {
@@ -528,7 +587,7 @@ fn main() {
                 port += 1;
                 let c = run_cell(&a, lane, rate, n, port);
                 println!(
-                    "{:<7} {:>3}  {:<16} {:>9.1} {:>9.1} {:>9.1} {:>6.0}% {:>7.1}% {:>9.2} {:>6}",
+                    "{:<7} {:>3}  {:<19} {:>9.1} {:>9.1} {:>9.1} {:>6.1}% {:>7.1}% {:>9.2} {:>9.2} {:>9.1} {:>6}",
                     rate,
                     n,
                     lane,
@@ -538,6 +597,8 @@ fn main() {
                     c.cpu_cores * 100.0,
                     c.pub_cores * 100.0,
                     c.send_p50,
+                    c.send_mean,
+                    c.send_p99,
                     c.lost
                 );
             }

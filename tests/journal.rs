@@ -1363,3 +1363,190 @@ fn a_maintenance_process_killed_anywhere_leaves_a_journal_that_replays_what_it_c
     println!("{kills} kills, the start at {} of {}", r.start_position, r.stop_position);
     assert!(kills >= 3 && r.start_position > 0);
 }
+
+/// The sequence numbers a persistent reader's processes wrote to `out`, in order.
+fn read_seqs(out: &Path) -> Vec<u64> {
+    let bytes = std::fs::read(out).unwrap_or_default();
+    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothing() {
+    let _x = support::exclusive();
+    let mut rng = support::Rng::new("journal-persistent");
+    let (shm, disk) = (ShmDir::new("journal-persist"), DiskDir::new("persist"));
+    let out = disk.path().with_extension("seqs");
+    let count = support::iterations(150_000, 1_500_000) as u64;
+    let mut recorder = Peer::spawn(
+        "recorder",
+        "recorder",
+        &recorder_cfg(shm.path(), disk.path(), "persist").set("until_eos", 1),
+    );
+    recorder.expect("recording", Duration::from_secs(10));
+    let mut publisher =
+        Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "persist").set("count", count));
+    publisher.expect("ready", Duration::from_secs(10));
+    let reader = |k: usize, extra: &[(&str, u64)]| {
+        let mut cfg = Cfg::new()
+            .set("name", "persist")
+            .set("dir", shm.path().display())
+            .set("journal", disk.path().display())
+            .set("reader", "reports")
+            .set("mtu", MTU)
+            .set("max_len", 3000)
+            .set("out", out.display())
+            .set("count", count);
+        for (key, value) in extra {
+            cfg = cfg.set(key, value);
+        }
+        Peer::spawn(&format!("reader-{k}"), "persistent_reader", &cfg)
+    };
+    // Every other reader sleeps after its polls, so that the publisher laps its live reads and
+    // it falls back to the journal; each is killed -9 at a random point.
+    let kills = 6;
+    let mut finished = false;
+    for k in 0..kills {
+        let at = rng.range(20_000, 300_000);
+        let sleep = if k % 2 == 1 { 2_000 } else { 0 };
+        let mut r = reader(k, &[("kill_us", at), ("poll_sleep_us", sleep)]);
+        let status = r.wait_exit(Duration::from_secs(60));
+        if status.success() {
+            finished = true; // read to the end before its kill
+            break;
+        }
+    }
+    if !finished {
+        let mut r = reader(kills, &[]);
+        let done = r.expect("done", Duration::from_secs(120));
+        println!("last reader: live={} fell_back={}", done.num("live"), done.num("fell_back"));
+        r.wait_success(Duration::from_secs(10));
+    }
+    publisher.expect("closed", Duration::from_secs(120));
+    recorder.expect("stopped", Duration::from_secs(30));
+    let seqs = read_seqs(&out);
+    let _ = std::fs::remove_file(&out);
+    // Each process delivers in order; a restart goes back at most to the start of the last
+    // poll the killed one made (its position is stored after each poll): never past a message.
+    assert_eq!(seqs.first(), Some(&0));
+    let mut next = 0u64;
+    let mut repeated = 0u64;
+    for (i, &s) in seqs.iter().enumerate() {
+        assert!(s <= next, "message {next} was lost: {s} came next, at {i}");
+        if s < next {
+            repeated += 1;
+        } else {
+            next += 1;
+        }
+    }
+    assert_eq!(next, count, "every message delivered");
+    assert!(repeated <= kills as u64 * 65, "{repeated} messages delivered twice across {kills} kills");
+    println!("{} messages, {repeated} delivered again after a kill", seqs.len());
+}
+
+#[test]
+fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_gap() {
+    use shmlog::journal::{PersistentSubscription, Start};
+    let (shm, disk) = (ShmDir::new("journal-lapped"), DiskDir::new("lapped"));
+    let count = 200_000;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started, recording) = std::sync::mpsc::channel();
+    let recorder = {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r = Recorder::builder("lapped", disk)
+                .stream_dir(shm)
+                .segment_length(1 << 20)
+                .join_at(shmlog::JoinAt::Earliest)
+                .start()
+                .unwrap();
+            started.send(()).unwrap();
+            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
+        })
+    };
+    let mut sub = PersistentSubscription::builder(disk.path(), "slow")
+        .live(Subscription::builder("lapped").dir(shm.path()))
+        .start(Start::Earliest)
+        .open()
+        .unwrap();
+    // The recorder waits for the session from its first message (the publisher counts it).
+    recording.recv().unwrap();
+    let publisher = publish(shm.path(), "lapped", count);
+    let v = std::cell::RefCell::new(Verifier::new(shape()));
+    let mut session = None;
+    let (mut live, mut fell_back, mut polls) = (false, 0, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        let mut v = v.borrow_mut();
+        if session.is_none() {
+            session = Some(h.session_id());
+            v.begin_session(h.session_id(), true);
+        }
+        v.on_message(m, h.session_id());
+    });
+    while v.borrow().total < count {
+        let n = sub.poll(&mut assembler, 64).unwrap();
+        polls += 1;
+        // Slow now and then while live: the publisher laps it.
+        if n > 0 && live && polls % 4 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        fell_back += usize::from(live && !sub.is_live());
+        live = sub.is_live();
+        assert_eq!(sub.take_loss(), None);
+        assert!(Instant::now() < deadline, "{} of {count} messages delivered", v.borrow().total);
+    }
+    drop(assembler);
+    publisher.join().unwrap();
+    // The end of stream closes the recording: then it holds all the reader read.
+    while !journal::recordings(disk.path()).unwrap().iter().all(|r| r.as_ref().is_ok_and(|r| r.is_stopped()))
+    {
+        assert!(Instant::now() < deadline, "the end of stream did not close the recording");
+        std::thread::yield_now();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    recorder.join().unwrap();
+    let v = v.into_inner();
+    assert_eq!(v.failure, None);
+    assert_eq!(v.total, count, "every message once, in order");
+    assert!(fell_back > 0, "the publisher never lapped the live reads: nothing was tested");
+    let (id, position) = sub.position().expect("a durable position");
+    // Stored after the last message: the journal holds nothing more to deliver from there.
+    let (rest, error) = replay_from(disk.path(), id, Some(position));
+    assert!(rest.is_empty() && error.is_none(), "after the stored position {position}: {error:?}");
+    println!("fell back to the journal {fell_back} times");
+    sub.unregister().unwrap();
+}
+
+#[test]
+fn a_persistent_subscription_reports_what_was_purged_under_it_and_reads_on_from_what_is_kept() {
+    use shmlog::journal::{DurableReader, PersistentSubscription};
+    use shmlog::LossCause;
+    let (shm, disk) = (ShmDir::new("journal-ppurge"), DiskDir::new("ppurge"));
+    let (session, id) = record_messages(shm.path(), disk.path(), "ppurge", 3_000, 64 << 10);
+    // The reader had read nothing of the recording when an operator purged its first half.
+    DurableReader::register(disk.path(), "late", "ppurge").unwrap().store(id, 0);
+    let stop = journal::recording(disk.path(), id).unwrap().stop_position;
+    journal::purge(disk.path(), id, stop / 2).unwrap();
+    let kept = journal::recording(disk.path(), id).unwrap().start_position;
+    assert!(kept > 0, "nothing was purged");
+    let mut sub = PersistentSubscription::builder(disk.path(), "late")
+        .live(Subscription::builder("ppurge").dir(shm.path()))
+        .open()
+        .unwrap();
+    let mut v = Verifier::new(shape());
+    v.begin_session(session, false);
+    let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+        v.on_message(m, h.session_id());
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sub.position() != Some((id, stop)) {
+        sub.poll(&mut assembler, 256).unwrap();
+        assert!(Instant::now() < deadline, "the kept part was not read to its end");
+    }
+    drop(assembler);
+    let loss = sub.take_loss().expect("the purge is reported");
+    assert_eq!((loss.session_id, loss.from, loss.to, loss.cause), (session, 0, kept, LossCause::Purged));
+    assert_eq!(sub.take_loss(), None);
+    assert_eq!(v.failure, None);
+    assert!(v.total > 0 && v.total < 3_000, "{} messages read after the purge", v.total);
+}

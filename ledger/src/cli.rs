@@ -8,15 +8,22 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
-usage: shmlog-ledger run [--seed S] [--seconds N] [--scenario FILE] [--only RULE,...] [--keep] [-v]
-       shmlog-ledger ci [--budget SECONDS | --minutes N] [--strict]
-       shmlog-ledger plan --seed S [--seconds N]
+usage: shmlog-ledger run [--seed S] [--seconds N] [--scenario FILE] [--only RULE,...] [--keep] [-v] [--no-python]
+       shmlog-ledger ci [--budget SECONDS | --minutes N] [--strict] [--no-python]
+       shmlog-ledger plan --seed S [--seconds N] [--no-python]
        shmlog-ledger shrink --scenario FILE --rule RULE [--tries N]
        shmlog-ledger check RUN_DIR
        shmlog-ledger role KIND SETTINGS
 
   --only R5.closed,R8.  the run fails only if one of these rules fails (`R8.`: any R8 rule):
-                        a regression test of one defect ignores the others";
+                        a regression test of one defect ignores the others
+  --no-python           draw Rust roles only, even where the Python package is installed
+                        (a seed draws Python roles too where `import shmlog` works)
+  exit status of run:   0 pass, 1 a rule failed, 2 bad arguments or setup, 3 skipped (the
+                        scenario has Python roles and the Python package is not there)";
+
+/// `run`'s exit status when the scenario has Python roles that cannot run here.
+pub const SKIPPED: i32 = 3;
 
 /// `rule` is `pattern`, or `pattern` ends in `.` and names its group.
 pub fn matches(rule: &str, pattern: &str) -> bool {
@@ -33,6 +40,11 @@ pub const KNOWN: &str = include_str!("../known-failures.txt");
 /// test below keeps it so when the generator changes).
 pub const CI_SEEDS: [u64; 4] = [0x5eed_006b, 0x5eed_0040, 0x5eed_0060, 0x5eed_007b];
 pub const CI_SECONDS: f64 = 20.0;
+/// The seed `ci` then runs with Python roles (where the package is built or installed): a Python
+/// writer and five of the eight Python receive shapes; the random seeds after it draw Python
+/// roles too, and `ledger/scenarios/python.txt` has every shape. The Rust seeds above run Rust
+/// roles only, so that their coverage does not depend on the machine.
+pub const CI_PYTHON_SEED: u64 = 0x5eed_00ac;
 
 pub fn main(args: Vec<String>) -> i32 {
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -54,9 +66,16 @@ pub fn main(args: Vec<String>) -> i32 {
                 },
                 None => {
                     let seed = arg("--seed").and_then(|s| parse_u64(&s)).unwrap_or_else(random_seed);
-                    generate(seed, seconds)
+                    draw(seed, seconds, python(has("--no-python"), false))
                 }
             };
+            if let (true, Err(why)) = (crate::python::needed_by(&sc), crate::python::available()) {
+                println!(
+                    "ledger: SKIPPED: seed {:#x} has Python roles, which cannot run here: {why}",
+                    sc.seed
+                );
+                return SKIPPED;
+            }
             let opts = Options { keep: has("--keep"), verbose: has("-v") };
             let only: Vec<String> =
                 arg("--only").map(|o| o.split(',').map(String::from).collect()).unwrap_or_default();
@@ -75,7 +94,7 @@ pub fn main(args: Vec<String>) -> i32 {
         Some("plan") => {
             let seed = arg("--seed").and_then(|s| parse_u64(&s)).unwrap_or_else(random_seed);
             let seconds: f64 = arg("--seconds").and_then(|s| s.parse().ok()).unwrap_or(CI_SECONDS);
-            print!("{}", generate(seed, seconds).to_text());
+            print!("{}", draw(seed, seconds, python(has("--no-python"), true)).to_text());
             0
         }
         Some("shrink") => match (arg("--scenario"), arg("--rule")) {
@@ -87,7 +106,9 @@ pub fn main(args: Vec<String>) -> i32 {
                 2
             }
         },
-        Some("ci") => ci(arg("--budget"), arg("--minutes"), has("--strict")),
+        Some("ci") => {
+            ci(arg("--budget"), arg("--minutes"), has("--strict"), python(has("--no-python"), false))
+        }
         Some("check") if args.len() >= 3 => {
             let dir = PathBuf::from(&args[2]).join("events");
             match crate::oracle::read_dir(&dir) {
@@ -110,12 +131,48 @@ pub fn main(args: Vec<String>) -> i32 {
     }
 }
 
+/// Whether seeds draw Python roles: the package is installed (said either way, on stderr if
+/// `quiet`, so that `plan`'s output stays a scenario) and not refused by `--no-python`.
+fn python(refused: bool, quiet: bool) -> bool {
+    let say = |line: String| if quiet { eprintln!("{line}") } else { println!("{line}") };
+    if refused {
+        say("ledger: Python roles: off (--no-python)".into());
+        return false;
+    }
+    match crate::python::available() {
+        Ok(what) => {
+            say(format!("ledger: Python roles: yes, {what}"));
+            true
+        }
+        Err(why) => {
+            say(format!(
+                "ledger: Python roles: NO, this run draws Rust roles only: {why} (`bash .ci/python.sh` installs the package; SHMLOG_LEDGER_PYTHON names another interpreter)"
+            ));
+            false
+        }
+    }
+}
+
+/// A seed's scenario, with Python roles if `python`.
+pub fn draw(seed: u64, seconds: f64, python: bool) -> Scenario {
+    let mut sc = generate(seed, seconds);
+    if python {
+        crate::python::pythonize(&mut sc);
+    }
+    sc
+}
+
 fn random_seed() -> u64 {
     crate::prng::mix(crate::sys::mono_us() as u64 ^ u64::from(std::process::id()) << 40)
 }
 
 /// Runs one scenario and prints its summary (and its failures, with how to replay them).
 pub fn one(sc: &Scenario, opts: &Options, from_file: bool) -> Option<Outcome> {
+    let python = crate::python::needed_by(sc);
+    if let (true, Err(why)) = (python, crate::python::available()) {
+        println!("ledger: seed {:#x} has Python roles, which cannot run here: {why}", sc.seed);
+        return None;
+    }
     println!(
         "ledger: seed {:#x}, {} s, {} stream(s), {} actions",
         sc.seed,
@@ -150,8 +207,14 @@ pub fn one(sc: &Scenario, opts: &Options, from_file: bool) -> Option<Outcome> {
         println!("ledger: run directory kept: {}", o.run_dir.display());
         if !from_file {
             println!(
-                "ledger: replay: cargo run --release -p shmlog-ledger -- run --seed {:#x} --seconds {}",
-                sc.seed, sc.seconds
+                "ledger: replay: cargo run --release -p shmlog-ledger -- run --seed {:#x} --seconds {}{}",
+                sc.seed,
+                sc.seconds,
+                if python {
+                    " (with the Python extension built: cargo build --release -p shmlog-python)"
+                } else {
+                    " --no-python"
+                }
             );
         }
         println!(
@@ -184,7 +247,7 @@ pub fn known() -> Vec<(String, String)> {
 
 /// CI: the fixed seeds, then random seeds while the budget lasts (at least one); a long mode
 /// for before a release (`--minutes`). Known failures are reported, not failed, unless strict.
-fn ci(budget: Option<String>, minutes: Option<String>, strict: bool) -> i32 {
+fn ci(budget: Option<String>, minutes: Option<String>, strict: bool, python: bool) -> i32 {
     let budget =
         match (budget.and_then(|b| b.parse::<f64>().ok()), minutes.and_then(|m| m.parse::<f64>().ok())) {
             (_, Some(m)) => Duration::from_secs_f64(m * 60.0),
@@ -194,29 +257,34 @@ fn ci(budget: Option<String>, minutes: Option<String>, strict: bool) -> i32 {
     let start = Instant::now();
     let known = known();
     let (mut runs, mut procs, mut ops, mut unexpected, mut expected) = (0, 0, 0, Vec::new(), Vec::new());
-    let mut seeds: Vec<u64> = CI_SEEDS.to_vec();
+    let mut python_procs = 0;
+    // (seed, with Python roles): the Rust seeds, the Python one, then random ones.
+    let mut seeds: Vec<(u64, bool)> = CI_SEEDS.iter().map(|&s| (s, false)).collect();
+    if python {
+        seeds.push((CI_PYTHON_SEED, true));
+    }
+    let fixed = seeds.len();
     let mut i = 0;
     loop {
-        let seed = match seeds.get(i) {
+        let (seed, with_python) = match seeds.get(i) {
             Some(&s) => s,
-            None if i == CI_SEEDS.len()
-                || start.elapsed() + Duration::from_secs_f64(CI_SECONDS + 8.0) < budget =>
-            {
+            None if i == fixed || start.elapsed() + Duration::from_secs_f64(CI_SECONDS + 8.0) < budget => {
                 let s = random_seed();
                 println!("ledger: random seed {s:#x}");
-                seeds.push(s);
-                s
+                seeds.push((s, python));
+                (s, python)
             }
             None => break,
         };
         i += 1;
-        let sc = generate(seed, CI_SECONDS);
+        let sc = draw(seed, CI_SECONDS, with_python);
         let Some(o) = one(&sc, &Options::default(), false) else {
             unexpected.push((seed, "setup".to_string()));
             continue;
         };
         runs += 1;
         procs += o.report.stats.processes;
+        python_procs += crate::python::spawns(&sc);
         ops += o.report.stats.attempts + o.report.stats.deliveries + o.actions;
         let mut kept = false;
         for rule in o.report.rules() {
@@ -234,7 +302,7 @@ fn ci(budget: Option<String>, minutes: Option<String>, strict: bool) -> i32 {
         }
     }
     println!(
-        "ledger ci: {runs} runs ({} s each), {procs} processes, {ops} operations (attempts, deliveries, actions), {:.0} s",
+        "ledger ci: {runs} runs ({} s each), {procs} processes ({python_procs} of them Python), {ops} operations (attempts, deliveries, actions), {:.0} s",
         CI_SECONDS,
         start.elapsed().as_secs_f64()
     );

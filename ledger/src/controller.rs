@@ -235,13 +235,14 @@ impl Run<'_> {
             files.push(self.events.join(format!("{proc}~2.log")));
         }
         let stderr = File::create(self.run_dir.join("stderr").join(format!("{proc}.txt")));
-        // A role of another language (the Python bindings') is a program named by `exec=`,
-        // started the same way and speaking the same event lines (`roles`).
-        let exe = match kv.str("exec") {
-            "" => std::env::current_exe().expect("the controller's own executable"),
-            program => PathBuf::from(program),
+        // A role of another language is a program named by `exec=` (`python`: the bundled
+        // Python role), started the same way and speaking the same event lines (`roles`).
+        let mut command = match kv.str("exec") {
+            "" => Command::new(std::env::current_exe().expect("the controller's own executable")),
+            crate::python::EXEC => crate::python::command(),
+            program => Command::new(program),
         };
-        let child = Command::new(exe)
+        let child = command
             .args(["role", role, &settings])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

@@ -5,7 +5,8 @@
 //! - [`plan`]: a run's streams and timeline, drawn from a seed or read from a scenario file.
 //! - [`controller`]: starts the roles as child processes, acts on them (kill, stop, close,
 //!   `clean`, corrupt), then replays the recordings and runs the oracle.
-//! - [`roles`]: writers, readers of every receive shape, recorders.
+//! - [`roles`]: writers, readers of every receive shape, recorders; [`python`]: the same roles
+//!   through the Python package (`ledger/python/role.py`), when it is installed.
 //! - [`oracle`]: the rules (`docs/reliability.md` lists them as promises).
 
 pub mod body;
@@ -15,6 +16,7 @@ pub mod event;
 pub mod oracle;
 pub mod plan;
 pub mod prng;
+pub mod python;
 pub mod roles;
 pub mod shrink;
 pub mod sys;

@@ -39,6 +39,11 @@ pub struct SubscriptionBuilder {
 }
 
 impl SubscriptionBuilder {
+    /// The stream's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Directory of the stream's files (default: [`crate::default_dir`]).
     pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());

@@ -65,8 +65,8 @@ const FILE_LEN: usize = HEADER_LEN + CAPACITY * RECORD_LEN;
 
 /// A registered durable reader's position in a journal, held by one process at a time.
 ///
-/// The persistent subscription stores its position here as it reads; until then, any process
-/// may register a reader and store a position by hand (`docs/journal.md`, "Retention").
+/// A [`super::PersistentSubscription`] stores its position here after every poll; any process
+/// may also register a reader and store a position by hand (`docs/journal.md`, "Retention").
 #[derive(Debug)]
 pub struct DurableReader {
     path: PathBuf,

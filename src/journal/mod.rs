@@ -32,6 +32,8 @@ pub(crate) mod frames;
 #[cfg(not(shmlog_loom))]
 mod merge;
 #[cfg(not(shmlog_loom))]
+mod persistent;
+#[cfg(not(shmlog_loom))]
 mod recorder;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod recovery;
@@ -41,6 +43,8 @@ mod replay;
 pub(crate) mod segment;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod segment_reader;
+#[cfg(not(shmlog_loom))]
+mod segment_writer;
 
 #[cfg(all(test, shmlog_loom))]
 mod loom_models;
@@ -54,9 +58,11 @@ pub use {
     durable::{durable_readers, DurableReader, DurableReaderInfo},
     maintenance::{attach, delete as delete_recording, delete_detached, detach, purge, truncate, Outcome},
     merge::ReplayMerge,
-    recorder::{Fsync, Recorder, RecorderBuilder},
+    persistent::{PersistentSubscription, PersistentSubscriptionBuilder, Start},
+    recorder::{Recorder, RecorderBuilder},
     replay::{Replay, ReplayBuilder},
     retention::{apply_retention, journal_retention, set_journal_retention, Applied},
+    segment_writer::Fsync,
 };
 
 /// Every recording in the catalog of the journal directory `journal`, by id; a record that

@@ -55,6 +55,12 @@ pub enum LossCause {
     /// The subscription stopped at a fault (see `Subscription::fault`) and left the session once
     /// its publisher was gone: `[from, to)` was committed but not delivered.
     Fault,
+    /// A persistent subscription (`journal::PersistentSubscription`) went back to the journal
+    /// for `[from, to)` and retention had already purged (or an operator detached) it.
+    Purged,
+    /// A persistent subscription went back to the journal for `[from, to)` and no recording
+    /// holds it: its recorder skipped it (untethered and lapped) or was not recording then.
+    NotRecorded,
 }
 
 impl fmt::Display for Loss {
@@ -76,6 +82,16 @@ impl fmt::Display for Loss {
             LossCause::Fault => write!(
                 f,
                 "session {}: positions {}..{} not delivered (stopped at a fault)",
+                self.session_id, self.from, self.to
+            ),
+            LossCause::Purged => write!(
+                f,
+                "session {}: positions {}..{} missed (purged from the journal)",
+                self.session_id, self.from, self.to
+            ),
+            LossCause::NotRecorded => write!(
+                f,
+                "session {}: positions {}..{} missed (not in the journal)",
                 self.session_id, self.from, self.to
             ),
         }

@@ -33,6 +33,7 @@ pub fn run_if_peer() {
         "idle_publisher" => idle_publisher(&cfg, &ctx),
         "recorder" => recorder(&cfg, &ctx),
         "journal_maintainer" => journal_maintainer(&cfg, &ctx),
+        "persistent_reader" => persistent_reader(&cfg, &ctx),
         "cwriter" => super::concurrent_roles::writer(&cfg, &ctx),
         "creader" => super::concurrent_roles::reader(&cfg, &ctx),
         "wake_sleeper" => super::wake_roles::sleeper(&cfg, &ctx),
@@ -705,6 +706,81 @@ fn recorder(cfg: &Settings, ctx: &Ctx) -> ! {
     let position = r.recorded_position();
     let _ = r.stop();
     ctx.emit("stopped", &format!("position={position}"));
+    std::process::exit(0)
+}
+
+/// Reads stream `name` as durable reader `reader` of `journal` (a persistent subscription that
+/// starts at the journal's oldest message) and appends each whole message's sequence number to
+/// the file `out` (8 bytes, one write each: a kill -9 loses none written); `kill_us` kills it at
+/// a random point, `poll_sleep_us` makes it sleep after each poll that delivered (so that the
+/// publisher laps its live reads). Says `done` once it delivered message `count - 1`.
+fn persistent_reader(cfg: &Settings, ctx: &Ctx) -> ! {
+    use shmlog::journal::{PersistentSubscription, Start};
+    use std::cell::Cell;
+    if let Some(us) = cfg.u64("kill_us") {
+        die_after(us);
+    }
+    let path = cfg.str("out").expect("setting out");
+    let mut out = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open out");
+    let journal = PathBuf::from(cfg.str("journal").expect("setting journal"));
+    let mut sub = match PersistentSubscription::builder(&journal, cfg.str("reader").expect("setting reader"))
+        .live(Subscription::builder(cfg.name()).dir(cfg.dir()))
+        .start(Start::Earliest)
+        .open()
+    {
+        Ok(sub) => sub,
+        Err(e) => ctx.fail(&format!("persistent subscription: {e}")),
+    };
+    ctx.emit("reading", &format!("position={}", opt(sub.position().map(|(_, p)| p))));
+    let last = cfg.u64("count").expect("setting count") - 1;
+    let from_start = sub.position().is_none();
+    // The Verifier checks every message (from the first self-describing one if resumed); the
+    // sequence numbers written are those it checked, short messages counted from their neighbours.
+    let (verifier, done) = (RefCell::new(Verifier::new(cfg.shape())), Cell::new(false));
+    let (mut next, mut held) = (None::<u64>, 0u64);
+    let mut assembler = FragmentAssembler::new(|msg: &[u8], h: &Header| {
+        let mut v = verifier.borrow_mut();
+        if v.total == 0 && next.is_none() && held == 0 {
+            v.begin_session(h.session_id(), from_start);
+            next = from_start.then_some(0);
+        }
+        v.on_message(msg, h.session_id());
+        let seqs = match (super::wire::seq_of(msg), next) {
+            (Some(s), None) => s.saturating_sub(held)..s + 1,
+            (_, Some(n)) => n..n + 1,
+            (None, None) => {
+                held += 1;
+                return;
+            }
+        };
+        for seq in seqs.clone() {
+            out.write_all(&seq.to_le_bytes()).expect("write out");
+        }
+        next = Some(seqs.end);
+        done.set(done.get() || seqs.contains(&last));
+    });
+    let (mut live, mut fell_back) = (false, 0);
+    while !done.get() {
+        match sub.poll(&mut assembler, 64) {
+            Ok(0) => std::thread::sleep(Duration::from_micros(200)),
+            Ok(_) => {
+                if let Some(us) = cfg.u64("poll_sleep_us") {
+                    std::thread::sleep(Duration::from_micros(us));
+                }
+            }
+            Err(e) => ctx.fail(&format!("poll: {e}")),
+        }
+        if let Some(failure) = &verifier.borrow().failure {
+            ctx.fail(&failure.replace(' ', "_"));
+        }
+        if let Some(loss) = sub.take_loss() {
+            ctx.fail(&format!("loss: {loss}").replace(' ', "_"));
+        }
+        fell_back += usize::from(live && !sub.is_live());
+        live = sub.is_live();
+        ctx.check_deadline();
+    }
+    ctx.emit("done", &format!("live={} fell_back={fell_back}", u8::from(live)));
     std::process::exit(0)
 }
 

@@ -94,13 +94,19 @@ pub struct WriterLog {
     pub nostart: Option<(String, Src)>,
     /// Claims it held open on purpose: from, to (its next line, or its end).
     pub holds: Vec<(i64, i64)>,
+    /// The last batch it announced (`batch from=A to=B`, a Python writer's `offer_many`):
+    /// sequence numbers `A..B`, any of which may be committed before a line says so.
+    pub batch: Option<(u64, u64)>,
 }
 
 impl WriterLog {
     /// `true` if attempt `seq` may have been committed without a line saying so: the one after
-    /// the last line of a writer that did not end gracefully.
+    /// the last line of a writer that did not end gracefully, or any after it in the batch it
+    /// announced last.
     pub fn unknown(&self, seq: u64) -> bool {
-        !self.graceful && seq == self.last_seq.map_or(0, |q| q + 1)
+        let next = self.last_seq.map_or(0, |q| q + 1);
+        let in_batch = self.batch.is_some_and(|(a, b)| a <= seq && seq < b && seq >= next);
+        !self.graceful && (seq == next || in_batch)
     }
 }
 
@@ -351,6 +357,7 @@ impl Ledger {
             }
             match l.kind {
                 "hold" => holding = Some(l.t),
+                "batch" => w.batch = num(&l, "from").zip(num(&l, "to")),
                 "creating" => {
                     w.creating_t = Some(l.t);
                     w.proc = l.get("proc").unwrap_or("").into();

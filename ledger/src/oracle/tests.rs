@@ -230,6 +230,17 @@ fn r5_closed_returned_again_and_again_is_caught() {
 }
 
 #[test]
+fn r5_closed_of_a_session_never_joined_is_not_returned_again() {
+    // Session 8 begins and ends (no message) before the reader receives again: one more
+    // `Closed`, which cannot name it. A second would be `Closed` returned again.
+    let empty = "1000 creating role=writer proc=w0.2 stream=s0 w=0 inc=2 kind=exclusive\n1010 start role=writer session=8\n1400 exit\n";
+    let r = R.replace("shape=poll", "shape=recv").split("1015 joined").next().unwrap().to_string()
+        + "1700 closes session=7 n=2\n1990 exit rss_kb=4000 fds=9 heap_kb=300 heap_open_kb=290 max_msg=50\n";
+    passes(files(CONTROLLER, W1, empty, &r));
+    assert_eq!(check(files(CONTROLLER, W1, empty, &r.replace("n=2", "n=3"))).rules(), ["R5.closed-once"]);
+}
+
+#[test]
 fn r0_a_crash_is_caught() {
     let c = CONTROLLER.replace("2000 exit proc=r0.1 status=code:0", "2000 exit proc=r0.1 status=code:101");
     assert_eq!(check(files(&c, W1, W2, R)).rules(), ["R0.crash"]);

@@ -3,8 +3,8 @@
 //! not be scheduled for a good fraction of a second, and a bound that fails for scheduling
 //! noise teaches people to ignore the harness.
 
-use super::delivery::visits;
-use super::model::{EvKind, Ledger, Proc, Src};
+use super::delivery::{visits, Visit};
+use super::model::{EvKind, Ledger, Proc, ReaderLog, Src};
 use super::{Facts, Fails};
 
 /// How long after its session ended a running reader may go without reporting it: the
@@ -27,6 +27,12 @@ const RECEIVERS: [&str; 4] = ["recv", "iter", "async", "stream"];
 /// Shapes documented to wait for the next session once they said `Closed` ("receiving again
 /// waits for it", "polling again waits for it"): `Closed` returned again and again is a spin.
 const WAITERS: [&str; 5] = ["recv", "iter", "async", "stream", "blocking"];
+
+/// The Python package's receive shapes (`ledger/python/role.py`, `py-...`) are both: each goes
+/// through the core's `Receiver`, and is documented to wait for the next session after `Closed`.
+pub fn python_shape(shape: &str) -> bool {
+    shape.starts_with("py-")
+}
 
 pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     processes(g, out);
@@ -60,10 +66,15 @@ pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
             }
             for e in evs {
                 match &e.kind {
-                    EvKind::Faults { session, n } if *n > 1 && RECEIVERS.contains(&r.shape.as_str()) => {
+                    EvKind::Faults { session, n }
+                        if *n > 1 && (RECEIVERS.contains(&r.shape.as_str()) || python_shape(&r.shape)) =>
+                    {
                         faults.push((format!("session {session}: the fault returned {n} times"), vec![e.src]))
                     }
-                    EvKind::Closes { session, n } if *n > 1 && WAITERS.contains(&r.shape.as_str()) => {
+                    EvKind::Closes { session, n }
+                        if *n > 1 + unnamed_sessions(g, r, &vs, v.session, e.t)
+                            && (WAITERS.contains(&r.shape.as_str()) || python_shape(&r.shape)) =>
+                    {
                         closes.push((format!("session {session}: `Closed` returned {n} times"), vec![e.src]))
                     }
                     EvKind::Fault { session, why, .. } => {
@@ -162,6 +173,24 @@ fn gaps(procs: &[&Proc], lo: i64, hi: i64) -> Vec<(i64, i64)> {
 
 /// R6: no back pressure long after the last tethered reader died; no commit long after the last
 /// reader of any kind went away (review N5: a dead untethered reader kept the writer connected).
+/// Sessions of `r`'s stream that began after `r` logged `closed session` and before `until`, and
+/// that `r` never joined: a session that began and ended between two receives (its writer closed
+/// or died before this reader took a message of it) is told by one more `Closed` that cannot
+/// name it (a subscription forgets a session as it reports its end), not `Closed` returned again.
+fn unnamed_sessions(g: &Ledger, r: &ReaderLog, vs: &[Visit], session: i32, until: i64) -> u64 {
+    let Some(since) = r.evs.iter().find(|e| e.kind == EvKind::Closed { session }).map(|e| e.t) else {
+        return 0;
+    };
+    let joined = |s: i32| vs.iter().any(|v| v.session == s);
+    let sessions: std::collections::HashSet<i32> = g
+        .writers
+        .iter()
+        .filter(|w| w.stream == r.stream && w.start_t.is_some_and(|t| since <= t && t <= until))
+        .filter_map(|w| w.session.filter(|&s| !joined(s)))
+        .collect();
+    sessions.len() as u64
+}
+
 fn held_by_the_dead(g: &Ledger, out: &mut Fails) {
     let (mut held, mut connected) = (Vec::new(), Vec::new());
     for w in &g.writers {

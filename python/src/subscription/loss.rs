@@ -37,6 +37,8 @@ impl PyLoss {
             LossCause::SessionsMissed { .. } => "sessions-missed",
             LossCause::Fault => "fault",
             LossCause::Lapped => "lapped",
+            LossCause::Purged => "purged",
+            LossCause::NotRecorded => "not-recorded",
             _ => "other",
         }
     }

@@ -1,0 +1,467 @@
+//! Persistent subscriptions: a named reader that never holds the publisher and never loses what
+//! the journal holds. It reads the live stream untethered; when it is lapped (or misses a
+//! session) it goes back to the recording at the first message it did not finish, replays the
+//! journal from there and merges back into the live stream when it catches up (as
+//! [`super::ReplayMerge`] does), with no gap and no duplicate. Its position is a
+//! [`DurableReader`]'s, stored after every poll, so a restarted process resumes where the last
+//! one stopped and retention keeps what it has not read.
+//!
+//! It needs a recorder of the stream in the journal (tethered, or nothing is lost only up to the
+//! recorder's own gaps): the journal is what it falls back to. A loss is reported only for what
+//! the journal no longer holds ([`LossCause::Purged`]) or never held ([`LossCause::NotRecorded`]).
+
+use super::durable::DurableReader;
+use super::replay::Replay;
+use super::Recording;
+use crate::api::handler::FragmentHandler;
+use crate::api::subscription::{Subscription, SubscriptionBuilder};
+use crate::error::Error;
+use crate::layout::frame::FRAME_ALIGNMENT;
+use crate::log::header::Header;
+use crate::stream::join::JoinAt;
+use crate::stream::loss::{Loss, LossCause};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How often a caught-up replay tries to join the live stream, and how often the catalog is
+/// looked at for a recording not found yet.
+const RETRY: Duration = Duration::from_millis(1);
+
+/// Where a durable name that has read nothing yet starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Start {
+    /// At the live stream's newest message (the default).
+    #[default]
+    Live,
+    /// At the oldest message the journal holds of the stream.
+    Earliest,
+}
+
+/// Settings for a persistent subscription. Obtained from [`PersistentSubscription::builder`].
+#[derive(Clone, Debug)]
+pub struct PersistentSubscriptionBuilder {
+    journal: PathBuf,
+    name: String,
+    live: SubscriptionBuilder,
+    start: Start,
+}
+
+impl PersistentSubscriptionBuilder {
+    /// The live subscription's settings (its stream directory, liveness, ...): it is always
+    /// untethered, and where it joins is the persistent subscription's choice.
+    pub fn live(mut self, live: SubscriptionBuilder) -> Self {
+        self.live = live;
+        self
+    }
+
+    /// Where a name that has read nothing yet starts (default [`Start::Live`]).
+    pub fn start(mut self, start: Start) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// Registers the durable name (or takes it back: one live process per name) and opens the
+    /// stream where the name stopped.
+    pub fn open(self) -> Result<PersistentSubscription, Error> {
+        let stream = self.live.name().to_owned();
+        let reader = DurableReader::register(&self.journal, &self.name, &stream)?;
+        let mut sub = PersistentSubscription {
+            reader,
+            journal: self.journal,
+            stream,
+            live_builder: self.live.tethered(false),
+            mode: Mode::Waiting,
+            recording: None,
+            session: None,
+            delivered: 0,
+            boundary: 0,
+            losses: VecDeque::new(),
+            next_try: Instant::now(),
+        };
+        match sub.reader.position() {
+            Some((id, position)) => sub.replay_from(id, position)?,
+            None => match self.start {
+                Start::Live => sub.go_live(JoinAt::Latest)?,
+                Start::Earliest => match sub.recording_after(None)? {
+                    Some(r) => sub.replay_from(r.id, r.start_position)?,
+                    None => sub.go_live(JoinAt::Earliest)?,
+                },
+            },
+        }
+        Ok(sub)
+    }
+}
+
+#[derive(Debug)]
+enum Mode {
+    /// Reading the journal, and merging into the live stream once caught up (boxed, as the
+    /// subscription is: entered once per fall-back or merge).
+    Replay(Box<Replay>),
+    /// Reading the live stream, untethered; `laps` as of the last poll.
+    Live { sub: Box<Subscription>, laps: u64 },
+    /// Done with the recordings there are and not merged: the catalog is looked at again.
+    Waiting,
+    /// Resumed at a position the recording has not reached yet (this reader read the live
+    /// stream ahead of the recorder): tried again, live and from the journal.
+    Ahead { id: u32, position: i64 },
+}
+
+/// A durable named reader of a stream: see the module docs of `shmlog::journal` and
+/// `docs/journal.md`, "Persistent subscriptions".
+///
+/// ```no_run
+/// use shmlog::journal::PersistentSubscription;
+/// use shmlog::{Header, Subscription};
+/// # fn main() -> Result<(), shmlog::Error> {
+/// let mut reports = PersistentSubscription::builder("/var/lib/orders-journal", "reports")
+///     .live(Subscription::builder("orders"))
+///     .open()?;
+/// loop {
+///     reports.poll(|msg: &[u8], h: &Header| println!("{} bytes at {}", msg.len(), h.position()), 100)?;
+///     while let Some(loss) = reports.take_loss() {
+///         eprintln!("{loss}");
+///     }
+/// #   break;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct PersistentSubscription {
+    reader: DurableReader,
+    journal: PathBuf,
+    stream: String,
+    live_builder: SubscriptionBuilder,
+    mode: Mode,
+    /// The recording that holds `boundary`, and its session.
+    recording: Option<(u32, i32)>,
+    /// The session of the last fragment delivered.
+    session: Option<i32>,
+    /// Position after the last fragment delivered (skipped on a replay of the same session).
+    delivered: i64,
+    /// Position after the last whole message delivered: where a replay goes on from.
+    boundary: i64,
+    losses: VecDeque<Loss>,
+    next_try: Instant,
+}
+
+impl PersistentSubscription {
+    /// Starts building durable reader `name` of the stream given by
+    /// [`PersistentSubscriptionBuilder::live`] (by default: a stream also called `name`), falling
+    /// back to the journal directory `journal`.
+    pub fn builder(journal: impl Into<PathBuf>, name: impl Into<String>) -> PersistentSubscriptionBuilder {
+        let name = name.into();
+        PersistentSubscriptionBuilder {
+            journal: journal.into(),
+            live: Subscription::builder(name.clone()),
+            name,
+            start: Start::Live,
+        }
+    }
+
+    /// Delivers up to `fragment_limit` fragments, from the journal or the live stream, and
+    /// stores the position after them. A crash (kill -9 included) delivers again at most what
+    /// the last poll delivered, and a message of which only some fragments were delivered.
+    pub fn poll(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+        let n = match &mut self.mode {
+            Mode::Live { sub, laps } => {
+                let (delivered, boundary, session) =
+                    (&mut self.delivered, &mut self.boundary, &mut self.session);
+                let n = sub.poll(
+                    |payload: &[u8], h: &Header| {
+                        note(delivered, boundary, session, h);
+                        handler.on_fragment(payload, h);
+                    },
+                    fragment_limit,
+                );
+                let lapped = sub.laps() != *laps;
+                let loss = sub.take_loss();
+                if lapped || loss.is_some() {
+                    while sub.take_loss().is_some() {}
+                    self.fall_back(loss)?;
+                }
+                n
+            }
+            Mode::Replay(replay) => {
+                let (delivered, boundary, session) =
+                    (&mut self.delivered, &mut self.boundary, &mut self.session);
+                let skip_to = *delivered;
+                let same = *session == Some(replay.recording().session_id);
+                let polled = replay.poll(
+                    |payload: &[u8], h: &Header| {
+                        if same && h.position() <= skip_to {
+                            return; // delivered live before the lap: a message's first fragments
+                        }
+                        note(delivered, boundary, session, h);
+                        handler.on_fragment(payload, h);
+                    },
+                    fragment_limit,
+                );
+                match polled {
+                    Ok(n) => {
+                        if n < fragment_limit {
+                            self.caught_up()?;
+                        }
+                        n
+                    }
+                    Err(Error::PositionNotAvailable { oldest, .. }) => {
+                        let (id, session_id) = self.recording.expect("replaying a recording");
+                        self.lost(session_id, self.boundary, oldest, LossCause::Purged);
+                        self.open_replay(id, oldest)?;
+                        0
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Mode::Waiting => {
+                if Instant::now() >= self.next_try {
+                    self.next_try = Instant::now() + RETRY;
+                    self.after_recording()?;
+                }
+                0
+            }
+            &mut Mode::Ahead { id, position } => {
+                if Instant::now() >= self.next_try {
+                    self.next_try = Instant::now() + RETRY;
+                    self.replay_from(id, position)?;
+                }
+                0
+            }
+        };
+        self.store()?;
+        Ok(n)
+    }
+
+    /// The oldest loss not taken yet: what the journal no longer held (purged) or never held
+    /// when this reader went back to it.
+    pub fn take_loss(&mut self) -> Option<Loss> {
+        self.losses.pop_front()
+    }
+
+    /// `true` while reading the live stream (merged), `false` while catching up from the journal.
+    pub fn is_live(&self) -> bool {
+        matches!(self.mode, Mode::Live { .. })
+    }
+
+    /// The durable position: the recording this reader reads and the position after the last
+    /// whole message it delivered (`None` before the first message the journal holds).
+    pub fn position(&self) -> Option<(u32, i64)> {
+        self.reader.position()
+    }
+
+    /// Writes the durable position to the disk and waits (it survives this process's crash
+    /// without; a power loss only with).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.reader.sync()
+    }
+
+    /// Removes the durable name: retention no longer keeps anything for it.
+    pub fn unregister(self) -> Result<(), Error> {
+        self.reader.unregister()
+    }
+
+    /// Stores `(recording, boundary)` if the recording of the boundary's session is known
+    /// (looked up in the catalog at most once a millisecond).
+    fn store(&mut self) -> Result<(), Error> {
+        let Some(session) = self.session else { return Ok(()) };
+        if self.recording.map(|(_, s)| s) != Some(session) {
+            if Instant::now() < self.next_try {
+                return Ok(());
+            }
+            self.next_try = Instant::now() + RETRY;
+            let found = self.recordings()?.into_iter().rev().find(|r| {
+                r.session_id == session
+                    && r.start_position <= self.boundary
+                    && self.boundary <= r.stop_position
+            });
+            match found {
+                Some(r) => self.recording = Some((r.id, session)),
+                None => return Ok(()),
+            }
+        }
+        let (id, _) = self.recording.expect("found above");
+        if self.reader.position() != Some((id, self.boundary)) {
+            self.reader.store(id, self.boundary);
+        }
+        Ok(())
+    }
+
+    /// The live stream lost messages: go on from the journal at the last whole message, or, if
+    /// no recording is known to hold it, where the loss began.
+    fn fall_back(&mut self, loss: Option<Loss>) -> Result<(), Error> {
+        if let Some((id, session)) = self.recording {
+            if self.session == Some(session) {
+                return self.replay_from(id, self.boundary);
+            }
+        }
+        let Some(loss) = loss.filter(|l| l.to > l.from) else {
+            self.losses.extend(loss);
+            return Ok(());
+        };
+        let holder = self
+            .recordings()?
+            .into_iter()
+            .find(|r| r.session_id == loss.session_id && r.stop_position > loss.from);
+        match holder {
+            Some(r) => {
+                let from = loss.from.max(r.start_position);
+                self.lost(loss.session_id, loss.from, from, LossCause::NotRecorded);
+                self.replay_from(r.id, from)
+            }
+            None => {
+                // Nothing in the journal to go back to.
+                self.losses.push_back(loss);
+                Ok(())
+            }
+        }
+    }
+
+    /// Replays recording `id` from `position` (a message start it holds, or a purged one).
+    fn replay_from(&mut self, id: u32, position: i64) -> Result<(), Error> {
+        let recording = match super::recording(&self.journal, id) {
+            Ok(r) => r,
+            Err(Error::NoSuchRecording { .. }) => {
+                // Deleted whole by retention: go on with the next one.
+                self.recording = None;
+                return self.next_recording(Some(id));
+            }
+            Err(e) => return Err(e),
+        };
+        self.recording = Some((id, recording.session_id));
+        self.boundary = position;
+        if self.session != Some(recording.session_id) {
+            self.session = Some(recording.session_id);
+            self.delivered = position;
+        }
+        match self.open_replay(id, position) {
+            Err(Error::PositionNotAvailable { oldest, .. }) if oldest > position => {
+                self.lost(recording.session_id, position, oldest, LossCause::Purged);
+                self.open_replay(id, oldest)
+            }
+            Err(Error::PositionNotAvailable { newest, .. }) if position > newest => {
+                // Read live ahead of the recorder before a restart: the live log may still hold
+                // the position; else the recorder gets there, or stopped short of it.
+                if self.join_live(position, recording.session_id)? {
+                    Ok(())
+                } else if recording.is_stopped() {
+                    self.next_recording(Some(id))
+                } else {
+                    self.mode = Mode::Ahead { id, position };
+                    Ok(())
+                }
+            }
+            opened => opened,
+        }
+    }
+
+    fn open_replay(&mut self, id: u32, position: i64) -> Result<(), Error> {
+        self.mode = Mode::Replay(Box::new(Replay::builder(&self.journal, id).from(position).open()?));
+        self.boundary = position;
+        self.delivered = self.delivered.max(position);
+        Ok(())
+    }
+
+    /// The replay delivered what the recording holds: merge into the live stream if its session
+    /// is live at the replay's position, else go on with the next recording once this one is done.
+    fn caught_up(&mut self) -> Result<(), Error> {
+        let Mode::Replay(replay) = &mut self.mode else { return Ok(()) };
+        if !replay.at_message_boundary() || Instant::now() < self.next_try {
+            return Ok(());
+        }
+        self.next_try = Instant::now() + RETRY;
+        if replay.position() < replay.recorded_position() {
+            return Ok(());
+        }
+        let position = replay.position();
+        let session = replay.recording().session_id;
+        let done = replay.is_done();
+        if !self.join_live(position, session)? && done {
+            self.after_recording()?;
+        }
+        Ok(())
+    }
+
+    /// Reads on from the live stream at `position`, if the log of `session` is live and holds
+    /// a message start there (the join proof then keeps it until joined).
+    fn join_live(&mut self, position: i64, session: i32) -> Result<bool, Error> {
+        match self.live_builder.clone().join_at(JoinAt::Position(position)).open() {
+            Ok(sub) if sub.session_id() == Some(session) && sub.position() == position => {
+                self.mode = Mode::Live { laps: sub.laps(), sub: Box::new(sub) };
+                Ok(true)
+            }
+            Ok(_) | Err(Error::PositionNotAvailable { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The current recording was read to its stop: the next one of the stream, or wait for one.
+    fn after_recording(&mut self) -> Result<(), Error> {
+        let current = self.recording.map(|(id, _)| id);
+        self.next_recording(current)
+    }
+
+    fn next_recording(&mut self, after: Option<u32>) -> Result<(), Error> {
+        match self.recording_after(after)? {
+            Some(next) => {
+                let origin = next.origin_position;
+                let from = next.start_position;
+                if next.gap_before > 0 {
+                    self.lost(next.session_id, origin - next.gap_before, origin, LossCause::NotRecorded);
+                }
+                if from > origin {
+                    self.lost(next.session_id, origin, from, LossCause::Purged);
+                }
+                self.session = Some(next.session_id);
+                self.delivered = from;
+                self.replay_from(next.id, from)
+            }
+            None => {
+                self.mode = Mode::Waiting;
+                Ok(())
+            }
+        }
+    }
+
+    /// The stream's oldest recording after `after` (any, if `None`).
+    fn recording_after(&self, after: Option<u32>) -> Result<Option<Recording>, Error> {
+        Ok(self.recordings()?.into_iter().find(|r| after.is_none_or(|a| r.id > a)))
+    }
+
+    /// The stream's recordings, by id (damaged records left out: a replay of one would fail).
+    fn recordings(&self) -> Result<Vec<Recording>, Error> {
+        let all = match super::recordings(&self.journal) {
+            Ok(all) => all,
+            // No recorder has created the catalog yet.
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(all.into_iter().filter_map(Result::ok).filter(|r| r.stream == self.stream).collect())
+    }
+
+    fn go_live(&mut self, join: JoinAt) -> Result<(), Error> {
+        let sub = self.live_builder.clone().join_at(join).open()?;
+        self.mode = Mode::Live { laps: sub.laps(), sub: Box::new(sub) };
+        Ok(())
+    }
+
+    fn lost(&mut self, session_id: i32, from: i64, to: i64, cause: LossCause) {
+        if to > from {
+            self.losses.push_back(Loss { session_id, from, to, cause });
+        }
+    }
+}
+
+/// Notes a fragment about to be delivered.
+fn note(delivered: &mut i64, boundary: &mut i64, session: &mut Option<i32>, h: &Header) {
+    if *session != Some(h.session_id()) {
+        // A new session: its first message starts where this fragment does.
+        let aligned = (h.frame_length() as i64 + FRAME_ALIGNMENT as i64 - 1) & !(FRAME_ALIGNMENT as i64 - 1);
+        *boundary = h.position() - aligned;
+        *session = Some(h.session_id());
+    }
+    *delivered = h.position();
+    if h.is_end() {
+        *boundary = h.position();
+    }
+}
