@@ -35,6 +35,17 @@
 #                                         wake the other sleepers: i and i2 deadlock;
 #      uncounted_sleeper                  sleepers do not count themselves among the readers' bell's
 #                                         sleepers (what wait_any and the async receiver did): i, i2;
+#      uncounted_reactor_sleeper          async sleepers in a runtime's reactor do not count
+#                                         themselves, so nobody writes the wake FIFO: i3, i4;
+#      reactor_no_rang_check              a reactor sleeper does not check, once counted, that the
+#                                         bell rang since it armed (a ringer that read the count
+#                                         before wrote no FIFO for it): i3;
+#      one_passed_word                    one passed-ring word for the threads and the wake FIFO:
+#                                         a reactor sleeper passing a ring on to the thread stops
+#                                         it from writing the FIFO for the other reactor sleeper: i4;
+#      no_count_fence                     no fence between a ringer's bump of the bell and its
+#                                         reading of the sleeper counts: i3's reactor sleeper is
+#                                         never written to;
 #      relaxed_catalog                    a catalog record's state is published with Relaxed: the
 #                                         journal model j sees a state before its fields;
 #      no_cut_fence                       recovery does not fence between counting a cut in a
@@ -190,6 +201,10 @@ mutant no_doorbell_recheck stream::loom_models::h_
 mutant doorbell_arm_first stream::loom_models::h_
 mutant no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
 mutant uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
+mutant uncounted_reactor_sleeper stream::loom_models::i3_ stream::loom_models::i4_
+mutant reactor_no_rang_check stream::loom_models::i3_
+mutant one_passed_word stream::loom_models::i4_
+mutant no_count_fence stream::loom_models::i3_
 mutant no_cut_fence journal::loom_models::j2_
 mutant unfenced_reuse journal::loom_models::j3_
 mutant unlink_before_start journal::loom_models::j4_

@@ -9,8 +9,10 @@
 //! - `shmlog-yielding`: `poll` with `Yielding` (a core per reader while it can get one);
 //! - `shmlog-untethered`: as `shmlog-blocking`, through untethered subscriptions (the publisher
 //!   never waits for them; `lost` counts what they missed, each in a loss report);
-//! - `shmlog-async`:    `AsyncReceiver::recv().await` on a current-thread tokio runtime (it sleeps
-//!   through the process's waiter thread: two wake-ups per message);
+//! - `shmlog-async`:    `AsyncReceiver::recv().await` on a current-thread tokio runtime (made
+//!   inside it: the receiver awaits the stream's wake FIFO in the runtime's reactor);
+//! - `shmlog-async-waiter`: the same receiver made outside the runtime, so it sleeps through the
+//!   process's waiter thread (what any other executor gets);
 //! - `udp-multicast`:   blocking `recv` on a socket joined to 239.255.0.1 on 127.0.0.1;
 //! - `tokio-udp`:       the same socket as a tokio `UdpSocket`, `recv().await` on a current-thread
 //!   runtime: what an async service fanning out over UDP multicast does;
@@ -48,10 +50,11 @@ use std::os::fd::FromRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const LANES: [&str; 9] = [
+const LANES: [&str; 10] = [
     "shmlog-blocking",
     "shmlog-receiver",
     "shmlog-async",
+    "shmlog-async-waiter",
     "shmlog-backoff",
     "shmlog-yielding",
     "shmlog-untethered",
@@ -291,10 +294,12 @@ fn child(argv: &[String]) {
                 }
             });
         }
-        "shmlog-async" => {
-            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        "shmlog-async" | "shmlog-async-waiter" => {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
             let sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
-            let mut rx = AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap();
+            let make = || AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap();
+            let mut rx = if lane == "shmlog-async" { runtime.block_on(async { make() }) } else { make() };
+            assert_eq!(rx.in_reactor(), lane == "shmlog-async");
             ready();
             runtime.block_on(async {
                 loop {

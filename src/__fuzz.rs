@@ -40,7 +40,7 @@ pub mod doorbell {
 
     /// [`Doorbell::ring_readers`] with a full fence (the barrier kind is the crate's own type).
     pub fn ring_readers<R: crate::region::RegionMut>(bell: &Doorbell<R>) {
-        bell.ring_readers(crate::sync::LightBarrier::Full);
+        bell.ring_readers(crate::sync::LightBarrier::Full, None);
     }
 }
 /// Creating and opening a stream's files.

@@ -196,6 +196,41 @@ pub(crate) mod protocol {
         !mutant("uncounted_sleeper")
     }
 
+    /// Every reader or writer asleep in an async runtime's reactor counts itself among the bell's
+    /// reactor sleepers: whoever rings the bell (or passes a ring on) writes the wake FIFO only
+    /// when it sees one counted.
+    /// Mutant: `uncounted_reactor_sleeper`.
+    #[inline(always)]
+    pub(crate) fn doorbell_count_reactor_sleepers() -> bool {
+        !mutant("uncounted_reactor_sleeper")
+    }
+
+    /// A reactor sleeper, once counted, checks that the bell has not rung since it armed before
+    /// it sleeps (a ringer that read the count before it was in it writes no FIFO for it).
+    /// Mutant: `reactor_no_rang_check`.
+    #[inline(always)]
+    pub(crate) fn doorbell_reactor_rang_check() -> bool {
+        !mutant("reactor_no_rang_check")
+    }
+
+    /// A ringer fences between bumping a bell and reading the counts of its sleepers (threads
+    /// and reactor sleepers), so a sleeper that counted itself in and then read the bell
+    /// unchanged is seen counted.
+    /// Mutant: `no_count_fence`.
+    #[inline(always)]
+    pub(crate) fn doorbell_count_fence() -> bool {
+        !mutant("no_count_fence")
+    }
+
+    /// A ring is passed on to the threads on the bell and to the reactor sleepers (the wake
+    /// FIFO) each under a word of its own: a reactor sleeper passing a ring on to the threads
+    /// must not stop a thread woken for it from writing the FIFO.
+    /// Mutant: `one_passed_word`.
+    #[inline(always)]
+    pub(crate) fn doorbell_reactor_passed_apart() -> bool {
+        !mutant("one_passed_word")
+    }
+
     /// A sleeper looks once more after arming the bell, before it sleeps (no lost wake-up).
     /// Mutant: `no_doorbell_recheck`.
     #[inline(always)]
@@ -347,6 +382,10 @@ pub(crate) mod protocol {
         "doorbell_arm_first",
         "no_doorbell_pass_on",
         "uncounted_sleeper",
+        "uncounted_reactor_sleeper",
+        "reactor_no_rang_check",
+        "one_passed_word",
+        "no_count_fence",
         "no_doorbell_recheck",
         "relaxed_catalog",
         "no_cut_fence",

@@ -83,7 +83,7 @@ fn every_kind_of_sleeper_gets_every_message_without_a_lost_wake_up() {
     let _idle = publication(&dir, "four-idle", 64 * 1024);
     let cfg =
         Cfg::new().set("dir", dir.path().display()).set("name", name).set("count", count).set("late_ms", 500);
-    let kinds = ["poll_blocking", "receiver", "wait_any", "async"];
+    let kinds = ["poll_blocking", "receiver", "wait_any", "async", "async_reactor"];
     let mut peers: Vec<Peer> =
         kinds.iter().map(|k| Peer::spawn(k, "wake_sleeper", &cfg.clone().set("kind", k))).collect();
     for peer in &mut peers {
@@ -220,4 +220,142 @@ fn an_async_sender_awaits_room_without_blocking_the_runtime() {
     println!("async sender: {count} messages in {wall:?}, {ticks} ticks, {cpu:?} of CPU");
     assert!(ticks >= count / 10, "the runtime's other task ran only {ticks} times");
     assert!(cpu < wall / 2, "the sender spun: {cpu:?} of CPU in {wall:?}");
+}
+
+/// Voluntary context switches of this process's async waiter thread so far (its name cut to the
+/// kernel's 15 characters; a thread just started names itself soon after).
+fn waiter_switches() -> u64 {
+    let deadline = Instant::now() + T30;
+    loop {
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let task = task.unwrap().path();
+            if std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == "shmlog-async-wa") {
+                let status = std::fs::read_to_string(task.join("status")).unwrap();
+                let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
+                return line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "no async waiter thread");
+        std::thread::yield_now();
+    }
+}
+
+/// One hop (issue 33): an `AsyncReceiver` made inside a tokio runtime with its IO driver sleeps
+/// in the runtime's reactor, and each of 200 commits, every one made once the receiver took the
+/// one before and armed its bell again (asleep, or about to be), wakes the runtime's thread
+/// straight through the stream's wake FIFO: the process's waiter thread is not on the path (it
+/// sleeps for its 1 s tick). The same receiver made outside the runtime sleeps through the waiter thread, which
+/// then wakes for every message: that is the path this test fails on.
+#[test]
+fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-one-hop");
+    let mut p = publication(&dir, "hop", 64 * 1024);
+    let sub = subscription(&dir, "hop");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let mut rx = runtime.block_on(async { shmlog::AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap() });
+    assert!(rx.in_reactor(), "made in a runtime with its IO driver: in the reactor");
+    let count = 200u64;
+    let got = Arc::new(AtomicU64::new(0));
+    let path = raw::readers_path(dir.path(), "hop");
+    let sender = {
+        let got = Arc::clone(&got);
+        std::thread::spawn(move || {
+            for seq in 0..count {
+                // Only once the receiver took the last one and sleeps again: each is a wake-up.
+                let deadline = Instant::now() + T30;
+                while got.load(Ordering::Acquire) < seq {
+                    assert!(Instant::now() < deadline, "message {seq} never taken");
+                    std::thread::yield_now();
+                }
+                await_word(&path, raw::slots::READERS_ARMED, |v| v == 1, "the receiver never waited again");
+                p.offer(&seq.to_le_bytes()).unwrap();
+            }
+            p
+        })
+    };
+    let before = waiter_switches();
+    runtime.block_on(async {
+        for seq in 0..count {
+            let m = rx.recv().await.unwrap();
+            assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), seq);
+            got.store(seq + 1, Ordering::Release);
+        }
+    });
+    let switches = waiter_switches() - before;
+    drop(sender.join().unwrap());
+    println!("waiter thread: {switches} switches for {count} wake-ups in the reactor");
+    assert!(switches < count / 10, "the waiter thread woke {switches} times for {count} messages");
+}
+
+/// An `AsyncSender` made inside a tokio runtime awaits room in the reactor too. Flow control
+/// hands room back in a reader's moves, not one message at a time, so the reader here frees room
+/// in rounds: each time the sender has sent more since the last round and armed its bell again
+/// (back-pressured, so asleep or about to be), the reader drains everything committed, which
+/// rings the sender awake. Every round is one wake-up of a sleeping sender, and none of them may
+/// go through the waiter thread (it sleeps for its 1 s tick). The same sender made outside the
+/// runtime sleeps through the waiter thread, which wakes for every round: the path this test
+/// fails on.
+#[test]
+fn an_async_sender_in_a_reactor_awaits_room_without_the_waiter_thread() {
+    let _x = exclusive();
+    let dir = ShmDir::new("wake-one-hop-tx");
+    let p = publication(&dir, "room", 64 * 1024); // a window of 32 KiB: 31 messages of 1000
+    let mut sub = subscription(&dir, "room");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let mut tx = runtime.block_on(async { AsyncSender::new(Sender::new(p, Bytes)).unwrap() });
+    assert!(tx.in_reactor());
+    let count = 3000u64;
+    let sent = Arc::new(AtomicU64::new(0));
+    let path = raw::readers_path(dir.path(), "room");
+    let reader = {
+        let sent = Arc::clone(&sent);
+        std::thread::spawn(move || {
+            let (mut next, mut rounds, mut last) = (0u64, 0u64, 0u64);
+            while next < count {
+                // The sender sent since the last round and armed again: it waits for room.
+                let deadline = Instant::now() + T30;
+                while sent.load(Ordering::Acquire) <= last && sent.load(Ordering::Acquire) < count {
+                    assert!(Instant::now() < deadline, "the sender never sent after {last}");
+                    std::thread::yield_now();
+                }
+                if sent.load(Ordering::Acquire) < count {
+                    await_word(
+                        &path,
+                        raw::slots::WRITER_ARMED,
+                        |v| v == 1,
+                        "the sender never waited for room",
+                    );
+                    rounds += 1;
+                }
+                last = sent.load(Ordering::Acquire);
+                // Everything it sent until it waited (not what it sends once woken: that is the
+                // next round's).
+                while next < last {
+                    let limit = (last - next) as usize;
+                    let mut took = |m: &[u8], _: &Header| {
+                        assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), next);
+                        next += 1;
+                    };
+                    let polled = sub.poll_blocking(&mut took, limit, T30);
+                    assert!(matches!(polled, shmlog::Polled::Fragments(_)), "{polled:?}");
+                }
+            }
+            rounds
+        })
+    };
+    let before = waiter_switches();
+    runtime.block_on(async {
+        for seq in 0..count {
+            let mut m = seq.to_le_bytes().to_vec();
+            m.resize(1000, 0);
+            tx.send(&m).await.unwrap();
+            sent.store(seq + 1, Ordering::Release);
+        }
+    });
+    let switches = waiter_switches() - before;
+    let rounds = reader.join().unwrap();
+    println!("waiter thread: {switches} switches for {rounds} waits for room in the reactor ({count} sends)");
+    assert!(rounds >= 50, "only {rounds} rounds: the sender was seldom back-pressured");
+    assert!(switches < rounds / 10, "the waiter thread woke {switches} times for {rounds} waits for room");
 }

@@ -1,14 +1,27 @@
 //! Async receive and send (feature `async`), for any executor (tokio, smol, ...), never blocking
-//! its threads. A task that finds nothing to receive (or no room to send) arms the stream's
-//! doorbell, looks once more, and hands the armed bell to the process's one waiter thread, which
-//! sleeps on every registered bell at once (`stream::doorbell::sleep`, the same sleep every other
-//! way of waiting uses) and wakes the tasks whose bell rang.
+//! its threads. A task that finds nothing to receive (or no room to send) takes the first steps
+//! of a doorbell sleep (`stream::doorbell`: arm, barrier, a last look) and then sleeps one of two
+//! ways:
+//!
+//! - **in the runtime's reactor** (feature `tokio`, inside a tokio runtime): the task counts
+//!   itself among the bell's reactor sleepers and awaits the stream's wake FIFO, which whoever
+//!   rings the bell writes when it sees one counted. The write wakes the runtime's own thread: one
+//!   hop from a commit to the task, as for a blocking reader. With many such sleepers, the ringer
+//!   wakes one waiter thread that keeps the door (below) and leaves the FIFO write to it.
+//! - **through the process's waiter thread** (any executor): the task hands the armed bell to the
+//!   thread, which sleeps on every registered bell at once (`doorbell::sleep`, the sleep every
+//!   blocking call uses) and wakes the tasks whose bell rang: two hops.
+//!
+//! The waiter thread also keeps the tasks' liveness timers (a reactor sleeper is woken at its
+//! next liveness check even if nothing rings), and, for every stream with reactor sleepers in
+//! this process, keeps the door: it sleeps on the readers' bell uncounted, so that a publisher
+//! with many reactor sleepers wakes one thread and not all of them (`doorbell::keep_door`).
 
 use super::channel::{Receiver, RecvError, SendError, Sender};
 use super::codec::{Bytes, Codec};
 use crate::error::{Error, OfferError};
 use crate::region::{MmapRegion, Region, RegionMut};
-use crate::stream::doorbell::{self, Armed, Doorbell, WakeBudget};
+use crate::stream::doorbell::{self, Armed, Doorbell, ReactorArmed, WakeBudget};
 use futures_core::Stream;
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -36,20 +49,23 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub struct AsyncReceiver<T = Vec<u8>, C: Codec<T> = Bytes> {
     rx: Receiver<T, C>,
-    /// The stream's doorbell page, mapped for the waiter thread (which may outlive a poll).
-    bell: Arc<Doorbell<MmapRegion>>,
-    waiter: &'static Waiter,
-    /// The bell handed to the waiter by the last poll that found nothing.
-    armed: Option<Armed>,
+    sleep: Sleeping,
     budget: WakeBudget,
 }
 
 impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     /// Wraps `rx`; maps the stream's doorbell page once more, for the waiter thread (started
     /// with the first async receiver or sender of the process).
+    ///
+    /// With the feature `tokio`, called inside a tokio runtime, the receiver awaits the stream's
+    /// wake FIFO in the runtime's reactor (one hop from a commit to the task) if the runtime has
+    /// its IO driver (`enable_io`, or `enable_all`: on in `#[tokio::main]` and `Runtime::new`),
+    /// and the receiver stays with that runtime. Elsewhere (another executor, a plain
+    /// `block_on`, a runtime without its IO driver, whose refusal tokio prints as a caught panic,
+    /// or a FIFO that cannot be made) it sleeps through the waiter thread.
     pub fn new(mut rx: Receiver<T, C>) -> Result<Self, Error> {
         let bell = rx.subscription().map_doorbell()?;
-        Ok(Self { rx, bell: Arc::new(bell), waiter: waiter()?, armed: None, budget: WakeBudget::default() })
+        Ok(Self { rx, sleep: Sleeping::new(bell, true)?, budget: WakeBudget::default() })
     }
 
     /// The next message: `Err(RecvError::Lost)` first if messages were missed before it (once
@@ -62,13 +78,21 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
 
     /// The receiver back (e.g. to read on blocking).
     pub fn into_inner(self) -> Receiver<T, C> {
-        self.rx
+        let Self { rx, sleep, .. } = self;
+        drop(sleep);
+        rx
+    }
+
+    /// `true` if the receiver awaits the stream in a runtime's reactor (rather than through the
+    /// waiter thread).
+    pub fn in_reactor(&self) -> bool {
+        self.sleep.in_reactor()
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError<C::Error>>> {
         // Woken by our bell (not by the executor for another reason) and nothing for us: a
         // wake-up without news, which the budget bounds.
-        let bell_woke = self.armed.take().is_some_and(|a| self.bell.rang(a));
+        let bell_woke = self.sleep.woke();
         let mut first = true;
         loop {
             match self.rx.try_recv() {
@@ -82,27 +106,17 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
             }
             if std::mem::take(&mut first) && bell_woke {
                 if let Some(nap) = self.budget.after_wake(false) {
-                    self.waiter.wake_at(cx.waker().clone(), Instant::now() + nap);
+                    self.sleep.nap(cx, nap);
                     return Poll::Pending;
                 }
             }
-            // The steps of a doorbell sleep, the sleep itself left to the waiter thread. Wake
-            // the task at the latest at its next liveness check (or soon, if the barrier was
+            // Wake the task at the latest at its next liveness check (or soon, if the barrier was
             // refused): polls notice a dead publisher only when they run.
             let sub = self.rx.subscription();
             let interval = sub.liveness_interval();
-            let Some((armed, wait)) =
-                doorbell::prepare_sleep(&self.bell, Doorbell::arm_readers, || sub.readable(), interval)
-            else {
-                continue;
-            };
-            self.armed = Some(armed);
-            self.waiter.register(Sleeper {
-                bell: Some((Arc::clone(&self.bell), armed)),
-                waker: cx.waker().clone(),
-                until: Instant::now() + wait,
-            });
-            return Poll::Pending;
+            if self.sleep.prepare(cx, Doorbell::arm_readers, || sub.readable(), interval) {
+                return Poll::Pending;
+            }
         }
     }
 }
@@ -139,17 +153,17 @@ where
 #[derive(Debug)]
 pub struct AsyncSender<T, C: Codec<T> = Bytes> {
     tx: Sender<T, C>,
-    /// The stream's doorbell page, mapped for the waiter thread.
-    bell: Arc<Doorbell<MmapRegion>>,
-    waiter: &'static Waiter,
+    sleep: Sleeping,
     encoded: Vec<u8>,
 }
 
 impl<T, C: Codec<T>> AsyncSender<T, C> {
-    /// Wraps `tx`; maps the stream's doorbell page once more, for the waiter thread.
+    /// Wraps `tx`; maps the stream's doorbell page once more, for the waiter thread. Inside a
+    /// tokio runtime with the feature `tokio`, awaits room in the runtime's reactor (see
+    /// [`AsyncReceiver::new`]).
     pub fn new(mut tx: Sender<T, C>) -> Result<Self, Error> {
         let bell = tx.publication().map_doorbell()?;
-        Ok(Self { tx, bell: Arc::new(bell), waiter: waiter()?, encoded: Vec::new() })
+        Ok(Self { tx, sleep: Sleeping::new(bell, false)?, encoded: Vec::new() })
     }
 
     /// Offers `value`, awaiting room while back-pressured (readers that hold the publisher back
@@ -159,33 +173,166 @@ impl<T, C: Codec<T>> AsyncSender<T, C> {
     pub async fn send(&mut self, value: &T) -> Result<i64, SendError<C::Error>> {
         self.encoded.clear();
         self.tx.codec().encode(value, &mut self.encoded).map_err(SendError::Encode)?;
-        let Self { tx, bell, waiter, encoded } = self;
+        let Self { tx, sleep, encoded } = self;
         poll_fn(|cx| loop {
+            sleep.woke();
             let publication = tx.publication();
             match publication.offer(encoded) {
                 Err(OfferError::BackPressured) => {}
                 other => return Poll::Ready(other.map_err(SendError::Offer)),
             }
             let interval = publication.liveness_interval();
-            let Some((armed, wait)) =
-                doorbell::prepare_sleep(bell, Doorbell::arm_writer, || publication.has_room(), interval)
-            else {
-                continue;
-            };
-            waiter.register(Sleeper {
-                bell: Some((Arc::clone(bell), armed)),
-                waker: cx.waker().clone(),
-                until: Instant::now() + wait,
-            });
-            return Poll::Pending;
+            if sleep.prepare(cx, Doorbell::arm_writer, || publication.has_room(), interval) {
+                return Poll::Pending;
+            }
         })
         .await
     }
 
     /// The sender back.
     pub fn into_inner(self) -> Sender<T, C> {
-        self.tx
+        let Self { tx, sleep, .. } = self;
+        drop(sleep);
+        tx
     }
+
+    /// `true` if the sender awaits room in a runtime's reactor (rather than through the waiter
+    /// thread).
+    pub fn in_reactor(&self) -> bool {
+        self.sleep.in_reactor()
+    }
+}
+
+/// How one async receiver or sender sleeps: its view of the doorbell page, its registration
+/// with a reactor (if any), its liveness timer, and the sleep it is in.
+#[derive(Debug)]
+struct Sleeping {
+    /// The stream's doorbell page, mapped for the waiter thread (which may outlive a poll).
+    bell: Arc<Doorbell<MmapRegion>>,
+    waiter: &'static Waiter,
+    /// The stream's wake FIFO in the runtime's reactor.
+    #[cfg(feature = "tokio")]
+    reactor: Option<crate::sys::reactor::TokioFd>,
+    /// Keeps the door of the readers' bell while this reactor sleeper lives.
+    door: Option<DoorKey>,
+    timer: TimerKey,
+    asleep: Option<Asleep>,
+}
+
+/// The sleep a task is in, until it runs again.
+#[derive(Clone, Copy, Debug)]
+enum Asleep {
+    /// Its armed bell handed to the waiter thread.
+    Thread(Armed),
+    /// Counted among the bell's reactor sleepers, awaiting the wake FIFO.
+    Reactor(ReactorArmed),
+}
+
+impl Sleeping {
+    fn new(bell: Doorbell<MmapRegion>, reader: bool) -> Result<Self, Error> {
+        let waiter = waiter()?;
+        let bell = Arc::new(bell);
+        #[cfg(feature = "tokio")]
+        let reactor = reactor_for(&bell);
+        #[cfg(feature = "tokio")]
+        let door = (reactor.is_some() && reader).then(|| waiter.keep_door(&bell));
+        #[cfg(not(feature = "tokio"))]
+        let door = {
+            let _ = reader;
+            None
+        };
+        Ok(Self {
+            timer: waiter.timer(),
+            bell,
+            waiter,
+            #[cfg(feature = "tokio")]
+            reactor,
+            door,
+            asleep: None,
+        })
+    }
+
+    fn in_reactor(&self) -> bool {
+        #[cfg(feature = "tokio")]
+        return self.reactor.is_some();
+        #[cfg(not(feature = "tokio"))]
+        false
+    }
+
+    /// The task runs again: ends the sleep it was in. `true` if its bell rang meanwhile.
+    fn woke(&mut self) -> bool {
+        match self.asleep.take() {
+            Some(Asleep::Thread(armed)) => self.bell.rang(armed),
+            Some(Asleep::Reactor(armed)) => doorbell::finish_reactor_sleep(&self.bell, armed),
+            None => false,
+        }
+    }
+
+    /// Wakes the task in `nap` (a wake budget spent), without the bell.
+    fn nap(&mut self, cx: &Context<'_>, nap: Duration) {
+        self.waiter.set_timer(self.timer, cx.waker(), Instant::now() + nap);
+    }
+
+    /// The steps of a doorbell sleep, the sleep itself left to the reactor or the waiter thread.
+    /// `true` if the task is to return `Pending`; `false` if what it waits for may be there (look
+    /// again).
+    fn prepare(
+        &mut self,
+        cx: &Context<'_>,
+        arm: impl FnOnce(&Doorbell<MmapRegion>) -> Armed,
+        ready: impl FnOnce() -> bool,
+        interval: Duration,
+    ) -> bool {
+        #[cfg(feature = "tokio")]
+        if let Some(reactor) = &self.reactor {
+            // Interest first: a FIFO write after the count below is an event we see.
+            if reactor.await_next_event(&mut Context::from_waker(cx.waker())).is_ok() {
+                let Some((armed, wait)) = doorbell::prepare_reactor_sleep(&self.bell, arm, ready, interval)
+                else {
+                    return false;
+                };
+                self.asleep = Some(Asleep::Reactor(armed));
+                self.waiter.set_timer(self.timer, cx.waker(), Instant::now() + wait);
+                return true;
+            }
+            // The runtime is gone: the waiter thread from now on.
+            self.reactor = None;
+            self.door = None;
+        }
+        let Some((armed, wait)) = doorbell::prepare_sleep(&self.bell, arm, ready, interval) else {
+            return false;
+        };
+        self.asleep = Some(Asleep::Thread(armed));
+        self.waiter.register(Sleeper {
+            bell: Some((Arc::clone(&self.bell), armed)),
+            waker: cx.waker().clone(),
+            until: Instant::now() + wait,
+        });
+        true
+    }
+}
+
+impl Drop for Sleeping {
+    fn drop(&mut self) {
+        // A reactor sleeper dropped asleep is counted out (no ringer writes the FIFO for it).
+        self.woke();
+        self.waiter.drop_timer(self.timer);
+    }
+}
+
+/// The stream's wake FIFO (made if need be) registered with the current tokio runtime's reactor,
+/// if there is one and this kernel wakes a watcher on every write.
+#[cfg(feature = "tokio")]
+fn reactor_for(bell: &Doorbell<MmapRegion>) -> Option<crate::sys::reactor::TokioFd> {
+    use std::os::unix::fs::PermissionsExt;
+    if !crate::sys::fanout::wakes_on_every_write() {
+        return None;
+    }
+    let fanout = bell.fanout()?;
+    // The FIFO gets the stream's permissions: those of its slot file.
+    let mode = std::fs::metadata(fanout.slot_file()).ok()?.permissions().mode() & 0o777;
+    let fifo = crate::sys::fanout::create_and_open(fanout.path(), mode).ok()?;
+    crate::sys::reactor::TokioFd::in_current_runtime(fifo)?.ok()
 }
 
 /// A task waiting for a bell (or, without one, for its time to come).
@@ -196,11 +343,50 @@ struct Sleeper {
     until: Instant,
 }
 
-/// The process's waiter thread: sleeps on every registered bell and on its own control word
-/// (bumped by each registration so that it rebuilds its list).
+/// A liveness timer of the waiter's (see [`Waiter::timer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TimerKey(usize);
+
+/// A door the waiter keeps (see [`Waiter::keep_door`]).
+#[derive(Debug)]
+struct DoorKey {
+    waiter: &'static Waiter,
+    id: u64,
+}
+
+impl Drop for DoorKey {
+    fn drop(&mut self) {
+        let mut state = self.waiter.lock();
+        state.doors.retain(|d| d.id != self.id);
+        drop(state);
+        self.waiter.interrupt();
+    }
+}
+
+/// A readers' bell the waiter sleeps on for the reactor sleepers of its process.
+#[derive(Debug)]
+struct Door {
+    id: u64,
+    bell: Arc<Doorbell<MmapRegion>>,
+}
+
+/// What the waiter thread keeps, under its lock.
+#[derive(Debug, Default)]
+struct WaiterState {
+    sleepers: Vec<Sleeper>,
+    /// Timers by key: when, and whom to wake (`None`: free, or not set).
+    timers: Vec<Option<(Option<Instant>, Option<Waker>)>>,
+    doors: Vec<Door>,
+    next_door: u64,
+    /// When the thread's current sleep ends at the latest (a timer set earlier interrupts it).
+    sleeps_until: Option<Instant>,
+}
+
+/// The process's waiter thread: sleeps on every registered bell, every kept door and its own
+/// control word (bumped to make it look again), until the earliest timer.
 #[derive(Debug)]
 pub(crate) struct Waiter {
-    sleepers: Mutex<Vec<Sleeper>>,
+    state: Mutex<WaiterState>,
     control: MmapRegion,
 }
 
@@ -214,7 +400,7 @@ pub(crate) fn waiter() -> Result<&'static Waiter, Error> {
     }
     let here = "shmlog async waiter";
     let control = MmapRegion::anonymous(4096).map_err(|e| Error::io("map the control page of", here, e))?;
-    let w: &'static Waiter = Box::leak(Box::new(Waiter { sleepers: Mutex::new(Vec::new()), control }));
+    let w: &'static Waiter = Box::leak(Box::new(Waiter { state: Mutex::default(), control }));
     std::thread::Builder::new()
         .name("shmlog-async-waiter".into())
         .spawn(move || w.run())
@@ -224,6 +410,16 @@ pub(crate) fn waiter() -> Result<&'static Waiter, Error> {
 }
 
 impl Waiter {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WaiterState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes the thread look again (its list or its timers changed).
+    fn interrupt(&self) {
+        self.control.fetch_add_i32(0, 1);
+        self.control.wake_i32(0, 1);
+    }
+
     /// Wakes `waker` at `until` (a task with nothing to sleep on but time: a replay that caught
     /// up with a recording still being recorded, a receiver napping).
     pub(crate) fn wake_at(&self, waker: Waker, until: Instant) {
@@ -231,36 +427,109 @@ impl Waiter {
     }
 
     fn register(&self, sleeper: Sleeper) {
-        self.sleepers.lock().unwrap_or_else(|e| e.into_inner()).push(sleeper);
-        self.control.fetch_add_i32(0, 1);
-        self.control.wake_i32(0, 1);
+        self.lock().sleepers.push(sleeper);
+        self.interrupt();
+    }
+
+    /// A timer of one's own, set again at every sleep without waking the thread unless it is due
+    /// before the thread's sleep ends.
+    fn timer(&self) -> TimerKey {
+        let mut state = self.lock();
+        let free = state.timers.iter().position(Option::is_none);
+        let key = free.unwrap_or(state.timers.len());
+        if free.is_none() {
+            state.timers.push(None);
+        }
+        state.timers[key] = Some((None, None));
+        TimerKey(key)
+    }
+
+    /// Wakes `waker` at `at` (replacing what the timer held).
+    fn set_timer(&self, key: TimerKey, waker: &Waker, at: Instant) {
+        let mut state = self.lock();
+        let Some(Some((when, held))) = state.timers.get_mut(key.0) else { return };
+        *when = Some(at);
+        if !held.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *held = Some(waker.clone());
+        }
+        let interrupt = state.sleeps_until.is_none_or(|end| at < end);
+        drop(state);
+        if interrupt {
+            self.interrupt();
+        }
+    }
+
+    fn drop_timer(&self, key: TimerKey) {
+        if let Some(slot) = self.lock().timers.get_mut(key.0) {
+            *slot = None;
+        }
+    }
+
+    /// Keeps the door of `bell`'s readers' bell until the key is dropped.
+    fn keep_door(&'static self, bell: &Arc<Doorbell<MmapRegion>>) -> DoorKey {
+        let mut state = self.lock();
+        let id = state.next_door;
+        state.next_door += 1;
+        state.doors.push(Door { id, bell: Arc::clone(bell) });
+        drop(state);
+        self.interrupt();
+        DoorKey { waiter: self, id }
     }
 
     fn run(&self) {
+        let mut wake = Vec::new();
         loop {
-            let control = self.control.load_i32(0, crate::sync::Ordering::Acquire);
-            // Wake the tasks whose bell rang or whose time is up; keep the others.
-            let now = Instant::now();
-            let mut next = now + Duration::from_secs(1);
-            let mut sleepers = std::mem::take(&mut *self.sleepers.lock().unwrap_or_else(|e| e.into_inner()));
-            sleepers.retain(|s| {
-                let rang = s.bell.as_ref().is_some_and(|(bell, armed)| bell.rang(*armed));
-                if rang || now >= s.until {
-                    s.waker.wake_by_ref();
-                    return false;
+            let (control, sleepers, doors, until) = {
+                let mut state = self.lock();
+                let control = self.control.load_i32(0, crate::sync::Ordering::Acquire);
+                let now = Instant::now();
+                let mut next = now + Duration::from_secs(1);
+                // Wake the tasks whose bell rang or whose time is up; keep the others.
+                let mut sleepers = std::mem::take(&mut state.sleepers);
+                sleepers.retain(|s| {
+                    let rang = s.bell.as_ref().is_some_and(|(bell, armed)| bell.rang(*armed));
+                    if rang || now >= s.until {
+                        wake.push(s.waker.clone());
+                        return false;
+                    }
+                    next = next.min(s.until);
+                    true
+                });
+                for (at, waker) in state.timers.iter_mut().flatten() {
+                    match *at {
+                        Some(t) if t <= now => {
+                            *at = None;
+                            wake.extend(waker.take());
+                        }
+                        Some(t) => next = next.min(t),
+                        None => {}
+                    }
                 }
-                next = next.min(s.until);
-                true
-            });
+                // Each door's bell as it stands now: a ring after this wakes us.
+                let doors: Vec<(Arc<Doorbell<MmapRegion>>, Armed)> =
+                    state.doors.iter().map(|d| (Arc::clone(&d.bell), doorbell::door(&d.bell))).collect();
+                state.sleeps_until = Some(next);
+                (control, sleepers, doors, next)
+            };
+            wake.drain(..).for_each(Waker::wake);
             let bells: Vec<(&Doorbell<MmapRegion>, Armed)> = sleepers
                 .iter()
                 .filter_map(|s| s.bell.as_ref().map(|(bell, armed)| (&**bell, *armed)))
                 .collect();
+            let mut words = vec![(&self.control, 0, control)];
+            words.extend(doors.iter().map(|(bell, door)| bell.word(*door)));
             // The one sleep of `stream::doorbell`: counted among each readers' bell's sleepers,
             // and a ring passed on to the others if the writer's single wake-up reached us.
-            doorbell::sleep(&bells, Some((&self.control, 0, control)), next.saturating_duration_since(now));
+            doorbell::sleep(&bells, &words, until.saturating_duration_since(Instant::now()));
+            // A door that rang: pass the ring on to the reactor sleepers (the writer left the
+            // FIFO write to us).
+            for (bell, door) in &doors {
+                doorbell::keep_door(bell, *door);
+            }
             drop(bells);
-            self.sleepers.lock().unwrap_or_else(|e| e.into_inner()).extend(sleepers);
+            let mut state = self.lock();
+            state.sleeps_until = None;
+            state.sleepers.extend(sleepers);
         }
     }
 }

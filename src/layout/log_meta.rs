@@ -21,7 +21,7 @@ pub const PAGE_MAX: usize = 1 << 30;
 /// `b"SHMLOG\0L"` little-endian: the first thing checked when a file is opened as a log.
 pub const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOG\0L");
 /// Bumped whenever the layout of the log or reader-slot file changes incompatibly.
-pub const LAYOUT_VERSION: i32 = 6;
+pub const LAYOUT_VERSION: i32 = 7;
 
 // Aeron-compatible fields (offsets inside the metadata section).
 /// Three packed tail counters, `termId << 32 | offset`, one per partition.

@@ -50,6 +50,15 @@ pub const READERS_SLEEPING: usize = 512;
 /// passed on once, by the first reader it wakes (readers woken by the pass-on do not pass it on
 /// again).
 pub const READERS_PASSED: usize = 640;
+/// Readers asleep in an async runtime's reactor (or about to be), waiting on the stream's wake
+/// FIFO rather than on the readers' bell: whoever rings the readers with this above zero also
+/// writes the FIFO, which wakes them all at once (`stream::doorbell`).
+pub const READERS_FD_SLEEPING: usize = 768;
+/// The last value of the readers' bell for which the wake FIFO was written (by the writer or a
+/// reader passing a ring on): each ring reaches the reactor sleepers once.
+pub const READERS_FD_PASSED: usize = 896;
+/// A writer asleep in an async runtime's reactor, waiting on the wake FIFO for readers to move.
+pub const WRITER_FD_SLEEPING: usize = 1024;
 /// Bytes per slot: one page (of 4 KiB), so each can be mapped on its own.
 pub const SLOT_LEN: usize = 4096;
 
@@ -135,6 +144,6 @@ mod tests {
         assert_eq!(slot_offset(0), 8192);
         assert_eq!(slot_offset(7) % 4096, 0);
         assert_eq!(file_length(64), 66 * 4096);
-        const { assert!(READERS_PASSED + 4 <= DOORBELL_LEN) };
+        const { assert!(WRITER_FD_SLEEPING + 4 <= DOORBELL_LEN) };
     }
 }

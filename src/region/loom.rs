@@ -147,7 +147,8 @@ struct Racy {
 #[derive(Debug)]
 struct Futex {
     off: usize,
-    queue: loom::sync::Mutex<()>,
+    /// How many wait on the condition variable and were not woken yet.
+    queue: loom::sync::Mutex<usize>,
     woken: loom::sync::Condvar,
 }
 
@@ -249,7 +250,7 @@ impl LoomRegion {
         }
         self.futexes = offsets
             .iter()
-            .map(|&off| Futex { off, queue: loom::sync::Mutex::new(()), woken: loom::sync::Condvar::new() })
+            .map(|&off| Futex { off, queue: loom::sync::Mutex::new(0), woken: loom::sync::Condvar::new() })
             .collect();
         self
     }
@@ -499,8 +500,15 @@ impl RegionMut for LoomRegion {
 
     fn wait_i32(&self, off: usize, expected: i32, _timeout: std::time::Duration) -> bool {
         let futex = self.futex(off);
-        let queued = futex.queue.lock().unwrap();
-        if self.load_i32(off, Ordering::Relaxed) == expected {
+        let mut queued = futex.queue.lock().unwrap();
+        // The kernel issues a full barrier between queueing a waiter and reading the word
+        // (futex_wait's barrier A), so the read is ordered after the sleeper's earlier stores
+        // (its count on the bell), which a ringer that wakes nobody relies on. A fence, not a
+        // SeqCst load: loom takes SeqCst accesses for AcqRel, and a SeqCst load alone let the
+        // read miss a bump made before the ringer read the count (a false deadlock of i3).
+        crate::sync::fence(Ordering::SeqCst);
+        if self.load_i32(off, Ordering::SeqCst) == expected {
+            *queued += 1;
             drop(futex.woken.wait(queued).unwrap());
         }
         true
@@ -515,14 +523,18 @@ impl RegionMut for LoomRegion {
         }
     }
 
-    fn wake_i32(&self, off: usize, count: i32) {
+    fn wake_i32(&self, off: usize, count: i32) -> usize {
         let futex = self.futex(off);
-        let _queue = futex.queue.lock().unwrap();
+        let mut waiting = futex.queue.lock().unwrap();
+        // A loom condition variable wakes no waiter spuriously: the count is exact.
+        let woken = (*waiting).min(count.max(0) as usize);
+        *waiting -= woken;
         if count == 1 {
             futex.woken.notify_one();
         } else {
             futex.woken.notify_all();
         }
+        woken
     }
 
     unsafe fn copy_in(&self, off: usize, src: &[u8]) {

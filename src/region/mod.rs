@@ -164,8 +164,9 @@ pub trait RegionMut: Region {
     /// signal); `false` on timeout. Callers re-check what they wait for either way.
     fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool;
 
-    /// Wakes up to `count` sleepers on the `i32` at `off` (`i32::MAX`: all).
-    fn wake_i32(&self, off: usize, count: i32);
+    /// Wakes up to `count` sleepers on the `i32` at `off` (`i32::MAX`: all); returns how many
+    /// were asleep there and woken.
+    fn wake_i32(&self, off: usize, count: i32) -> usize;
 
     /// Sleeps until one of `words` (a region, the offset of an `i32` in it, the value it is
     /// expected to hold) no longer holds its value or is woken, or `timeout` passes: `Ok(true)`
@@ -351,7 +352,7 @@ macro_rules! forward_region {
             fn wait_i32(&self, off: usize, expected: i32, timeout: std::time::Duration) -> bool {
                 (**self).wait_i32(off, expected, timeout)
             }
-            fn wake_i32(&self, off: usize, count: i32) {
+            fn wake_i32(&self, off: usize, count: i32) -> usize {
                 (**self).wake_i32(off, count)
             }
             fn wait_any_i32(

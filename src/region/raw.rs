@@ -256,10 +256,10 @@ impl<B: WritableBacking> RegionMut for RawRegion<B> {
         unsafe { futex::wait(word, expected as u32, timeout) == futex::Woke::Maybe }
     }
 
-    fn wake_i32(&self, off: usize, count: i32) {
+    fn wake_i32(&self, off: usize, count: i32) -> usize {
         let word = self.atomic_i32(off).as_ptr() as *const u32;
         // SAFETY: as in `wait_i32`; the kernel only uses the address as a key.
-        unsafe { futex::wake(word, count) };
+        unsafe { futex::wake(word, count) }
     }
 
     fn wait_any_i32(words: &[(&Self, usize, i32)], timeout: std::time::Duration) -> std::io::Result<bool> {

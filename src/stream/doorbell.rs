@@ -46,12 +46,16 @@
 //! millisecond of delay.
 
 use crate::layout::slots::{
-    DOORBELL_LEN, READERS_ARMED, READERS_BELL, READERS_PASSED, READERS_SLEEPING, WRITER_ARMED, WRITER_BELL,
+    DOORBELL_LEN, READERS_ARMED, READERS_BELL, READERS_FD_PASSED, READERS_FD_SLEEPING, READERS_PASSED,
+    READERS_SLEEPING, WRITER_ARMED, WRITER_BELL, WRITER_FD_SLEEPING,
 };
 use crate::region::RegionMut;
 use crate::sync::protocol;
 use crate::sync::{LightBarrier, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub use fanout::Fanout;
 
 /// How a wait on a bell ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,11 +73,18 @@ pub enum Rung {
 /// of a [`WakeBudget`] spent.
 pub const NAP: Duration = Duration::from_millis(1);
 
-/// One side's view of a stream's doorbell page, at offset `base` of `region`.
+/// The most reactor sleepers a ring wakes through the wake FIFO itself when no thread sleeps on
+/// the bell: past it, the ring wakes one thread (a reactor process's waiter, if one keeps the
+/// door) and leaves the FIFO to it, so the ringer does not pay for many wake-ups.
+pub const DIRECT_FD_WAKE: i32 = 8;
+
+/// One side's view of a stream's doorbell page, at offset `base` of `region`, with the stream's
+/// wake FIFO where this side may have to ring it (see [`Fanout`]).
 #[derive(Debug)]
 pub struct Doorbell<R> {
     region: R,
     base: usize,
+    fanout: Option<Arc<Fanout>>,
 }
 
 /// A bell a sleeper armed: which one, and the value its sleep must expect. Made by
@@ -84,6 +95,11 @@ pub struct Armed {
     seen: i32,
 }
 
+/// A bell a reactor sleeper armed and counted itself on ([`prepare_reactor_sleep`]); handed back
+/// to [`finish_reactor_sleep`] once the task runs again (or is dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReactorArmed(Armed);
+
 impl<R: RegionMut> Doorbell<R> {
     /// The doorbell page at `base` of `region` (the whole slot file: `layout::slots::DOORBELL`; a
     /// mapping of the page alone: 0).
@@ -93,7 +109,19 @@ impl<R: RegionMut> Doorbell<R> {
             region.len() >= base && region.len() - base >= DOORBELL_LEN && base % 4 == 0,
             "a whole doorbell"
         );
-        Self { region, base }
+        Self { region, base, fanout: None }
+    }
+
+    /// This doorbell with the stream's wake FIFO, which it rings (passing a ring on, waking a
+    /// back-pressured writer) when reactor sleepers are counted.
+    pub fn with_fanout(mut self, fanout: Arc<Fanout>) -> Self {
+        self.fanout = Some(fanout);
+        self
+    }
+
+    /// The stream's wake FIFO, if this doorbell was given it.
+    pub fn fanout(&self) -> Option<&Arc<Fanout>> {
+        self.fanout.as_ref()
     }
 
     /// [`Doorbell::new`] without the check, for a view built on every commit.
@@ -103,55 +131,102 @@ impl<R: RegionMut> Doorbell<R> {
     #[inline(always)]
     pub unsafe fn new_unchecked(region: R, base: usize) -> Self {
         debug_assert!(region.len() >= base + DOORBELL_LEN && base % 4 == 0);
-        Self { region, base }
+        Self { region, base, fanout: None }
     }
 
     /// The writer, after a commit: wakes sleeping readers, if any. One barrier and one load when
-    /// nobody sleeps.
+    /// nobody sleeps. `fanout`: the stream's wake FIFO, for reactor sleepers (the writer's view
+    /// of the page is made per commit and keeps none of its own).
     #[inline(always)]
-    pub(crate) fn ring_readers(&self, barrier: LightBarrier) {
-        self.ring(barrier, READERS_ARMED, READERS_BELL);
+    pub(crate) fn ring_readers(&self, barrier: LightBarrier, fanout: Option<&Fanout>) {
+        self.ring(barrier, &READERS_SIDE, fanout);
     }
 
     /// A reader, after publishing a new position: wakes a writer waiting for room, if any.
     #[inline(always)]
     pub fn ring_writer(&self) {
-        self.ring(crate::sync::light_barrier_kind(), WRITER_ARMED, WRITER_BELL);
+        self.ring(crate::sync::light_barrier_kind(), &WRITER_SIDE, None);
     }
 
     /// Wakes the readers whatever *armed* says (end of stream, a new session): cold paths.
-    pub fn ring_readers_always(&self) {
+    pub fn ring_readers_always(&self, fanout: Option<&Fanout>) {
         self.region.store_i32(self.base + READERS_ARMED, 0, Ordering::SeqCst);
-        self.bump(READERS_BELL, i32::MAX);
+        let now = self.region.fetch_add_i32(self.base + READERS_BELL, 1).wrapping_add(1);
+        self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
+        count_fence();
+        if self.fd_sleepers(&READERS_SIDE) > 0 {
+            self.pass_to_reactors(&READERS_SIDE, now, fanout);
+        }
     }
 
     #[inline(always)]
-    fn ring(&self, barrier: LightBarrier, armed: usize, bell: usize) {
+    fn ring(&self, barrier: LightBarrier, side: &'static Side, fanout: Option<&Fanout>) {
         if protocol::doorbell_barrier() {
             barrier.issue();
         }
         // SAFETY: the doorbell lies in the region, 4-aligned (`new`'s check or `new_unchecked`'s
         // contract), and so does each of its words.
-        if unsafe { self.region.load_i32_unchecked(self.base + armed, Ordering::Relaxed) } != 0 {
-            self.wake(armed, bell);
+        if unsafe { self.region.load_i32_unchecked(self.base + side.armed, Ordering::Relaxed) } != 0 {
+            self.wake(side, fanout);
         }
     }
 
+    /// Someone armed `side`'s bell: bumps it and wakes one sleeper, who passes the ring on. With
+    /// no thread asleep on the bell and only a few reactor sleepers, the wake FIFO wakes those
+    /// directly (one hop each); with more, a thread on the bell (a waiter keeping the door) is
+    /// woken and writes the FIFO, so a publisher with N sleepers pays for one wake-up, not N;
+    /// with nobody on the bell the FIFO is written all the same (a wake-up is never skipped).
     #[cold]
     #[inline(never)]
-    fn wake(&self, armed: usize, bell: usize) {
-        if self.region.swap_i32(self.base + armed, 0) != 0 {
-            // One sleeper: a woken reader wakes the others itself (see `sleep`), so a publisher
-            // with N sleeping readers pays for one wake-up, not N. The writer's bell has one
-            // sleeper at most (one publication writes a stream).
-            self.bump(bell, 1);
+    fn wake(&self, side: &'static Side, fanout: Option<&Fanout>) {
+        if self.region.swap_i32(self.base + side.armed, 0) == 0 {
+            return;
+        }
+        let now = self.region.fetch_add_i32(self.base + side.bell, 1).wrapping_add(1);
+        // The bump before the counts: a sleeper counts itself in, fences (the kernel's futex
+        // barrier, or `barrier`), then reads the bell; we bump, fence, then read its count.
+        // One fence precedes the other, so it sees our bump or we see it counted.
+        count_fence();
+        let reactors = self.fd_sleepers(side);
+        let threads = side.sleeping.map_or(1, |w| self.region.load_i32(self.base + w, Ordering::SeqCst));
+        if reactors > 0
+            && reactors <= DIRECT_FD_WAKE
+            && threads <= 0
+            && self.pass_to_reactors(side, now, fanout)
+        {
+            return;
+        }
+        if self.region.wake_i32(self.base + side.bell, 1) == 0 && reactors > 0 {
+            self.pass_to_reactors(side, now, fanout);
         }
     }
 
-    /// Bumps `bell` and wakes up to `count` of its sleepers.
-    fn bump(&self, bell: usize, count: i32) {
-        self.region.fetch_add_i32(self.base + bell, 1);
-        self.region.wake_i32(self.base + bell, count);
+    /// Reactor sleepers counted on `side`'s bell (a forged count is harmless: at worst a FIFO
+    /// write too many, or the liveness timeout of the sleepers it hid).
+    fn fd_sleepers(&self, side: &Side) -> i32 {
+        if !protocol::doorbell_count_reactor_sleepers() {
+            return 0;
+        }
+        self.region.load_i32(self.base + side.fd_sleeping, Ordering::SeqCst)
+    }
+
+    /// Writes the wake FIFO for ring `now` of `side`'s bell, unless that ring of the readers'
+    /// bell was written already (each ring reaches the reactor sleepers once; the writer's bell
+    /// has one sleeper, and its values are not the readers'). `false` if there is no FIFO to
+    /// write (then the caller wakes a thread instead).
+    fn pass_to_reactors(&self, side: &Side, now: i32, fanout: Option<&Fanout>) -> bool {
+        let Some(fanout) = fanout.or(self.fanout.as_deref()) else { return false };
+        if side.sleeping.is_none() {
+            return fanout.ring();
+        }
+        if protocol::doorbell_reactor_passed_apart() {
+            if self.region.swap_i32(self.base + READERS_FD_PASSED, now) == now {
+                return true;
+            }
+        } else if self.region.swap_i32(self.base + READERS_PASSED, now) == now {
+            return true;
+        }
+        fanout.ring()
     }
 
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
@@ -165,7 +240,7 @@ impl<R: RegionMut> Doorbell<R> {
     /// `timeout`.
     pub fn wait_for_readers(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
         match prepare_sleep(self, Doorbell::arm_writer, ready, timeout) {
-            Some((armed, timeout)) => sleep(&[(self, armed)], None, timeout),
+            Some((armed, timeout)) => sleep(&[(self, armed)], &[], timeout),
             None => Rung::Ready,
         }
     }
@@ -204,7 +279,7 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     /// The futex word of `armed` and the value to expect, for a sleep on several words.
-    fn word(&self, armed: Armed) -> (&R, usize, i32) {
+    pub fn word(&self, armed: Armed) -> (&R, usize, i32) {
         (&self.region, self.base + armed.bell, armed.seen)
     }
 
@@ -222,11 +297,53 @@ impl<R: RegionMut> Doorbell<R> {
 
     /// After a sleep on the readers' bell that found it rung: wakes the other sleepers, once per
     /// ring (the first reader woken for a ring wakes the rest; the others, woken by it, find the
-    /// ring already passed on, or they would wake each other for ever).
-    fn pass_on(&self) {
+    /// ring already passed on, or they would wake each other for ever). `threads`: wake the
+    /// threads asleep on the bell; `reactors`: write the wake FIFO. The two are passed on apart
+    /// (`READERS_PASSED`, `READERS_FD_PASSED`): a reactor sleeper passes a ring on only to the
+    /// threads (the FIFO write that woke it woke every reactor sleeper), and must not stop a
+    /// thread woken for the same ring from writing the FIFO when that ring woke no reactor.
+    fn pass_on(&self, threads: bool, reactors: bool) {
         let now = self.region.load_i32(self.base + READERS_BELL, Ordering::Acquire);
-        if self.region.swap_i32(self.base + READERS_PASSED, now) != now {
+        if threads && self.region.swap_i32(self.base + READERS_PASSED, now) != now {
             self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
+        }
+        if reactors {
+            self.pass_to_reactors(&READERS_SIDE, now, None);
+        }
+    }
+
+    /// Threads counted asleep on the readers' bell.
+    fn thread_sleepers(&self) -> i32 {
+        self.region.load_i32(self.base + READERS_SLEEPING, Ordering::SeqCst)
+    }
+}
+
+/// The words of one bell.
+#[derive(Debug)]
+struct Side {
+    armed: usize,
+    bell: usize,
+    /// The count of threads asleep on it (the readers' bell counts them; the writer's has at
+    /// most one sleeper per publication, uncounted).
+    sleeping: Option<usize>,
+    fd_sleeping: usize,
+}
+
+static READERS_SIDE: Side = Side {
+    armed: READERS_ARMED,
+    bell: READERS_BELL,
+    sleeping: Some(READERS_SLEEPING),
+    fd_sleeping: READERS_FD_SLEEPING,
+};
+static WRITER_SIDE: Side =
+    Side { armed: WRITER_ARMED, bell: WRITER_BELL, sleeping: None, fd_sleeping: WRITER_FD_SLEEPING };
+
+impl Armed {
+    fn side(self) -> &'static Side {
+        if self.bell == WRITER_BELL {
+            &WRITER_SIDE
+        } else {
+            &READERS_SIDE
         }
     }
 }
@@ -256,7 +373,7 @@ pub fn sleep_until<R: RegionMut>(
             let Some((armed, timeout)) = prepare_sleep(bell, Doorbell::arm_readers, ready, timeout) else {
                 return Slept { rung: Rung::Ready, rang: 0 };
             };
-            let rung = sleep(&[(*bell, armed)], None, timeout);
+            let rung = sleep(&[(*bell, armed)], &[], timeout);
             Slept { rung, rang: if bell.rang(armed) { 1 } else { 0 } }
         }
         _ if bells.iter().all(Option::is_none) => {
@@ -274,7 +391,7 @@ pub fn sleep_until<R: RegionMut>(
                 return Slept { rung: Rung::Ready, rang: 0 };
             }
             let words: Vec<_> = armed.iter().map(|&(_, bell, a)| (bell, a)).collect();
-            let rung = sleep(&words, None, timeout);
+            let rung = sleep(&words, &[], timeout);
             let rang = armed.iter().filter(|(_, bell, a)| bell.rang(*a)).fold(0, |m, &(i, ..)| m | bit(i));
             Slept { rung, rang }
         }
@@ -300,6 +417,85 @@ pub fn prepare_sleep<R: RegionMut>(
     Some((armed, timeout))
 }
 
+/// The first steps of a sleep in an async runtime's reactor on `bell` (the readers' bell with
+/// [`Doorbell::arm_readers`], the writer's with [`Doorbell::arm_writer`]): arms it, counts the
+/// sleeper among the bell's reactor sleepers, issues the [`barrier`], looks once more, and checks
+/// that the bell has not rung since it armed. `None` if it need not sleep (then it is counted out
+/// again, and a ring it found is passed on). Otherwise the armed bell and how long the sleep may
+/// last; the task then sleeps until the stream's wake FIFO is written (a ringer that sees it
+/// counted writes the FIFO, or wakes a thread that does), and calls [`finish_reactor_sleep`] when
+/// it runs again. The caller must have registered its interest in the FIFO (its readiness
+/// cleared, its waker stored) before this: a write after the count is then an event it sees.
+pub fn prepare_reactor_sleep<R: RegionMut>(
+    bell: &Doorbell<R>,
+    arm: impl FnOnce(&Doorbell<R>) -> Armed,
+    ready: impl FnOnce() -> bool,
+    timeout: Duration,
+) -> Option<(ReactorArmed, Duration)> {
+    let armed = ReactorArmed(arm(bell));
+    if protocol::doorbell_count_reactor_sleepers() {
+        bell.region.fetch_add_i32(bell.base + armed.0.side().fd_sleeping, 1);
+    }
+    let timeout = if barrier() { timeout } else { timeout.min(NAP) };
+    // Rung since we armed: a ringer may have read the reactor count before we were in it, so no
+    // FIFO write of its may come (a thread's futex wait fails on the changed word instead).
+    if (protocol::doorbell_recheck() && ready())
+        || (protocol::doorbell_reactor_rang_check() && bell.rang(armed.0))
+    {
+        finish_reactor_sleep(bell, armed);
+        return None;
+    }
+    Some((armed, timeout))
+}
+
+/// After a reactor sleep (the task runs again, or is dropped): counts the sleeper out and, if
+/// the readers' bell rang since it armed, passes the ring on to the threads asleep on the bell
+/// (the ringer may have written only the FIFO). Returns whether the bell rang.
+pub fn finish_reactor_sleep<R: RegionMut>(bell: &Doorbell<R>, armed: ReactorArmed) -> bool {
+    let armed = armed.0;
+    if protocol::doorbell_count_reactor_sleepers() {
+        bell.region.fetch_add_i32(bell.base + armed.side().fd_sleeping, -1);
+    }
+    let rang = bell.rang(armed);
+    if rang && armed.bell == READERS_BELL && protocol::doorbell_wake_others() && bell.thread_sleepers() > 0 {
+        bell.pass_on(true, false);
+    }
+    rang
+}
+
+/// A thread keeping the door of `bell` for its process's reactor sleepers: it sleeps on the
+/// readers' bell uncounted ([`keep_door`]), so a ringer with many reactor sleepers wakes it (one
+/// wake-up) and leaves the FIFO write, which wakes them all, to it. Returns the bell's value, to
+/// sleep on.
+pub fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
+    Armed { bell: READERS_BELL, seen: bell.region.load_i32(bell.base + READERS_BELL, Ordering::Acquire) }
+}
+
+/// After a doorkeeper's sleep: if the bell rang since `door` was read, passes the ring on to the
+/// reactor sleepers (and to threads asleep on the bell, which a ring reaching a doorkeeper
+/// did not reach). Returns the value to sleep on next.
+pub fn keep_door<R: RegionMut>(bell: &Doorbell<R>, door: Armed) -> Armed {
+    if bell.rang(door) {
+        let threads = bell.thread_sleepers() > 0;
+        let reactors = bell.fd_sleepers(&READERS_SIDE) > 0;
+        if threads || reactors {
+            bell.pass_on(threads, reactors);
+        }
+    }
+    self::door(bell)
+}
+
+/// A ringer's full fence between bumping a bell and reading who is counted asleep on it (cold:
+/// only a ring that found the bell armed pays it). A SeqCst read-modify-write then a SeqCst
+/// load are ordered by the language already; the fence says so where the protocol relies on it,
+/// and is what the loom model checks (loom takes SeqCst accesses for AcqRel).
+#[inline(always)]
+fn count_fence() {
+    if protocol::doorbell_count_fence() {
+        crate::sync::fence(Ordering::SeqCst);
+    }
+}
+
 /// The sleeper's barrier, after arming every bell it will sleep on and before its last look at
 /// what it waits for. `false` if the kernel refused the part that makes a hot side's light
 /// barrier enough: then the caller sleeps at most [`NAP`] and looks again.
@@ -307,14 +503,14 @@ pub fn barrier() -> bool {
     !protocol::doorbell_barrier() || crate::sync::heavy_barrier()
 }
 
-/// The last step of a sleep: sleeps on every armed bell of `bells` (and on `own`, a word of the
-/// caller's that another thread bumps to interrupt it: the async waiter's registrations) until
-/// one rings or `timeout` passes. A sleeper on a readers' bell counts itself in while it sleeps
+/// The last step of a sleep: sleeps on every armed bell of `bells` (and on the words of `extra`,
+/// uncounted: a word of the caller's that another thread bumps to interrupt it, the doors the
+/// async waiter keeps) until one rings or `timeout` passes. A sleeper on a readers' bell counts itself in while it sleeps
 /// and, if the bell rang, passes the ring on to the other sleepers (see the module docs). The
 /// caller armed each bell, issued [`barrier`] and looked once more before calling this.
 pub fn sleep<R: RegionMut>(
     bells: &[(&Doorbell<R>, Armed)],
-    own: Option<(&R, usize, i32)>,
+    extra: &[(&R, usize, i32)],
     timeout: Duration,
 ) -> Rung {
     let counted = |a: &Armed| protocol::doorbell_count_sleepers() && a.bell == READERS_BELL;
@@ -323,14 +519,14 @@ pub fn sleep<R: RegionMut>(
             bell.count_in();
         }
     }
-    let woken = match (bells, own) {
-        ([(bell, armed)], None) => {
+    let woken = match (bells, extra) {
+        ([(bell, armed)], []) => {
             let (region, off, seen) = bell.word(*armed);
             region.wait_i32(off, seen, timeout)
         }
         _ => {
             let words: Vec<(&R, usize, i32)> =
-                own.into_iter().chain(bells.iter().map(|(bell, armed)| bell.word(*armed))).collect();
+                extra.iter().copied().chain(bells.iter().map(|(bell, armed)| bell.word(*armed))).collect();
             R::wait_any_i32(&words, timeout).unwrap_or_else(|_| {
                 // No sleep on several words: the first, briefly; the caller looks again.
                 let (region, off, seen) = words[0];
@@ -342,8 +538,11 @@ pub fn sleep<R: RegionMut>(
         if counted(armed) {
             let others = bell.count_out();
             // Rung since we armed: the writer's single wake-up may have been ours.
-            if protocol::doorbell_wake_others() && others > 0 && bell.rang(*armed) {
-                bell.pass_on();
+            if protocol::doorbell_wake_others() && bell.rang(*armed) {
+                let reactors = bell.fd_sleepers(&READERS_SIDE) > 0;
+                if others > 0 || reactors {
+                    bell.pass_on(others > 0, reactors);
+                }
             }
         }
     }
@@ -351,6 +550,87 @@ pub fn sleep<R: RegionMut>(
         Rung::Woken
     } else {
         Rung::TimedOut
+    }
+}
+
+/// The stream's wake FIFO as a ringer holds it: the file beside the slot file, opened the first
+/// time it is rung (a stream nobody awaits in a reactor never opens it).
+#[cfg(not(shmlog_loom))]
+mod fanout {
+    use std::fs::File;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    #[derive(Debug)]
+    pub struct Fanout {
+        slot_file: PathBuf,
+        path: PathBuf,
+        fifo: Mutex<Option<File>>,
+    }
+
+    impl Fanout {
+        /// The wake FIFO of the stream whose slot file is `slot_file`: `NAME.wake` beside
+        /// `NAME.readers`.
+        pub fn of(slot_file: &Path) -> Self {
+            Self {
+                slot_file: slot_file.into(),
+                path: slot_file.with_extension("wake"),
+                fifo: Mutex::new(None),
+            }
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.path
+        }
+
+        /// The stream's slot file, whose permissions the FIFO takes.
+        pub fn slot_file(&self) -> &Path {
+            &self.slot_file
+        }
+
+        /// Writes the FIFO (opening it first if need be): every reactor watching it wakes.
+        /// `false` if there is none or it cannot be written.
+        pub fn ring(&self) -> bool {
+            let mut fifo = self.fifo.lock().unwrap_or_else(|e| e.into_inner());
+            if fifo.is_none() {
+                *fifo = crate::sys::fanout::open(&self.path).ok();
+            }
+            fifo.as_ref().is_some_and(crate::sys::fanout::ring)
+        }
+    }
+}
+
+/// The loom model of the wake FIFO: a count of writes and a condition variable. A reactor
+/// sleeper takes the count when it registers its interest ([`Fanout::token`]) and sleeps until a
+/// write past it ([`Fanout::wait_past`]): an edge-triggered registration, which sees every write
+/// made after it.
+#[cfg(shmlog_loom)]
+mod fanout {
+    use loom::sync::{Condvar, Mutex};
+
+    #[derive(Debug, Default)]
+    pub struct Fanout {
+        writes: Mutex<u64>,
+        written: Condvar,
+    }
+
+    impl Fanout {
+        pub fn ring(&self) -> bool {
+            *self.writes.lock().unwrap() += 1;
+            self.written.notify_all();
+            true
+        }
+
+        pub(crate) fn token(&self) -> u64 {
+            *self.writes.lock().unwrap()
+        }
+
+        pub(crate) fn wait_past(&self, token: u64) {
+            let mut writes = self.writes.lock().unwrap();
+            while *writes == token {
+                writes = self.written.wait(writes).unwrap();
+            }
+        }
     }
 }
 
@@ -398,10 +678,10 @@ mod tests {
         let (region, bell) = bell();
         assert_eq!(bell.wait_for_writer(|| true, Duration::from_secs(10)), Rung::Ready);
         // It armed itself; the next ring clears that and bumps the bell once.
-        bell.ring_readers(LightBarrier::Full);
+        bell.ring_readers(LightBarrier::Full, None);
         assert_eq!(region.load_i32(DOORBELL + READERS_ARMED, Ordering::Relaxed), 0);
         assert_eq!(region.load_i32(DOORBELL + READERS_BELL, Ordering::Relaxed), 1);
-        bell.ring_readers(LightBarrier::Full);
+        bell.ring_readers(LightBarrier::Full, None);
         assert_eq!(region.load_i32(DOORBELL + READERS_BELL, Ordering::Relaxed), 1, "nobody armed: no ring");
         let start = Instant::now();
         assert_eq!(bell.wait_for_readers(|| false, Duration::from_millis(20)), Rung::TimedOut);
@@ -417,7 +697,7 @@ mod tests {
             region.store_i32(DOORBELL + READERS_SLEEPING, forged, Ordering::Relaxed);
             let armed = bell.arm_readers();
             region.fetch_add_i32(DOORBELL + READERS_BELL, 1); // rung: the pass-on runs too
-            assert_eq!(sleep(&[(&bell, armed)], None, Duration::from_millis(1)), Rung::Woken);
+            assert_eq!(sleep(&[(&bell, armed)], &[], Duration::from_millis(1)), Rung::Woken);
             assert_eq!(region.load_i32(DOORBELL + READERS_SLEEPING, Ordering::Relaxed), forged);
         }
     }
@@ -451,7 +731,7 @@ mod tests {
             std::thread::yield_now();
         }
         published.store(true, O::Release);
-        bell.ring_readers(LightBarrier::Full);
+        bell.ring_readers(LightBarrier::Full, None);
         let slept = sleeper.join().unwrap();
         assert!(slept < Duration::from_secs(30), "woken, not timed out");
     }

@@ -469,7 +469,7 @@ pub fn open_readers<R: SlotsMapping>(
                 if at_least && slots.count() < count {
                     return Err(Error::ReaderSlots { path, slots: slots.count(), wanted: count });
                 }
-                return Ok((SlotFile { file, path }, slots));
+                return Ok((SlotFile::new(file, path), slots));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open reader slots", &path, e)),
@@ -484,7 +484,7 @@ pub fn open_readers<R: SlotsMapping>(
         let slots = Slots::open(region).map_err(|e| e.at(&tmp))?;
         lock::try_lock(&file, Kind::Shared, USER_LOCK, 1).map_err(|e| Error::io("lock", &tmp, e))?;
         match fs::hard_link(&tmp, &path) {
-            Ok(()) => return Ok((SlotFile { file, path }, slots)),
+            Ok(()) => return Ok((SlotFile::new(file, path), slots)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Error::io("publish reader slots", &path, e)),
         }

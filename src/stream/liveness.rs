@@ -17,7 +17,7 @@
 //! `exec` keeps its parent's tokens alive (see `docs/reliability.md`).
 
 use super::concurrent_writer::{ConcurrentWriter, WriterLiveness};
-use super::doorbell::Doorbell;
+use super::doorbell::{Doorbell, Fanout};
 use super::slots::{SlotLocks, SlotMut, Slots};
 use super::writer::{Liveness, Writer};
 use crate::error::Error;
@@ -28,6 +28,7 @@ use crate::sys::fs::is_same_file;
 use crate::sys::lock::{self, Kind};
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Byte the publisher write-locks in its log while it lives.
@@ -138,9 +139,16 @@ pub fn slot_range(index: usize) -> (u64, u64) {
 pub struct SlotFile {
     pub(crate) file: File,
     pub(crate) path: PathBuf,
+    /// The stream's wake FIFO beside it, opened the first time a ring has to write it.
+    pub(crate) fanout: Arc<Fanout>,
 }
 
 impl SlotFile {
+    pub(crate) fn new(file: File, path: PathBuf) -> Self {
+        let fanout = Arc::new(Fanout::of(&path));
+        Self { file, path, fanout }
+    }
+
     /// `true` if the stream's name still leads to this file.
     pub fn is_current(&self) -> Result<bool, Error> {
         is_same_file(&self.file, &self.path).map_err(|e| Error::io("inspect", &self.path, e))
@@ -188,7 +196,7 @@ impl SlotFile {
     /// The stream's doorbell page, mapped read-write on its own (sleepers write it).
     pub fn map_doorbell(&self) -> std::io::Result<Doorbell<MmapRegion>> {
         let page = MmapRegion::map(&self.file, s::DOORBELL as u64, s::DOORBELL_LEN)?;
-        Ok(Doorbell::new(page, 0))
+        Ok(Doorbell::new(page, 0).with_fanout(Arc::clone(&self.fanout)))
     }
 
     /// Frees our slot and drops its lock.
@@ -207,6 +215,10 @@ impl SlotFile {
         }
         let removed =
             is_same_file(&self.file, &self.path).unwrap_or(false) && std::fs::remove_file(&self.path).is_ok();
+        if removed {
+            // The stream's wake FIFO goes with it (reactor sleepers of a new slot file make theirs).
+            let _ = std::fs::remove_file(self.fanout.path());
+        }
         // Back to a plain user: a lock on the whole file would keep everyone else out.
         let _ = lock::try_lock(&self.file, Kind::Shared, USER_LOCK, 1);
         let _ = lock::unlock(&self.file, USER_LOCK + 1, 0);
@@ -298,6 +310,10 @@ impl Liveness for Paced {
     fn checkpoint_step(&self) -> i64 {
         self.step
     }
+
+    fn fanout(&self) -> Option<&Fanout> {
+        Some(&self.slot_file.fanout)
+    }
 }
 
 /// A writer of a concurrent stream's files.
@@ -330,6 +346,10 @@ impl Liveness for ConcurrentPaced {
 
     fn checkpoint_step(&self) -> i64 {
         self.readers.checkpoint_step()
+    }
+
+    fn fanout(&self) -> Option<&Fanout> {
+        self.readers.fanout()
     }
 }
 

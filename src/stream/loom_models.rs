@@ -51,7 +51,7 @@
 //! The model `e_fragmented_messages_vs_assembler` (fragments vs the real `FragmentAssembler`)
 //! is in `log::loom_models`, next to the other models of the log alone.
 
-use super::doorbell::{self, Doorbell};
+use super::doorbell::{self, Doorbell, Fanout};
 use super::join::JoinAt;
 use super::reader::Reader;
 use super::slots::{SlotLocks, SlotMut, Slots};
@@ -88,6 +88,9 @@ fn slot_region(count: usize) -> Shared {
         s::WRITER_BELL,
         s::READERS_SLEEPING,
         s::READERS_PASSED,
+        s::READERS_FD_SLEEPING,
+        s::READERS_FD_PASSED,
+        s::WRITER_FD_SLEEPING,
     ]
     .map(|f| s::DOORBELL + f);
     let i32_words: Vec<usize> =
@@ -120,11 +123,11 @@ fn claimed(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> {
 /// and stores (a lock system call is serialised by the kernel's lock on the file's lock list,
 /// and orders memory like a lock). A reader that dies is a slot whose flag is dropped while its
 /// state word still says ACTIVE. The writer of models d and g never sweeps.
-struct ModelLocks(Vec<AtomicBool>);
+struct ModelLocks(Vec<AtomicBool>, Option<Arc<Fanout>>);
 
 impl ModelLocks {
     fn new(count: usize) -> Self {
-        Self((0..count).map(|_| AtomicBool::new(false)).collect())
+        Self((0..count).map(|_| AtomicBool::new(false)).collect(), None)
     }
 
     fn held(&self, index: usize) -> bool {
@@ -160,15 +163,24 @@ impl Liveness for Arc<ModelLocks> {
     fn sweep_due(&mut self) -> bool {
         false
     }
+
+    fn fanout(&self) -> Option<&Fanout> {
+        self.1.as_deref()
+    }
 }
 
 type ModelWriter = Writer<Shared, Shared, Arc<ModelLocks>>;
 
 /// A writer of `log` over the slot table in `slots`.
 fn writer(log: Log<Shared>, slots: &Shared, count: usize) -> ModelWriter {
+    writer_with(log, slots, ModelLocks::new(count))
+}
+
+/// A writer of `log` over the slot table in `slots`, with `locks` (and its wake FIFO, if any).
+fn writer_with(log: Log<Shared>, slots: &Shared, locks: ModelLocks) -> ModelWriter {
     let table = Slots::open(Arc::clone(slots)).expect("an initialised slot table");
-    assert_eq!(table.count(), count);
-    Writer::new(log, table, Arc::new(ModelLocks::new(count))).expect("a fresh log")
+    assert_eq!(table.count(), locks.0.len());
+    Writer::new(log, table, Arc::new(locks)).expect("a fresh log")
 }
 
 /// `Writer::offer`, retried while back-pressured or not connected. Returns the position after
@@ -300,7 +312,41 @@ impl SlotReader {
             if self.reader.has_news() {
                 continue;
             }
-            doorbell::sleep(&[(bell, armed)], None, std::time::Duration::MAX);
+            doorbell::sleep(&[(bell, armed)], &[], std::time::Duration::MAX);
+        }
+    }
+
+    /// Like [`SlotReader::read_to_sleeping`], but sleeping as an async receiver in a runtime's
+    /// reactor does: interest in the wake FIFO first (`fanout.token()`, an edge-triggered
+    /// registration), then `doorbell::prepare_reactor_sleep`, then a sleep until the FIFO is
+    /// written, and `doorbell::finish_reactor_sleep` when it runs again.
+    fn read_to_sleeping_in_reactor(&mut self, end: i64, fragment_limit: usize, fanout: &Fanout) {
+        let mut asleep = None;
+        while self.reader.position() < end {
+            let bell = self.reader.bell().expect("a slot with a doorbell");
+            if let Some(armed) = asleep.take() {
+                doorbell::finish_reactor_sleep(bell, armed);
+            }
+            let before = self.reader.position();
+            self.poll(fragment_limit);
+            if self.reader.position() != before {
+                continue;
+            }
+            let bell = self.reader.bell().expect("a slot with a doorbell");
+            let token = fanout.token();
+            let has_news = || self.reader.has_news();
+            if let Some((armed, _)) = doorbell::prepare_reactor_sleep(
+                bell,
+                Doorbell::arm_readers,
+                has_news,
+                std::time::Duration::MAX,
+            ) {
+                asleep = Some(armed);
+                fanout.wait_past(token);
+            }
+        }
+        if let Some(armed) = asleep {
+            doorbell::finish_reactor_sleep(self.reader.bell().expect("a doorbell"), armed);
         }
     }
 
@@ -667,6 +713,76 @@ fn i_doorbell_one_wake_reaches_every_sleeper() {
 #[test]
 fn i2_doorbell_one_wake_reaches_every_kind_of_sleeper() {
     check("i2_doorbell_one_wake_reaches_every_kind_of_sleeper", || two_sleepers_one_wake(true));
+}
+
+/// How a model's reader sleeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sleeps {
+    OnTheBell,
+    InTheReactor,
+}
+
+/// Readers, each on its own thread and sleeping as `kinds` says, while the writer commits
+/// `messages` messages of one frame each (terms of 1 KiB, never held back). Every reader must
+/// get every message: a lost wake-up is a deadlock (modelled waits ignore their timeouts).
+fn sleepers_one_wake(kinds: &[Sleeps], messages: usize) {
+    let term = 1024;
+    let (log, region) = new_plain_log(term, 0);
+    let window = log.geometry().window as i64;
+    let slots = slot_region(kinds.len());
+    new_slots(&slots, kinds.len());
+    let fanout = Arc::new(Fanout::default());
+    let sent = layout(&vec![16; messages], term as i64);
+    let end = sent.last().unwrap().end;
+    let mut writer =
+        writer_with(log, &slots, ModelLocks(ModelLocks::new(kinds.len()).0, Some(Arc::clone(&fanout))))
+            .with_doorbell();
+    let readers: Vec<_> = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| {
+            let slot =
+                claimed(&slots, i, 7 + i as i64).with_bell(bell(&slots).with_fanout(Arc::clone(&fanout)));
+            let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
+            let fanout = Arc::clone(&fanout);
+            thread::spawn(move || {
+                match kind {
+                    Sleeps::OnTheBell => reader.read_to_sleeping(end, 4),
+                    Sleeps::InTheReactor => reader.read_to_sleeping_in_reactor(end, 4, &fanout),
+                }
+                reader.got
+            })
+        })
+        .collect();
+    let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+    for m in &payloads {
+        offer(&mut writer, m);
+    }
+    for r in readers {
+        assert_eq!(r.join().unwrap(), sent);
+    }
+}
+
+/// A reader asleep on the bell and one asleep in an async runtime's reactor (awaiting the wake
+/// FIFO): the writer's single wake-up reaches one, who must pass it on to the other, or the
+/// writer writes the FIFO itself. The mutants whose reactor sleepers do not count themselves
+/// (nobody writes the FIFO) or do not check the bell after counting themselves in (a ring that
+/// read the count before it wrote no FIFO for them) deadlock.
+#[test]
+fn i3_doorbell_one_wake_reaches_a_reactor_sleeper() {
+    check("i3_doorbell_one_wake_reaches_a_reactor_sleeper", || {
+        sleepers_one_wake(&[Sleeps::OnTheBell, Sleeps::InTheReactor], 2)
+    });
+}
+
+/// One reader asleep on the bell and two in reactors, one message: a reactor sleeper that finds
+/// the ring as it goes to sleep passes it on to the thread, and must not keep that thread from
+/// writing the FIFO for the other reactor sleeper (the mutant `one_passed_word` does).
+#[test]
+fn i4_doorbell_rings_pass_on_to_threads_and_reactors_apart() {
+    check("i4_doorbell_rings_pass_on_to_threads_and_reactors_apart", || {
+        sleepers_one_wake(&[Sleeps::OnTheBell, Sleeps::InTheReactor, Sleeps::InTheReactor], 1)
+    });
 }
 
 #[test]

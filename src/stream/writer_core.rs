@@ -3,6 +3,7 @@
 //! their slots and liveness, the flow control over them, and the doorbell it rings for them.
 //! Written once, so the two writers differ only in how they take space in the log.
 
+use super::doorbell::Fanout;
 use super::flow::FlowControl;
 use super::slots::{SessionReaders, SlotLocks, Slots};
 use crate::log::{Counter, Gauge, Log};
@@ -21,6 +22,12 @@ pub trait Liveness: SlotLocks {
     /// checkpoints, is for models whose liveness never changes.
     fn checkpoint_step(&self) -> i64 {
         i64::MAX
+    }
+
+    /// The stream's wake FIFO, which the writer writes when it rings reactor sleepers (none in
+    /// models without them).
+    fn fanout(&self) -> Option<&Fanout> {
+        None
     }
 }
 
@@ -49,7 +56,7 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
     /// Rings the stream's doorbell after every commit from now on, and once at once: readers
     /// waiting for a session (this one) look again.
     pub fn start_ringing(&mut self) {
-        self.slots.doorbell().ring_readers_always();
+        self.slots.doorbell().ring_readers_always(self.liveness.fanout());
         self.ring = Some(crate::sync::light_barrier_kind());
     }
 
@@ -57,14 +64,14 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
     #[inline(always)]
     pub fn ring(&self) {
         if let Some(barrier) = self.ring {
-            self.slots.doorbell().ring_readers(barrier);
+            self.slots.doorbell().ring_readers(barrier, self.liveness.fanout());
         }
     }
 
     /// Wakes every sleeping reader whatever the doorbell says (end of stream), if ringing.
     pub fn ring_readers_always(&self) {
         if self.ring.is_some() {
-            self.slots.doorbell().ring_readers_always();
+            self.slots.doorbell().ring_readers_always(self.liveness.fanout());
         }
     }
 

@@ -10,6 +10,9 @@ compile_error!(
 
 pub(crate) mod barrier;
 pub(crate) mod clock;
+pub(crate) mod fanout;
 pub(crate) mod fs;
 pub(crate) mod futex;
 pub(crate) mod lock;
+#[cfg(feature = "tokio")]
+pub(crate) mod reactor;

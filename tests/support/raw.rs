@@ -42,6 +42,8 @@ pub mod slots {
     pub const WRITER_ARMED: u64 = DOORBELL + 256;
     pub const WRITER_BELL: u64 = DOORBELL + 384;
     pub const READERS_SLEEPING: u64 = DOORBELL + 512;
+    pub const READERS_FD_SLEEPING: u64 = DOORBELL + 768;
+    pub const WRITER_FD_SLEEPING: u64 = DOORBELL + 1024;
     pub const SLOT_LEN: u64 = 4096;
     pub const STATE: u64 = 0;
     pub const POSITION: u64 = 8;

@@ -45,7 +45,8 @@ impl Tally {
     }
 }
 
-/// `kind` = `poll_blocking`, `receiver`, `wait_any` or `async`; reads `count` messages, then
+/// `kind` = `poll_blocking`, `receiver`, `wait_any`, `async` (through the waiter thread) or
+/// `async_reactor` (in a tokio runtime's reactor); reads `count` messages, then
 /// prints `done n=.. max_us=.. late=..` (late: later than `late_ms`).
 pub fn sleeper(cfg: &Settings, ctx: &Ctx) -> ! {
     let open = |name: &str| {
@@ -91,10 +92,17 @@ pub fn sleeper(cfg: &Settings, ctx: &Ctx) -> ! {
                 sub.poll(|m: &[u8], _: &Header| t.on(ctx, m), 64);
             }
         }
-        "async" => {
-            let mut rx =
-                AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap_or_else(|e| ctx.fail(&format!("{e}")));
-            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        "async" | "async_reactor" => {
+            // Made outside any runtime, the receiver sleeps through the waiter thread; made
+            // inside one with its IO driver, in the runtime's reactor.
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+            let make = || {
+                AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap_or_else(|e| ctx.fail(&format!("{e}")))
+            };
+            let mut rx = if kind == "async" { make() } else { runtime.block_on(async { make() }) };
+            if rx.in_reactor() != (kind == "async_reactor") {
+                ctx.fail(&format!("{kind}: in_reactor() is {}", rx.in_reactor()));
+            }
             runtime.block_on(async {
                 while t.next < count {
                     match rx.recv().await {
