@@ -52,11 +52,14 @@ fn create(dir: &Path, name: &str) -> Result<Publication, Error> {
 }
 
 /// What a case must give.
+/// The layout version this build reads and writes (`docs/format.md`).
+const LAYOUT: i32 = 7;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Want {
     /// `Error::Corrupt`.
     Corrupt,
-    /// `Error::VersionMismatch { found, expected: 6 }` (the layout version this build reads).
+    /// `Error::VersionMismatch { found, expected: LAYOUT }` (the layout version this build reads).
     Version(i32),
     /// Succeeds (for create: the damaged file is replaced by a fresh log).
     Ok,
@@ -65,7 +68,7 @@ enum Want {
 fn check<T: std::fmt::Debug>(case: &str, what: &str, got: &Result<T, Error>, want: Want) {
     let ok = match (got, want) {
         (Err(Error::Corrupt { .. }), Want::Corrupt) => true,
-        (Err(Error::VersionMismatch { found, expected: 6, .. }), Want::Version(v)) => *found == v,
+        (Err(Error::VersionMismatch { found, expected: LAYOUT, .. }), Want::Version(v)) => *found == v,
         (Ok(_), Want::Ok) => true,
         _ => false,
     };
@@ -205,7 +208,11 @@ fn damaged_reader_slot_files_give_typed_errors() {
         ("random bytes", |p, r| fill_random(p, 0, file_len(p) as usize, r), Want::Corrupt),
         ("zeroed", |p, _| raw::write_at(p, 0, &vec![0; file_len(p) as usize]), Want::Corrupt),
         ("wrong magic", |p, _| raw::write_at(p, slots::MAGIC, b"NOTSLOTS"), Want::Corrupt),
-        ("wrong version", |p, _| raw::write_at(p, slots::VERSION, &7i32.to_le_bytes()), Want::Version(7)),
+        (
+            "wrong version",
+            |p, _| raw::write_at(p, slots::VERSION, &(LAYOUT + 1).to_le_bytes()),
+            Want::Version(LAYOUT + 1),
+        ),
         ("not ready", |p, _| raw::write_at(p, slots::READY, &0i32.to_le_bytes()), Want::Corrupt),
         (
             "slot count too big",
