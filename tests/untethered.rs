@@ -129,11 +129,15 @@ fn processes_stopped_then_slow_untethered_reader() {
     let _one = exclusive();
     let dir = ShmDir::new("ut-stop");
     let name = "ut";
-    let mut tethered = Peer::spawn("tethered", "ut_reader", &reader_cfg(&dir, name, false, 8160));
-    let mut untethered = Peer::spawn("untethered", "ut_reader", &reader_cfg(&dir, name, true, 8160));
+    // The session exists before the readers open: they join it at once, and the publisher's
+    // wait for two readers ends only when both read it. (Readers waiting for a session count as
+    // connected, being owed it; an untethered one is not waited for, and woken late it would
+    // join late.)
     let pcfg = Cfg::new().set("dir", dir.path().display()).set("name", name).set("readers", 2);
     let mut publisher = Peer::spawn("publisher", "ut_publisher", &pcfg);
     assert_eq!(publisher.expect("ready", T30).num("max_payload"), 8160);
+    let mut tethered = Peer::spawn("tethered", "ut_reader", &reader_cfg(&dir, name, false, 8160));
+    let mut untethered = Peer::spawn("untethered", "ut_reader", &reader_cfg(&dir, name, true, 8160));
     publisher.expect("started", T60);
     tethered.expect("ready", T60);
     untethered.expect("ready", T60);
@@ -174,6 +178,10 @@ fn processes_eight_untethered_readers_killed_and_stopped_at_random() {
     let dir = ShmDir::new("ut-eight");
     let name = "ut8";
     let mut rng = support::Rng::new("ut-eight");
+    // The session first, as above: every reader joins it before the first message.
+    let pcfg = Cfg::new().set("dir", dir.path().display()).set("name", name).set("readers", 9);
+    let mut publisher = Peer::spawn("publisher", "ut_publisher", &pcfg);
+    publisher.expect("ready", T30);
     let mut tethered = Peer::spawn("tethered", "ut_reader", &reader_cfg(&dir, name, false, 8160));
     let mut readers: Vec<Peer> = (0..8)
         .map(|i| {
@@ -181,8 +189,6 @@ fn processes_eight_untethered_readers_killed_and_stopped_at_random() {
             Peer::spawn(&format!("untethered{i}"), "ut_reader", &cfg)
         })
         .collect();
-    let pcfg = Cfg::new().set("dir", dir.path().display()).set("name", name).set("readers", 9);
-    let mut publisher = Peer::spawn("publisher", "ut_publisher", &pcfg);
     publisher.expect("started", T60);
     tethered.expect("ready", T60);
     for r in &mut readers {
