@@ -14,13 +14,13 @@
 //! `stream::files`, a model of them in the loom models and the fuzz targets), so the claim and
 //! eviction logic here is the code all of them run.
 
-use super::doorbell::Doorbell;
+use super::doorbell::{self, Doorbell, Fanout};
 use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
 use crate::layout::slots::{self as s, pack_state, slot_offset, state_flags, unpack_state};
 use crate::region::{Region, RegionMut};
 use crate::sync::protocol;
-use crate::sync::Ordering;
+use crate::sync::{LightBarrier, Ordering};
 
 /// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
 /// it is owning the slot; taking it proves that no live process owns the slot.
@@ -157,6 +157,16 @@ impl<R: RegionMut> Slots<R> {
                 Err(found) => now = found,
             }
         }
+    }
+
+    /// The writer, after a commit: wakes sleeping readers, if any (`doorbell::ring_readers_at`),
+    /// straight on the region, so that no view of the doorbell page is built per commit.
+    /// `fanout` is asked only when a reader is armed.
+    #[inline(always)]
+    pub fn ring_readers<'f>(&self, barrier: LightBarrier, fanout: impl FnOnce() -> Option<&'f Fanout>) {
+        // SAFETY: `open` and `initialize` checked that the region holds the header, the doorbell
+        // page and the slots; a region's length never changes; DOORBELL is page-aligned.
+        unsafe { doorbell::ring_readers_at(&self.region, s::DOORBELL, barrier, fanout) }
     }
 
     /// The doorbell page of the file (every valid slot file has one: `open` checks the length).
