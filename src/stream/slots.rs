@@ -390,8 +390,9 @@ pub struct SlotMut<S> {
     base: usize,
     index: usize,
     /// The stream's doorbell, where the reader rings a waiting writer and sleeps itself; none
-    /// in tests of the slots alone.
-    bell: Option<Doorbell<S>>,
+    /// in tests of the slots alone. Boxed: the doorbell carries the stream's wake FIFO, and the
+    /// reader's struct, which every poll works on, stays the size it was without it.
+    bell: Option<Box<Doorbell<S>>>,
     /// Flag bits every activation puts in the state word ([`s::FLAG_UNTETHERED`]).
     flags: i64,
     /// The newest of the stream's sessions its reader knows of: what its waiting word names, so
@@ -433,12 +434,12 @@ impl<S: RegionMut> SlotMut<S> {
 
     /// The slot with the stream's doorbell attached.
     pub fn with_bell(mut self, bell: Doorbell<S>) -> Self {
-        self.bell = Some(bell);
+        self.bell = Some(Box::new(bell));
         self
     }
 
     pub fn bell(&self) -> Option<&Doorbell<S>> {
-        self.bell.as_ref()
+        self.bell.as_deref()
     }
 
     /// Wakes a writer waiting for readers to move, if one waits (after a new position).
