@@ -3,27 +3,13 @@
 //!
 //! `instructions <mode> <count> [exclusive|concurrent]`: `alternating` (one offer, one poll,
 //! `count` times) or `batched` (1000 offers, then polls until all are read, `count / 1000`
-//! times), through a `Publication` (default) or a `ConcurrentPublication`. Run it twice with
+//! times), through a `Publication` (default) or a `ConcurrentPublication`, either one through
+//! `Publish`. Run it twice with
 //! different counts and divide the difference of the instruction totals by the difference of the
 //! counts: setup (file creation, page faults, warm-up) cancels out.
 
-use shmlog::{ConcurrentPublication, Header, OfferError, Publication, Subscription};
-
-/// Either kind of writer.
-enum Writer {
-    Exclusive(Publication),
-    Concurrent(ConcurrentPublication),
-}
-
-impl Writer {
-    #[inline(always)]
-    fn offer(&mut self, msg: &[u8]) -> Result<i64, OfferError> {
-        match self {
-            Self::Exclusive(p) => p.offer(msg),
-            Self::Concurrent(p) => p.offer(msg),
-        }
-    }
-}
+use shmlog::{Header, Publication, Publish, Subscription};
+use std::path::Path;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -32,16 +18,21 @@ fn main() {
     let kind = args.next().unwrap_or_else(|| "exclusive".into());
     let dir = std::env::temp_dir().join(format!("shmlog-instructions-{}", std::process::id()));
     let b = Publication::builder("i").dir(&dir).term_length(1 << 20);
-    let mut p = match kind.as_str() {
-        "exclusive" => Writer::Exclusive(b.create().expect("publication")),
-        "concurrent" => Writer::Concurrent(b.open_concurrent().expect("concurrent publication")),
+    // Either writer through the one writer interface, monomorphised: what `Sender` does.
+    match kind.as_str() {
+        "exclusive" => run(b.create().expect("publication"), &mode, count, &dir),
+        "concurrent" => run(b.open_concurrent().expect("concurrent publication"), &mode, count, &dir),
         other => panic!("unknown writer kind {other}"),
-    };
-    let mut s = Subscription::builder("i").dir(&dir).open().expect("subscription");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn run<P: Publish>(mut p: P, mode: &str, count: u64, dir: &Path) {
+    let mut s = Subscription::builder("i").dir(dir).open().expect("subscription");
     let msg = [7u8; 32];
     let mut seen = 0u64;
     let mut handler = |m: &[u8], _: &Header| seen += m.len() as u64;
-    match mode.as_str() {
+    match mode {
         "alternating" => {
             for _ in 0..count {
                 p.offer(&msg).expect("offer");
@@ -64,5 +55,4 @@ fn main() {
     let delivered = if mode == "batched" { count / 1000 * 1000 } else { count };
     assert_eq!(seen, delivered * msg.len() as u64, "every message delivered once");
     drop((s, p));
-    let _ = std::fs::remove_dir_all(&dir);
 }

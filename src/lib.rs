@@ -98,7 +98,8 @@
 //! threads and processes write one stream, in one total order every reader sees. Space is
 //! reserved with a CAS on the log's tail; a writer killed between its reservation and its commit
 //! is found dead by the kernel and its hole padded within the liveness interval, while a writer
-//! that is only stopped is never passed over. See `docs/concurrent.md`.
+//! that is only stopped is never passed over. See `docs/concurrent.md`. Both publications
+//! implement [`Publish`], so a [`Sender`], an `AsyncSender` or generic code takes either.
 //!
 //! # Features
 //! `serde`: the [`Codec`] `Postcard`, for any serde type. `async`: `AsyncReceiver` (`recv().await`,
@@ -191,6 +192,7 @@ pub use api::{
     concurrent::{ConcurrentClaim, ConcurrentPublication},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Claim, Publication, PublicationBuilder},
+    publish::Publish,
     subscription::{Polled, Subscription, SubscriptionBuilder, MAX_LOSSES},
 };
 #[cfg(not(shmlog_loom))]

@@ -43,7 +43,7 @@ use aeron_rs::image::ControlledPollAction;
 use aeron_rs::subscription::Subscription;
 use aeron_rs::utils::errors::AeronError;
 use aeron_rs::utils::types::Index;
-use shmlog::{ConcurrentPublication, OfferError, Publication};
+use shmlog::{Publication, Publish};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -66,27 +66,9 @@ pub struct BridgeIn {
     next_image: usize,
 }
 
-/// The local stream's writer.
-enum Target {
-    Exclusive(Publication),
-    Concurrent(ConcurrentPublication),
-}
-
-impl Target {
-    fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
-        match self {
-            Target::Exclusive(p) => p.offer(message),
-            Target::Concurrent(p) => p.offer(message),
-        }
-    }
-
-    fn max_message_len(&self) -> usize {
-        match self {
-            Target::Exclusive(p) => p.max_message_len(),
-            Target::Concurrent(p) => p.max_message_len(),
-        }
-    }
-}
+/// The local stream's writer: an exclusive publication, or one of a concurrent log's writers
+/// ([`BridgeBuilder::concurrent`]), chosen when the bridge opens.
+type Target = Box<dyn Publish + Send>;
 
 impl BridgeBuilder {
     /// Starts a bridge from the channel into the local stream, creating its publication.
@@ -204,11 +186,8 @@ fn open_local(b: &BridgeBuilder, aeron_dir: &std::path::Path) -> Result<(Target,
             None => p,
         }
     };
-    let target = if b.concurrent {
-        Target::Concurrent(builder().open_concurrent()?)
-    } else {
-        Target::Exclusive(builder().create()?)
-    };
+    let target: Target =
+        if b.concurrent { Box::new(builder().open_concurrent()?) } else { Box::new(builder().create()?) };
     Ok((target, status))
 }
 
@@ -371,8 +350,32 @@ mod tests {
                 b = b.term_length(t);
             }
             let (target, _status) = open_local(&b, std::path::Path::new("/nowhere")).unwrap();
-            let Target::Exclusive(p) = &target else { panic!("an exclusive publication") };
-            assert_eq!(p.term_length(), want);
+            assert_eq!(target.term_length(), want);
         }
+    }
+
+    /// With `concurrent(true)` the in bridge is one of the local stream's writers: a
+    /// `ConcurrentPublication` of this process writes the same stream beside it, and a reader
+    /// gets both writers' messages from one session.
+    #[test]
+    fn a_concurrent_in_bridge_shares_its_stream_with_other_writers() {
+        let dir = crate::testing::TempDir::new("bridge-in-concurrent");
+        let b = BridgeBuilder::new("s")
+            .dir(dir.path())
+            .channel("aeron:udp?endpoint=127.0.0.1:1")
+            .concurrent(true);
+        let (mut target, _status) = open_local(&b, std::path::Path::new("/nowhere")).unwrap();
+        let mut other = Publication::builder("s").dir(dir.path()).open_concurrent().unwrap();
+        assert_eq!(target.session_id(), other.session_id(), "one log, one session");
+        let mut reader = shmlog::Subscription::builder("s").dir(dir.path()).open().unwrap();
+        target.wait_connected(std::time::Duration::from_secs(5)).unwrap();
+        target.offer(b"bridged").unwrap();
+        other.offer(b"local").unwrap();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while got.len() < 2 && Instant::now() < deadline {
+            reader.poll(|m: &[u8], _: &shmlog::Header| got.push(m.to_vec()), 8);
+        }
+        assert_eq!(got, [b"bridged".to_vec(), b"local".to_vec()]);
     }
 }

@@ -10,7 +10,7 @@ use crate::wire::{self, Reserved};
 use aeron_rs::exclusive_publication::ExclusivePublication;
 use aeron_rs::utils::errors::AeronError;
 use shmlog::IdleStrategy;
-use shmlog::{Action, Header, JoinAt, Subscription};
+use shmlog::{Action, FragmentAssembler, Header, JoinAt, Subscription};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,9 +33,10 @@ pub struct BridgeOut {
 
 /// What the duty cycle carries from one fragment to the next.
 struct OutState {
-    /// Reassembly of a fragmented message: its bytes and source start position.
-    assembly: Vec<u8>,
-    assembly_start: Option<i64>,
+    /// Reassembly of a fragmented message (one cut by a gap or a new session is dropped), and
+    /// the source position where the last message begun starts.
+    assembler: FragmentAssembler,
+    message_start: i64,
     /// Messages taken from the stream and not yet offered, in order: one the publication pushed
     /// back (policy `Hold`), and those a lost driver had taken but not sent.
     pending: VecDeque<Msg>,
@@ -62,8 +63,8 @@ struct OutState {
 impl OutState {
     fn new(flags: i64) -> Self {
         OutState {
-            assembly: Vec::new(),
-            assembly_start: None,
+            assembler: FragmentAssembler::new(()),
+            message_start: 0,
             pending: VecDeque::new(),
             flags,
             session: None,
@@ -380,40 +381,10 @@ fn carry(
     take_source_losses(sub, st, info);
     work + sub.controlled_poll(
         |payload: &[u8], header: &Header| {
-            if st.session != Some(header.session_id()) {
-                if st.session.is_some() {
-                    st.flags |= wire::FRESH_START;
-                }
-                st.session = Some(header.session_id());
-                st.assembly_start = None;
-            }
-            let end = header.position();
-            let start = if header.is_begin() {
-                end - align32(header.frame_length() as i64)
-            } else {
-                match st.assembly_start {
-                    Some(s) => s,
-                    None => return Action::Continue, // joined inside a message
-                }
-            };
-            if !header.is_end() {
-                if header.is_begin() {
-                    st.assembly.clear();
-                    st.assembly_start = Some(start);
-                }
-                st.assembly.extend_from_slice(payload);
+            let Some((start, bytes)) = whole_message(st, payload, header) else {
                 return Action::Continue;
-            }
-            let message = if header.is_begin() {
-                payload
-            } else {
-                st.assembly.extend_from_slice(payload);
-                st.assembly_start = None;
-                &st.assembly[..]
             };
-            let mut bytes = st.pool.pop().unwrap_or_default();
-            bytes.clear();
-            bytes.extend_from_slice(message);
+            let end = header.position();
             let flags = std::mem::take(&mut st.flags);
             let mut m = Msg { bytes, start, end, session: header.session_id(), flags };
             // Messages offered again are still waiting (policy `Drop`): this one cannot go
@@ -442,6 +413,26 @@ fn carry(
         },
         FRAGMENT_LIMIT,
     )
+}
+
+/// Takes in one fragment of the source: marks a new session, and once a message is whole, its
+/// source start position and a copy of it in a pooled buffer.
+fn whole_message(st: &mut OutState, payload: &[u8], header: &Header) -> Option<(i64, Vec<u8>)> {
+    if st.session != Some(header.session_id()) {
+        if st.session.is_some() {
+            st.flags |= wire::FRESH_START;
+        }
+        st.session = Some(header.session_id());
+    }
+    if header.is_begin() {
+        st.message_start = header.position() - align32(header.frame_length() as i64);
+    }
+    // A message the reader joined inside of, or cut by a gap, never becomes whole.
+    let (message, _) = st.assembler.assemble(payload, header)?;
+    let mut bytes = st.pool.pop().unwrap_or_default();
+    bytes.clear();
+    bytes.extend_from_slice(message);
+    Some((st.message_start, bytes))
 }
 
 /// Counts a message dropped (policy `Drop`, or one that can never be sent) into the current run

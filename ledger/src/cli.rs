@@ -153,9 +153,13 @@ fn python(refused: bool, quiet: bool) -> bool {
     }
 }
 
-/// A seed's scenario, with Python roles if `python`.
+/// A seed's scenario, with Python roles if `python`, and persistent readers and purges unless it
+/// is one of the fixed seeds (whose scenarios stay as chosen).
 pub fn draw(seed: u64, seconds: f64, python: bool) -> Scenario {
     let mut sc = generate(seed, seconds);
+    if !CI_SEEDS.contains(&seed) && seed != CI_PYTHON_SEED {
+        crate::persistent_plan::add(&mut sc);
+    }
     if python {
         crate::python::pythonize(&mut sc);
     }

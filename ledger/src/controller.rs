@@ -198,6 +198,7 @@ impl Run<'_> {
                 Err(e) => ev!(self.ctl, "clean", "error={}", e.to_string().replace(' ', "-")),
             },
             Action::Corrupt(stream) => self.corrupt(stream),
+            Action::Purge(stream) => self.purge(stream),
         }
     }
 
@@ -288,6 +289,41 @@ impl Run<'_> {
         let Some(p) = self.procs.get_mut(proc).filter(|p| p.alive) else { return };
         if p.stdin.take().is_some() {
             ev!(self.ctl, "close", "proc={proc}");
+        }
+    }
+
+    /// Purges every recording of `stream` below the middle of what it holds (whole segments
+    /// only: one shorter than two segments keeps everything), through the public API, as an
+    /// operator's `shmlog journal purge` would.
+    fn purge(&mut self, stream: &str) {
+        let Ok(list) = recordings(&self.journal) else {
+            ev!(self.ctl, "purge", "stream={stream} error=no-catalog");
+            return;
+        };
+        for rec in list.into_iter().flatten().filter(|r| r.stream == stream) {
+            // A reader may meet the purge before its line is written: the line says when it began.
+            let began = self.ctl.now();
+            let middle = rec.start_position + (rec.stop_position - rec.start_position) / 2;
+            match shmlog::journal::purge(&self.journal, rec.id, middle) {
+                Ok(o) if o.start > rec.start_position => ev!(
+                    self.ctl,
+                    "purge",
+                    "stream={stream} id={} session={} from={} to={} bytes={} began={began}",
+                    rec.id,
+                    rec.session_id,
+                    rec.start_position,
+                    o.start,
+                    o.bytes_removed
+                ),
+                Ok(_) => {}
+                Err(e) => ev!(
+                    self.ctl,
+                    "purge",
+                    "stream={stream} id={} error={}",
+                    rec.id,
+                    e.to_string().replace(' ', "-")
+                ),
+            }
         }
     }
 
@@ -407,13 +443,14 @@ impl Run<'_> {
             ev!(
                 self.ctl,
                 "recording",
-                "id={} stream={} session={} start={} stop={} reason={reason} gap={}",
+                "id={} stream={} session={} start={} stop={} reason={reason} gap={} origin={}",
                 rec.id,
                 rec.stream,
                 rec.session_id,
                 rec.start_position,
                 rec.stop_position,
-                rec.gap_before
+                rec.gap_before,
+                rec.origin_position
             );
             if n >= REPLAYED {
                 continue;

@@ -59,6 +59,10 @@ pub enum Action {
     Clean,
     /// Writes a bad frame header at the tail of `stream`'s log if its publisher is dead.
     Corrupt(String),
+    /// Retention by hand (`journal::purge`, what `shmlog journal purge` does): every recording
+    /// of `stream` loses the segments wholly below the middle of what it holds, while its
+    /// recorder records and persistent readers read it.
+    Purge(String),
 }
 
 /// A whole run: streams and timeline (milliseconds from the start).
@@ -99,6 +103,7 @@ impl Scenario {
                 Action::Close(p) => writeln!(s, "at {t} close {p}"),
                 Action::Clean => writeln!(s, "at {t} clean"),
                 Action::Corrupt(st) => writeln!(s, "at {t} corrupt {st}"),
+                Action::Purge(st) => writeln!(s, "at {t} purge {st}"),
             };
         }
         s
@@ -153,6 +158,7 @@ impl Scenario {
                         Some("close") => Action::Close(arg(3)?),
                         Some("clean") => Action::Clean,
                         Some("corrupt") => Action::Corrupt(arg(3)?),
+                        Some("purge") => Action::Purge(arg(3)?),
                         _ => return Err(bad("unknown action")),
                     };
                     sc.timeline.push((t, action));

@@ -78,3 +78,8 @@ fn closed_returned_again() {
 fn python_roles_keep_every_promise() {
     run("python.txt", "");
 }
+
+#[test]
+fn persistent_readers_killed_lapped_and_purged_under() {
+    run("persistent.txt", "");
+}

@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shmlog::journal::{Fsync, Recorder, Recording, RecordingState, Replay};
-use shmlog::Header;
+use shmlog::{FragmentAssembler, Header};
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, TryLockError};
@@ -121,7 +121,8 @@ fn replay_closed(py: Python<'_>) -> PyErr {
 
 struct ReplayState {
     replay: Replay,
-    partial: Vec<u8>,
+    /// Rebuilds fragmented messages (one cut by a gap is dropped, never spliced).
+    assembler: FragmentAssembler,
     ready: VecDeque<Py<PyBytes>>,
 }
 
@@ -159,7 +160,7 @@ impl PyReplay {
             b = b.to(p);
         }
         let replay = b.open().map_err(|e| errors::error(py, e))?;
-        let state = ReplayState { replay, partial: Vec::new(), ready: VecDeque::new() };
+        let state = ReplayState { replay, assembler: FragmentAssembler::new(()), ready: VecDeque::new() };
         Ok(Self { state: Mutex::new(Some(state)), follow })
     }
 
@@ -174,20 +175,12 @@ impl PyReplay {
             if let Some(m) = s.ready.pop_front() {
                 return Ok(Some(m));
             }
-            let ReplayState { replay, partial, ready } = s;
+            let ReplayState { replay, assembler, ready } = s;
             let n = replay
                 .poll(
-                    |payload: &[u8], h: &Header| match (h.is_begin(), h.is_end()) {
-                        (true, true) => ready.push_back(PyBytes::new(py, payload).unbind()),
-                        (true, false) => {
-                            partial.clear();
-                            partial.extend_from_slice(payload);
-                        }
-                        (false, end) => {
-                            partial.extend_from_slice(payload);
-                            if end {
-                                ready.push_back(PyBytes::new(py, partial).unbind());
-                            }
+                    |payload: &[u8], h: &Header| {
+                        if let Some((message, _)) = assembler.assemble(payload, h) {
+                            ready.push_back(PyBytes::new(py, message).unbind());
                         }
                     },
                     64,

@@ -8,148 +8,27 @@
 //! keep is an answer a batch met after it had messages to return (the end of a session, a
 //! fault): the batch returns its messages, and the next receive reports it.
 
+mod loss;
+mod receive;
+mod wait;
+
+pub use loss::PyLoss;
+pub use wait::wait_any;
+
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
 use crate::util::{self, PyBytesCodec, SocketWake};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
-use shmlog::{AsyncReceiver, JoinAt, Loss, LossCause, Receiver, RecvError, Resume, Subscription, MAX_LOSSES};
+use receive::{Got, Inner, Mode, Pending, UNKNOWN_OUTCOME};
+use shmlog::{AsyncReceiver, JoinAt, Receiver, RecvError, Resume, Subscription};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-
-type Rx = Receiver<Py<PyBytes>, PyBytesCodec>;
-type AsyncRx = AsyncReceiver<Py<PyBytes>, PyBytesCodec>;
-
-/// The receiver, as blocking calls or asyncio last used it.
-enum Mode {
-    Blocking(Rx),
-    Async(AsyncRx),
-    /// Lost with an error of the switch to asyncio (the system refused a page or a thread).
-    Gone,
-}
-
-/// A receive outcome of a newer core than this binding knows (`RecvError` grows): said as a fault.
-const UNKNOWN_OUTCOME: &str = "a receive outcome this build of the bindings does not know";
-
-/// An answer of the receiver that a batch met after it had messages: the next receive gives it.
-#[derive(Clone, Copy)]
-enum Pending {
-    End,
-    Fault(&'static str),
-}
-
-/// What one look at the receiver found.
-enum Got {
-    Message(Py<PyBytes>),
-    Nothing,
-    Answer(Pending),
-}
-
-struct Inner {
-    mode: Mode,
-    /// Messages the receiver decoded into its queue, and messages taken from it: equal when the
-    /// queue is empty.
-    decoded: Arc<AtomicU64>,
-    returned: u64,
-    losses: VecDeque<Loss>,
-    losses_dropped: u64,
-    pending: Option<Pending>,
-    /// The wake-up socket of asyncio receives (made by the first).
-    wake: Option<SocketWake>,
-}
-
-/// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
-fn report(losses: &mut VecDeque<Loss>, dropped: &mut u64, loss: Loss) {
-    if losses.len() >= MAX_LOSSES {
-        losses.pop_front();
-        *dropped += 1;
-    }
-    losses.push_back(loss);
-}
-
-impl Inner {
-    /// `true` if a receive now returns at once without polling the log: a message in the
-    /// receiver's queue, or an answer kept for it.
-    fn has_queued(&self) -> bool {
-        self.pending.is_some() || self.decoded.load(Ordering::Relaxed) != self.returned
-    }
-
-    fn report(&mut self, loss: Loss) {
-        report(&mut self.losses, &mut self.losses_dropped, loss);
-    }
-
-    /// The receiver for blocking calls (taking it back from asyncio if it was there).
-    #[inline]
-    fn blocking(&mut self) -> Option<&mut Rx> {
-        if let Mode::Async(_) = self.mode {
-            if let Mode::Async(a) = std::mem::replace(&mut self.mode, Mode::Gone) {
-                self.mode = Mode::Blocking(a.into_inner());
-            }
-        }
-        match &mut self.mode {
-            Mode::Blocking(rx) => Some(rx),
-            _ => None,
-        }
-    }
-
-    /// The next message if the receiver has one now (its queue, or one poll of the log), what
-    /// it answered instead, or `None` if the receiver is gone. Losses go to `take_loss`.
-    #[inline]
-    fn take(&mut self) -> Option<Got> {
-        if let Some(p) = self.pending.take() {
-            return Some(Got::Answer(p));
-        }
-        loop {
-            let rx = self.blocking()?;
-            match rx.try_recv() {
-                Ok(m) => {
-                    self.returned += 1;
-                    return Some(Got::Message(m));
-                }
-                Err(RecvError::Lost(loss)) => self.report(loss),
-                Err(RecvError::Timeout) => return Some(Got::Nothing),
-                Err(RecvError::Closed) => return Some(Got::Answer(Pending::End)),
-                Err(RecvError::Fault(why)) => return Some(Got::Answer(Pending::Fault(why))),
-                Err(RecvError::Decode(never)) => match never {},
-                Err(_) => return Some(Got::Answer(Pending::Fault(UNKNOWN_OUTCOME))),
-            }
-        }
-    }
-
-    /// Up to `limit` messages the receiver has now into `out`, and the answer that stopped the
-    /// batch, if any; `None` if the receiver is gone. (`take` in a loop, with one look at the
-    /// mode per batch instead of per message.)
-    fn take_batch(&mut self, out: &mut Vec<Py<PyBytes>>, limit: usize) -> Option<Option<Pending>> {
-        if let Some(p) = self.pending.take() {
-            return Some(Some(p));
-        }
-        self.blocking()?;
-        let Self { mode: Mode::Blocking(rx), returned, losses, losses_dropped, .. } = self else {
-            return None;
-        };
-        while out.len() < limit {
-            match rx.try_recv() {
-                Ok(m) => {
-                    *returned += 1;
-                    out.push(m);
-                }
-                Err(RecvError::Lost(loss)) => report(losses, losses_dropped, loss),
-                Err(RecvError::Timeout) => break,
-                Err(RecvError::Closed) => return Some(Some(Pending::End)),
-                Err(RecvError::Fault(why)) => return Some(Some(Pending::Fault(why))),
-                Err(RecvError::Decode(never)) => match never {},
-                Err(_) => return Some(Some(Pending::Fault(UNKNOWN_OUTCOME))),
-            }
-        }
-        Some(None)
-    }
-}
 
 /// A reader of stream `name`: maps the publisher's log read-only and copies each message into a
 /// `bytes` object. It is a reader from the moment it is made: a publisher that starts (before or
@@ -629,137 +508,7 @@ impl PySubscription {
     }
 }
 
-/// Waits until one of `subscriptions` has something to receive (a message, the end of its
-/// session, a fault) or `timeout` seconds pass (`None`: as long as it takes); returns the ones
-/// that do, in the order given (`[]` at the timeout). One thread, several streams, no spinning
-/// and no GIL while it sleeps: it sleeps on all their doorbells at once. Receive from each with
-/// `recv_many(timeout=0)` or `try_recv()` (a message still being fragmented can make one find
-/// nothing yet). Ctrl-C interrupts the wait.
-#[pyfunction]
-#[pyo3(signature = (subscriptions, timeout=None))]
-pub fn wait_any<'py>(
-    py: Python<'py>,
-    subscriptions: Vec<Bound<'py, PySubscription>>,
-    timeout: Option<f64>,
-) -> PyResult<Vec<Bound<'py, PySubscription>>> {
-    let deadline = util::deadline("timeout", timeout)?;
-    for (i, s) in subscriptions.iter().enumerate() {
-        if subscriptions[..i].iter().any(|t| t.is(s)) {
-            return Err(PyValueError::new_err("wait_any: a subscription is listed twice"));
-        }
-    }
-    let objects: Vec<&PySubscription> = subscriptions.iter().map(|s| s.get()).collect();
-    let mut guards = objects.iter().map(|s| s.handle.lock(py)).collect::<PyResult<Vec<_>>>()?;
-    let mut inners = Vec::with_capacity(guards.len());
-    for (g, s) in guards.iter_mut().zip(&objects) {
-        match g.as_mut() {
-            Some(inner) => match inner.blocking() {
-                Some(_) => inners.push(inner),
-                None => return Err(s.handle.closed_error(py)),
-            },
-            _ => return Err(s.handle.closed_error(py)),
-        }
-    }
-    loop {
-        let mut ready = Vec::new();
-        for (i, inner) in inners.iter_mut().enumerate() {
-            let queued = inner.has_queued();
-            if let Some(rx) = inner.blocking() {
-                if queued || rx.subscription().wait_readable(Duration::ZERO) {
-                    ready.push(subscriptions[i].clone());
-                }
-            }
-        }
-        if !ready.is_empty() {
-            return Ok(ready);
-        }
-        let Some(slice) = util::slice(deadline) else { return Ok(ready) };
-        let mut subs: Vec<&mut Subscription> =
-            inners.iter_mut().filter_map(|inner| inner.blocking().map(|rx| rx.subscription())).collect();
-        py.detach(|| Subscription::wait_any(&mut subs, slice));
-        py.check_signals()?;
-        for s in &objects {
-            s.handle.check_open(py)?;
-        }
-    }
-}
-
 /// A deadline no wait reaches (a timeout too long for the clock).
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
-}
-
-/// Messages a subscription did not deliver and knows it did not: a message whose start position
-/// lies in `[from_, to)` of session `session_id` was not delivered.
-#[pyclass(module = "shmlog._shmlog", name = "Loss", frozen)]
-pub struct PyLoss(pub Loss);
-
-#[pymethods]
-impl PyLoss {
-    /// The session whose messages were missed.
-    #[getter]
-    fn session_id(&self) -> i32 {
-        self.0.session_id
-    }
-
-    /// Stream position of the first byte missed.
-    #[getter]
-    fn from_(&self) -> i64 {
-        self.0.from
-    }
-
-    /// Position at which delivery resumed.
-    #[getter]
-    fn to(&self) -> i64 {
-        self.0.to
-    }
-
-    /// Why: `'joined-late'`, `'sessions-missed'`, `'fault'` or `'lapped'` (an untethered
-    /// subscription the publisher overtook).
-    #[getter]
-    fn cause(&self) -> &'static str {
-        match self.0.cause {
-            LossCause::JoinedLate => "joined-late",
-            LossCause::SessionsMissed { .. } => "sessions-missed",
-            LossCause::Fault => "fault",
-            LossCause::Lapped => "lapped",
-            LossCause::Purged => "purged",
-            LossCause::NotRecorded => "not-recorded",
-            _ => "other",
-        }
-    }
-
-    /// For `'sessions-missed'`: how many whole sessions at most; else `None`.
-    #[getter]
-    fn sessions(&self) -> Option<u32> {
-        match self.0.cause {
-            LossCause::SessionsMissed { sessions } => Some(sessions),
-            _ => None,
-        }
-    }
-
-    fn __str__(&self) -> String {
-        self.0.to_string()
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "<shmlog.Loss session {} [{}, {}) {}>",
-            self.0.session_id,
-            self.0.from,
-            self.0.to,
-            self.cause()
-        )
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other.cast::<PyLoss>().is_ok_and(|o| o.get().0 == self.0)
-    }
-
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.0.hash(&mut h);
-        h.finish()
-    }
 }

@@ -22,8 +22,12 @@ use crate::log::reader::Action;
 /// # let _ = &mut assembler;
 /// // subscription.poll(&mut assembler, 10);
 /// ```
+///
+/// A loop that must decide per message with state no handler can own across polls takes the
+/// assembler without a handler instead: `FragmentAssembler::new(())` and
+/// [`FragmentAssembler::assemble`] in its own closure.
 #[derive(Debug)]
-pub struct FragmentAssembler<F> {
+pub struct FragmentAssembler<F = ()> {
     delegate: F,
     buffer: Vec<u8>,
     /// First fragment's header while a message is being built.
@@ -59,6 +63,21 @@ impl<F> FragmentAssembler<F> {
     pub fn reset(&mut self) {
         self.first = None;
         self.buffer.clear();
+    }
+
+    /// Takes in one fragment, calling no handler: the whole message and its header once its last
+    /// fragment arrived (an unfragmented one at once, without a copy), with the same gap and
+    /// session checks as the handler form. The message stays valid until the next call. A
+    /// controlled poll answering [`Action::Abort`] for it must use the handler form instead (this
+    /// form does not take the redelivered fragment back).
+    pub fn assemble<'a>(&'a mut self, payload: &'a [u8], header: &Header) -> Option<(&'a [u8], Header)> {
+        if header.flags() & UNFRAGMENTED == UNFRAGMENTED {
+            return Some((payload, *header));
+        }
+        let whole = self.accept(payload, header)?;
+        // Done with this message: a later fragment needs a new beginning (which clears the buffer).
+        self.first = None;
+        Some((&self.buffer, whole))
     }
 
     /// Takes in one fragment; returns the complete message's header once the last one arrived.
@@ -138,12 +157,12 @@ impl<F: ControlledFragmentHandler> ControlledFragmentHandler for &mut FragmentAs
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::layout::frame::{HeaderRest, BEGIN_FLAG, END_FLAG};
 
     /// Fragment `i` of a message made of `sizes` payloads, laid out from position 0.
-    fn frames(sizes: &[usize], session: i32) -> Vec<(Vec<u8>, Header)> {
+    pub(crate) fn frames(sizes: &[usize], session: i32) -> Vec<(Vec<u8>, Header)> {
         let mut pos = 0i64;
         let n = sizes.len();
         sizes
@@ -175,7 +194,7 @@ mod tests {
             .collect()
     }
 
-    fn concat(parts: &[(Vec<u8>, Header)]) -> Vec<u8> {
+    pub(crate) fn concat(parts: &[(Vec<u8>, Header)]) -> Vec<u8> {
         parts.iter().flat_map(|(p, _)| p.clone()).collect()
     }
 
@@ -263,5 +282,25 @@ mod tests {
         assert_eq!(a.buffer.len(), 0, "reset after delivery");
         drop(a);
         assert_eq!(calls, 2);
+    }
+
+    #[test]
+    fn assemble_without_a_handler_checks_gaps_and_sessions_like_the_handler_form() {
+        let mut a = FragmentAssembler::new(());
+        let f = frames(&[64, 64, 8], 1);
+        let one = frames(&[5], 1);
+        assert_eq!(a.assemble(&one[0].0, &one[0].1), Some((&one[0].0[..], one[0].1)), "unfragmented at once");
+        // A gap (the middle is missing), then a fragment of another session at the right place.
+        let g = frames(&[64, 64, 8], 2);
+        for (i, (p, h)) in [&f[0], &f[2], &f[0], &g[1], &f[2]].into_iter().enumerate() {
+            assert_eq!(a.assemble(p, h).map(|(m, _)| m.len()), None, "fragment {i}");
+        }
+        for (i, (p, h)) in f.iter().enumerate() {
+            let got = a.assemble(p, h).map(|(m, h)| (m.to_vec(), h.position(), h.is_begin() && h.is_end()));
+            let want = (i == 2).then(|| (concat(&f), f[2].1.position(), true));
+            assert_eq!(got, want);
+        }
+        // A complete message is not continued by a repeated end fragment.
+        assert_eq!(a.assemble(&f[2].0, &f[2].1), None);
     }
 }

@@ -19,6 +19,8 @@
 
 use super::channel::{Receiver, RecvError, SendError, Sender};
 use super::codec::{Bytes, Codec};
+use super::publication::Publication;
+use super::publish::Publish;
 use crate::error::{Error, OfferError};
 use crate::region::{MmapRegion, Region, RegionMut};
 use crate::stream::doorbell::{self, Armed, Doorbell, ReactorArmed, WakeBudget};
@@ -151,17 +153,17 @@ where
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct AsyncSender<T, C: Codec<T> = Bytes> {
-    tx: Sender<T, C>,
+pub struct AsyncSender<T, C: Codec<T> = Bytes, P: Publish = Publication> {
+    tx: Sender<T, C, P>,
     sleep: Sleeping,
     encoded: Vec<u8>,
 }
 
-impl<T, C: Codec<T>> AsyncSender<T, C> {
+impl<T, C: Codec<T>, P: Publish> AsyncSender<T, C, P> {
     /// Wraps `tx`; maps the stream's doorbell page once more, for the waiter thread. Inside a
     /// tokio runtime with the feature `tokio`, awaits room in the runtime's reactor (see
     /// [`AsyncReceiver::new`]).
-    pub fn new(mut tx: Sender<T, C>) -> Result<Self, Error> {
+    pub fn new(mut tx: Sender<T, C, P>) -> Result<Self, Error> {
         let bell = tx.publication().map_doorbell()?;
         Ok(Self { tx, sleep: Sleeping::new(bell, false)?, encoded: Vec::new() })
     }
@@ -190,7 +192,7 @@ impl<T, C: Codec<T>> AsyncSender<T, C> {
     }
 
     /// The sender back.
-    pub fn into_inner(self) -> Sender<T, C> {
+    pub fn into_inner(self) -> Sender<T, C, P> {
         let Self { tx, sleep, .. } = self;
         drop(sleep);
         tx

@@ -3,8 +3,10 @@
 //! channel and calls `recv_timeout`: the receiver sleeps on the stream's doorbell, so it costs no
 //! CPU while idle.
 
+use super::assembler::FragmentAssembler;
 use super::codec::{Bytes, Codec};
 use super::publication::Publication;
+use super::publish::Publish;
 use super::subscription::Subscription;
 use crate::error::OfferError;
 use crate::log::header::Header;
@@ -70,26 +72,31 @@ impl<E: fmt::Display> fmt::Display for RecvError<E> {
 
 impl<E: std::error::Error + 'static> std::error::Error for RecvError<E> {}
 
-/// Sends values of `T` as whole messages through a [`Publication`].
+/// Sends values of `T` as whole messages through a publication: an exclusive [`Publication`]
+/// (the default) or a [`crate::ConcurrentPublication`], one of several writers of the stream
+/// (any [`Publish`]).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use shmlog::{PodCodec, Publication, Sender};
 /// let mut tx = Sender::new(Publication::builder("prices").create()?, PodCodec);
 /// tx.send_timeout(&[101.5f64, 101.7], std::time::Duration::from_secs(1))?;
+/// // One of several writers, in this process or others:
+/// let mut tx = Sender::new(Publication::builder("quotes").open_concurrent()?, PodCodec);
+/// tx.send_timeout(&[99.0f64], std::time::Duration::from_secs(1))?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct Sender<T, C = Bytes> {
-    publication: Publication,
+pub struct Sender<T, C = Bytes, P = Publication> {
+    publication: P,
     codec: C,
     scratch: Vec<u8>,
     _values: PhantomData<fn(&T)>,
 }
 
-impl<T, C: Codec<T>> Sender<T, C> {
+impl<T, C: Codec<T>, P: Publish> Sender<T, C, P> {
     /// Sends through `publication`, encoding with `codec`.
-    pub fn new(publication: Publication, codec: C) -> Self {
+    pub fn new(publication: P, codec: C) -> Self {
         Self { publication, codec, scratch: Vec::new(), _values: PhantomData }
     }
 
@@ -117,12 +124,12 @@ impl<T, C: Codec<T>> Sender<T, C> {
     }
 
     /// The publication underneath (position, readers, ...).
-    pub fn publication(&mut self) -> &mut Publication {
+    pub fn publication(&mut self) -> &mut P {
         &mut self.publication
     }
 
     /// The publication back.
-    pub fn into_publication(self) -> Publication {
+    pub fn into_publication(self) -> P {
         self.publication
     }
 }
@@ -149,31 +156,24 @@ pub struct Receiver<T = Vec<u8>, C: Codec<T> = Bytes> {
     subscription: Subscription,
     codec: C,
     /// The fragments of a message so far.
-    partial: Vec<u8>,
+    assembler: FragmentAssembler,
     ready: VecDeque<Result<T, C::Error>>,
 }
 
 /// Messages taken per poll into the receiver's queue.
 const BATCH: usize = 64;
 
-/// A fragment handler that decodes whole messages with `codec` into `ready`, gathering a
-/// fragmented message's payload in `partial` (a live receiver and an async replay share it).
+/// A fragment handler that decodes whole messages with `codec` into `ready`, rebuilding fragmented
+/// ones in `assembler` (a live receiver and an async replay share it): a message cut by a gap or
+/// a session change is dropped, never spliced.
 pub(crate) fn whole_messages<'a, T, C: Codec<T>>(
     codec: &'a C,
-    partial: &'a mut Vec<u8>,
+    assembler: &'a mut FragmentAssembler,
     ready: &'a mut VecDeque<Result<T, C::Error>>,
 ) -> impl FnMut(&[u8], &Header) + 'a {
-    move |payload: &[u8], header: &Header| match (header.is_begin(), header.is_end()) {
-        (true, true) => ready.push_back(codec.decode(payload)),
-        (true, false) => {
-            partial.clear();
-            partial.extend_from_slice(payload);
-        }
-        (false, end) => {
-            partial.extend_from_slice(payload);
-            if end {
-                ready.push_back(codec.decode(partial));
-            }
+    move |payload: &[u8], header: &Header| {
+        if let Some((message, _)) = assembler.assemble(payload, header) {
+            ready.push_back(codec.decode(message));
         }
     }
 }
@@ -181,7 +181,7 @@ pub(crate) fn whole_messages<'a, T, C: Codec<T>>(
 impl<T, C: Codec<T>> Receiver<T, C> {
     /// Receives from `subscription`, decoding with `codec`.
     pub fn new(subscription: Subscription, codec: C) -> Self {
-        Self { subscription, codec, partial: Vec::new(), ready: VecDeque::new() }
+        Self { subscription, codec, assembler: FragmentAssembler::new(()), ready: VecDeque::new() }
     }
 
     /// The next message, waiting for it at most `timeout` (sleeping, not spinning).
@@ -197,13 +197,13 @@ impl<T, C: Codec<T>> Receiver<T, C> {
             // taken here lies after every message queued before and before every one polled next.
             if let Some(loss) = self.subscription.take_loss() {
                 // A message begun before the loss is not finished after it.
-                self.partial.clear();
+                self.assembler.reset();
                 return Err(RecvError::Lost(loss));
             }
             // Once per session, after its last message and its losses; the next receive waits
             // for the next session.
             if self.subscription.take_closed() {
-                self.partial.clear();
+                self.assembler.reset();
                 return Err(RecvError::Closed);
             }
             if self.fill() > 0 {
@@ -212,7 +212,7 @@ impl<T, C: Codec<T>> Receiver<T, C> {
             // A fault is news once: said here, then waits sleep until the session closes (its
             // publisher gone) or a new one starts.
             if let Some(why) = self.subscription.take_fault() {
-                self.partial.clear();
+                self.assembler.reset();
                 return Err(RecvError::Fault(why));
             }
             if self.subscription.is_closed() {
@@ -240,8 +240,8 @@ impl<T, C: Codec<T>> Receiver<T, C> {
 
     /// Polls once, decoding whole messages into the queue; returns the fragments taken.
     fn fill(&mut self) -> usize {
-        let Self { subscription, codec, partial, ready } = self;
-        subscription.poll(whole_messages(codec, partial, ready), BATCH)
+        let Self { subscription, codec, assembler, ready } = self;
+        subscription.poll(whole_messages(codec, assembler, ready), BATCH)
     }
 
     /// The subscription underneath (position, session, ...).
@@ -267,5 +267,34 @@ impl<T, C: Codec<T>> Iterator for Receiver<T, C> {
             Err(RecvError::Closed | RecvError::Timeout) => None,
             other => Some(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::assembler::tests::{concat, frames};
+
+    fn decode_all(fragments: &[&(Vec<u8>, Header)]) -> Vec<Vec<u8>> {
+        let (mut assembler, mut ready) = (FragmentAssembler::new(()), VecDeque::new());
+        {
+            let mut handler = whole_messages(&Bytes, &mut assembler, &mut ready);
+            for (payload, header) in fragments {
+                handler(payload, header);
+            }
+        }
+        ready.into_iter().map(|m| m.unwrap()).collect()
+    }
+
+    #[test]
+    fn whole_messages_never_splices_across_a_gap_or_a_session_change() {
+        let (f, g, one) = (frames(&[64, 64, 8], 1), frames(&[64, 64, 8], 2), frames(&[5], 1));
+        assert_eq!(decode_all(&[&one[0], &f[0], &f[1], &f[2]]), vec![one[0].0.clone(), concat(&f)]);
+        // The middle is missing: a gap.
+        assert_eq!(decode_all(&[&f[0], &f[2]]), Vec::<Vec<u8>>::new());
+        // Another session's middle and end at the right places.
+        assert_eq!(decode_all(&[&f[0], &g[1], &g[2]]), Vec::<Vec<u8>>::new());
+        // An end without its beginning, then a whole message.
+        assert_eq!(decode_all(&[&f[2], &one[0]]), vec![one[0].0.clone()]);
     }
 }

@@ -8,6 +8,7 @@ use crate::error::{Error, OfferError};
 use crate::region::MmapRegion;
 use crate::stream::concurrent_files::{self, WriterLog};
 use crate::stream::concurrent_writer::ConcurrentWriter;
+use crate::stream::doorbell::Rung;
 use crate::stream::files::NewLog;
 use crate::stream::liveness::{ConcurrentPaced, FileConcurrentWriter, LogWriters, Paced, SlotFile};
 use crate::stream::slots::Slots;
@@ -123,6 +124,15 @@ impl ConcurrentPublication {
         super::idle::offer_retrying(|| self.offer(message), idle, deadline)
     }
 
+    /// Offers `message`; while back-pressured, sleeps until a reader moves (readers ring the
+    /// writers' doorbell only when one sleeps; every sleeping writer wakes), at most `timeout` in
+    /// all. Dead readers that hold it back are swept, and dead writers' holes padded, within the
+    /// liveness interval. Other errors, `NotConnected` among them, return at once;
+    /// `BackPressured` when `timeout` passes.
+    pub fn offer_blocking(&mut self, message: &[u8], timeout: Duration) -> Result<i64, OfferError> {
+        super::publish::offer_blocking(self, message, timeout)
+    }
+
     /// The log's tail: the position after the last space any writer reserved.
     pub fn position(&self) -> i64 {
         self.writer.position()
@@ -142,6 +152,12 @@ impl ConcurrentPublication {
     /// `true` if a live reader reads this session.
     pub fn is_connected(&mut self) -> bool {
         self.connected_readers() > 0
+    }
+
+    /// Waits until a reader joins this session (e.g. before the first offer), or `timeout` passes
+    /// ([`Error::Timeout`]).
+    pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), Error> {
+        self.wait_for_readers(1, timeout)
     }
 
     /// Waits until at least `readers` live readers read this session, or `timeout` passes.
@@ -232,5 +248,26 @@ impl sealed::Claims for ConcurrentPublication {
     #[inline]
     fn abort_claim(&mut self) {
         self.writer.abort_claim()
+    }
+}
+
+impl super::publish::sealed::Waits for ConcurrentPublication {
+    fn wait_for_room(&mut self, timeout: Duration) -> Rung {
+        self.writer.wait_for_room(timeout)
+    }
+
+    fn liveness_interval(&self) -> Duration {
+        self.settings.liveness()
+    }
+
+    #[cfg(feature = "async")]
+    fn has_room(&mut self) -> bool {
+        self.writer.has_room()
+    }
+
+    #[cfg(feature = "async")]
+    fn map_doorbell(&self) -> Result<crate::stream::doorbell::Doorbell<MmapRegion>, Error> {
+        let slot_file = &self.writer.liveness().readers.slot_file;
+        slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &slot_file.path, e))
     }
 }

@@ -19,6 +19,10 @@ pub(crate) mod idle;
 #[cfg(not(shmlog_loom))]
 pub mod inspect;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod polled;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod publication;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod publish;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod subscription;

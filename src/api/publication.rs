@@ -8,6 +8,7 @@ use crate::error::{Error, OfferError};
 use crate::layout::frame::max_message_len;
 use crate::layout::log_meta::Geometry;
 use crate::region::MmapRegion;
+use crate::stream::doorbell::Rung;
 use crate::stream::files::{self, OwnedLog};
 use crate::stream::liveness::{FileWriter, Paced, SlotFile};
 use crate::stream::slots::Slots;
@@ -262,36 +263,7 @@ impl Publication {
     /// hold it back are swept within the liveness interval. Other errors, `NotConnected` among
     /// them, return at once; `BackPressured` when `timeout` passes.
     pub fn offer_blocking(&mut self, message: &[u8], timeout: Duration) -> Result<i64, OfferError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            match self.offer(message) {
-                Err(OfferError::BackPressured) => {}
-                other => return other,
-            }
-            let remaining = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
-            if remaining.is_zero() {
-                return Err(OfferError::BackPressured);
-            }
-            self.writer.wait_for_room(remaining.min(self.liveness_interval));
-        }
-    }
-
-    /// `true` if an offer now would not be back-pressured (reads the reader positions).
-    #[cfg(feature = "async")]
-    pub(crate) fn has_room(&mut self) -> bool {
-        self.writer.has_room()
-    }
-
-    #[cfg(feature = "async")]
-    pub(crate) fn liveness_interval(&self) -> Duration {
-        self.liveness_interval
-    }
-
-    /// The stream's doorbell page, mapped on its own (for a thread that sleeps for us).
-    #[cfg(feature = "async")]
-    pub(crate) fn map_doorbell(&self) -> Result<crate::stream::doorbell::Doorbell<MmapRegion>, Error> {
-        let slot_file = &self.writer.liveness().slot_file;
-        slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &slot_file.path, e))
+        super::publish::offer_blocking(self, message, timeout)
     }
 
     /// Position after the last message appended.
@@ -382,6 +354,27 @@ impl sealed::Claims for Publication {
     #[inline]
     fn abort_claim(&mut self) {
         self.writer.abort_claim()
+    }
+}
+
+impl super::publish::sealed::Waits for Publication {
+    fn wait_for_room(&mut self, timeout: Duration) -> Rung {
+        self.writer.wait_for_room(timeout)
+    }
+
+    fn liveness_interval(&self) -> Duration {
+        self.liveness_interval
+    }
+
+    #[cfg(feature = "async")]
+    fn has_room(&mut self) -> bool {
+        self.writer.has_room()
+    }
+
+    #[cfg(feature = "async")]
+    fn map_doorbell(&self) -> Result<crate::stream::doorbell::Doorbell<MmapRegion>, Error> {
+        let slot_file = &self.writer.liveness().slot_file;
+        slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &slot_file.path, e))
     }
 }
 

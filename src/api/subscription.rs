@@ -4,17 +4,18 @@
 use super::defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS};
 use super::handler::{ControlledFragmentHandler, FragmentHandler};
 use super::idle::{Backoff, IdleStrategy};
+pub use super::polled::Polled;
 use crate::error::Error;
 use crate::log::header::Header;
 #[cfg(feature = "async")]
 use crate::region::MmapRegion;
 use crate::region::ReadOnlyRegion;
-use crate::stream::doorbell::{self, Rung, WakeBudget};
 pub(crate) use crate::stream::follow::Ended;
 use crate::stream::follow::{Follower, Rules};
 use crate::stream::join::JoinAt;
 use crate::stream::loss::Loss;
 use crate::stream::reader::Resume;
+use crate::stream::wait;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::path::PathBuf;
@@ -172,35 +173,6 @@ impl SubscriptionBuilder {
     }
 }
 
-/// What [`Subscription::poll_blocking`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Polled {
-    /// This many fragments were delivered (at least one).
-    Fragments(usize),
-    /// Nothing arrived in time; the session goes on.
-    TimedOut,
-    /// The session is over (its publisher closed it or died) and everything it committed was
-    /// read; said once per session. The subscription joins the next session by itself: polling
-    /// again waits for it.
-    Closed,
-    /// Reading stopped at a fault (see [`Subscription::fault`]); said once per session. Nothing
-    /// more of this session is delivered: polling again waits until its publisher is gone (then
-    /// [`Polled::Closed`], with the undelivered part reported as a [`crate::Loss`]) or a new
-    /// session starts.
-    Fault(&'static str),
-}
-
-impl Polled {
-    /// The fragments delivered (0 unless [`Polled::Fragments`]): for an idle strategy.
-    pub fn fragments(self) -> usize {
-        match self {
-            Polled::Fragments(n) => n,
-            _ => 0,
-        }
-    }
-}
-
 /// Untaken loss reports a subscription keeps (see [`Subscription::take_loss`]).
 pub use crate::stream::follow::MAX_LOSSES;
 
@@ -315,27 +287,19 @@ impl Subscription {
         if n > 0 {
             return Polled::Fragments(n);
         }
-        if let Some(end) = self.news_without_fragments() {
+        if let Some(end) = Polled::news(&mut self.follower) {
             return end;
         }
         if !self.wait_readable(timeout) {
             return Polled::TimedOut;
         }
-        if let Some(end) = self.news_without_fragments() {
+        if let Some(end) = Polled::news(&mut self.follower) {
             return end;
         }
         match self.poll(handler, fragment_limit) {
-            0 => self.news_without_fragments().unwrap_or(Polled::TimedOut),
+            0 => Polled::news(&mut self.follower).unwrap_or(Polled::TimedOut),
             n => Polled::Fragments(n),
         }
-    }
-
-    /// After a poll that delivered nothing: a fault not reported yet, or the end of the session.
-    fn news_without_fragments(&mut self) -> Option<Polled> {
-        if let Some(fault) = self.follower.take_fault() {
-            return Some(Polled::Fault(fault));
-        }
-        self.is_closed().then_some(Polled::Closed)
     }
 
     /// Waits until a poll would find something (a message, the end of the stream, a fault not
@@ -367,44 +331,8 @@ impl Subscription {
     /// on all their doorbells at once (`futex_waitv`, Linux 5.16 and later; on older kernels it
     /// sleeps on the first and looks at the others every millisecond).
     pub fn wait_any(subscriptions: &mut [&mut Subscription], timeout: Duration) -> bool {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut budget = WakeBudget::default();
-        loop {
-            if subscriptions.iter().any(|s| s.readable()) {
-                return true;
-            }
-            let now = Instant::now();
-            let mut chunk = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-            let timed_out = chunk.is_zero();
-            for s in subscriptions.iter_mut() {
-                // Before the timeout: a zero timeout still learns that a publisher died.
-                let next = s.follower.check_if_due(now);
-                chunk = chunk.min(next.saturating_duration_since(now));
-            }
-            if subscriptions.iter().any(|s| s.readable()) {
-                return true;
-            }
-            if timed_out {
-                return false;
-            }
-            let bells: Vec<_> = subscriptions.iter().map(|s| s.follower.bell()).collect();
-            let slept = doorbell::sleep_until(&bells, || subscriptions.iter().any(|s| s.readable()), chunk);
-            if slept.rung != Rung::Woken {
-                continue;
-            }
-            let news = subscriptions.iter().any(|s| s.readable());
-            if !news {
-                // Rung without news for us: a new session (look now), or a spurious wake-up.
-                for (i, s) in subscriptions.iter_mut().enumerate() {
-                    if slept.rang & (1 << i.min(63)) != 0 {
-                        s.follower.after_empty_wake();
-                    }
-                }
-            }
-            if let Some(nap) = budget.after_wake(news) {
-                std::thread::sleep(nap);
-            }
-        }
+        let mut followers: Vec<_> = subscriptions.iter_mut().map(|s| &mut s.follower).collect();
+        wait::wait_any(&mut followers, timeout)
     }
 
     /// `true` if a poll now would deliver or report something, or the session is closed.

@@ -4,6 +4,7 @@
 //! being recorded is woken a millisecond later by the process's async waiter thread.
 
 use super::replay::Replay;
+use crate::api::assembler::FragmentAssembler;
 use crate::api::async_rx::{waiter, Waiter};
 use crate::api::channel::whole_messages;
 use crate::api::codec::{Bytes, Codec};
@@ -54,7 +55,7 @@ impl<E: std::error::Error + 'static> std::error::Error for ReplayError<E> {}
 pub struct AsyncReplay<T = Vec<u8>, C: Codec<T> = Bytes> {
     replay: Replay,
     codec: C,
-    partial: Vec<u8>,
+    assembler: FragmentAssembler,
     ready: VecDeque<Result<T, C::Error>>,
     failed: bool,
     waiter: &'static Waiter,
@@ -66,7 +67,7 @@ impl<T, C: Codec<T>> AsyncReplay<T, C> {
         Ok(Self {
             replay,
             codec,
-            partial: Vec::new(),
+            assembler: FragmentAssembler::new(()),
             ready: VecDeque::new(),
             failed: false,
             waiter: waiter()?,
@@ -80,8 +81,8 @@ impl<T, C: Codec<T>> AsyncReplay<T, C> {
 
     /// Reads up to 64 fragments into `ready`.
     fn fill(&mut self) -> Result<usize, Error> {
-        let Self { replay, codec, partial, ready, .. } = self;
-        replay.poll(whole_messages(codec, partial, ready), 64)
+        let Self { replay, codec, assembler, ready, .. } = self;
+        replay.poll(whole_messages(codec, assembler, ready), 64)
     }
 }
 

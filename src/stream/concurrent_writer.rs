@@ -6,6 +6,8 @@
 //! (`log::concurrent`). A held-back writer, or one at a checkpoint (`stream::flow`), sweeps dead
 //! readers and pads dead writers' holes at most once per liveness interval (`log::unblock`).
 
+use super::doorbell::Rung;
+use super::flow::FlowControl;
 use super::slots::{SessionReaders, Slots};
 use super::writer::Liveness;
 use super::writer_core::WriterCore;
@@ -34,6 +36,12 @@ pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Un
         return resolve(); // the loom models' mutant: two unblockers pad one hole at once
     }
     liveness.with_unblock_lock(resolve).unwrap_or_default()
+}
+
+/// `true` if the limit recomputed now lies past the shared tail.
+fn room_now<S: RegionMut, L: RegionMut>(flow: &mut FlowControl, slots: &Slots<S>, log: &Log<L>) -> bool {
+    let tail = log.producer_position().unwrap_or(0);
+    tail < flow.recompute_concurrent(slots, log, tail)
 }
 
 /// A writer of a concurrent log, with its flow control over the stream's reader slots.
@@ -209,6 +217,29 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
         self.sweep();
         self.recompute_limit();
         self.core.readers()
+    }
+
+    /// Sleeps until a reader moves (rings the doorbell) and the limit, recomputed against the
+    /// shared tail, may let a reservation in, at most `timeout`: for a back-pressured writer that
+    /// would rather not spin. `Ready` if there is room now; without a doorbell, `TimedOut` at
+    /// once. A dead writer's hole is not a reader's move: the caller's next offer, within the
+    /// liveness interval, pads it.
+    pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
+        if !self.core.rings() {
+            return Rung::TimedOut;
+        }
+        let log = self.appender.log();
+        let WriterCore { slots, flow, .. } = &mut self.core;
+        slots.doorbell().wait_for_readers(|| room_now(flow, slots, log), timeout)
+    }
+
+    /// `true` if the limit, recomputed from the reader positions now, lets a reservation at the
+    /// shared tail in: what a back-pressured writer re-checks after arming its bell (the async
+    /// sender's).
+    #[cfg(feature = "async")]
+    pub fn has_room(&mut self) -> bool {
+        let WriterCore { slots, flow, .. } = &mut self.core;
+        room_now(flow, slots, self.appender.log())
     }
 
     /// The shared tail: the position after the last space any writer reserved.

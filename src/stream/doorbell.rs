@@ -324,7 +324,12 @@ fn wake<'f, R: RegionMut>(
     {
         return;
     }
-    if region.wake_i32(base + side.bell, 1) == 0 && reactors > 0 {
+    // The writers' bell counts no sleepers and passes no ring on, and several writers of a
+    // concurrent log may sleep on it: a ring wakes them all (one futex call either way), and
+    // its reactor sleepers too.
+    let writers = side.sleeping.is_none();
+    let woken = region.wake_i32(base + side.bell, if writers { i32::MAX } else { 1 });
+    if reactors > 0 && (woken == 0 || writers) {
         pass_to_reactors(region, base, side, now, fanout);
     }
 }
@@ -368,8 +373,8 @@ fn pass_to_reactors<R: RegionMut>(
 struct Side {
     armed: usize,
     bell: usize,
-    /// The count of threads asleep on it (the readers' bell counts them; the writer's has at
-    /// most one sleeper per publication, uncounted).
+    /// The count of threads asleep on it (the readers' bell counts them; the writers' bell does
+    /// not: each ring wakes all of its sleepers, the writers of a concurrent log).
     sleeping: Option<usize>,
     fd_sleeping: usize,
 }

@@ -26,6 +26,8 @@ pub(crate) mod follow;
 pub(crate) mod liveness;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod name;
+#[cfg(not(shmlog_loom))]
+pub(crate) mod wait;
 
 #[cfg(all(test, shmlog_loom))]
 mod loom_concurrent_models;

@@ -26,10 +26,15 @@
 //!   delivered over its range; a tethered recorder never splits a session, lags or loses; a
 //!   recording that starts after a gap follows a loss its recorder was told of; no recorder
 //!   stops on an error (`R8.failed`: a full catalog, a failed write).
+//! - **P** persistent readers, across the incarnations of one durable name (`persistent`): at
+//!   least once (`P.missed`: anything not delivered lies in a `Purged`/`NotRecorded` loss), in
+//!   order (`P.order`), again only the tail not yet stored (`P.redelivered`), and no other loss
+//!   (`P.cause`).
 
 pub mod model;
 
 mod delivery;
+mod persistent;
 mod resources;
 mod timing;
 
@@ -206,6 +211,7 @@ pub fn check(files: Vec<(String, String)>) -> Report {
     let f = Facts::of(&g);
     let mut fails = Fails::default();
     delivery::check(&g, &f, &mut fails);
+    persistent::check(&g, &f, &mut fails);
     timing::check(&g, &f, &mut fails);
     resources::check(&g, &f, &mut fails);
     let deliveries = g

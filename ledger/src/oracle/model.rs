@@ -165,6 +165,11 @@ pub enum EvKind {
     Recording {
         id: u32,
     },
+    /// A persistent reader's stored position changed: recording and position.
+    Pos {
+        rec: u32,
+        at: i64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +213,8 @@ pub struct ReaderLog {
     /// A replay's recording: id, start and stop positions.
     pub recording: Option<(u32, i64, i64)>,
     pub limit: i64,
+    /// A persistent reader's durable name (its incarnations share it).
+    pub name: String,
 }
 
 /// A recording as the catalog listed it after the run.
@@ -220,6 +227,8 @@ pub struct CatalogRec {
     pub stop: i64,
     pub reason: String,
     pub gap: i64,
+    /// Where the recording began (`start` moves up when it is purged).
+    pub origin: i64,
     pub src: Option<Src>,
 }
 
@@ -237,6 +246,18 @@ pub struct Ledger {
     /// Files left in the stream directory after the run and a final `clean`.
     pub leftovers: Vec<Src>,
     pub catalog: Vec<CatalogRec>,
+    /// Purges the controller made: stream, session, when, and the range purged.
+    pub purges: Vec<Purge>,
+}
+
+/// A purge the controller made of one recording.
+#[derive(Clone, Debug)]
+pub struct Purge {
+    pub stream: String,
+    pub session: i32,
+    pub t: i64,
+    pub from: i64,
+    pub to: i64,
 }
 
 fn num<T: std::str::FromStr>(l: &Line<'_>, key: &str) -> Option<T> {
@@ -330,6 +351,15 @@ impl Ledger {
                     }
                 }
                 "leftover" => self.leftovers.push(src),
+                "purge" => {
+                    if let (Some(session), Some(from), Some(to)) =
+                        (num(&l, "session"), l.num("from"), l.num("to"))
+                    {
+                        let stream = l.get("stream").unwrap_or("").into();
+                        let t = l.num("began").unwrap_or(l.t);
+                        self.purges.push(Purge { stream, session, t, from, to });
+                    }
+                }
                 "recording" => self.catalog.push(CatalogRec {
                     id: num(&l, "id").unwrap_or(0),
                     stream: l.get("stream").unwrap_or("").into(),
@@ -338,6 +368,7 @@ impl Ledger {
                     stop: l.num("stop").unwrap_or(0),
                     reason: l.get("reason").unwrap_or("").into(),
                     gap: l.num("gap").unwrap_or(0),
+                    origin: l.num("origin").or(l.num("start")).unwrap_or(0),
                     src: Some(src),
                 }),
                 _ => {}
@@ -414,6 +445,7 @@ impl Ledger {
                     r.join = l.get("join").unwrap_or("earliest").into();
                     r.later = l.get("later").unwrap_or("earliest").into();
                     r.limit = l.num("limit").unwrap_or(64);
+                    r.name = l.get("name").unwrap_or("").into();
                     r.start_t = l.t;
                     if let (Some(id), Some(a), Some(b)) = (num(&l, "recording"), l.num("from"), l.num("stop"))
                     {
@@ -459,6 +491,7 @@ impl Ledger {
                 "merged" => EvKind::Merged { at: l.num("at").unwrap_or(0) },
                 "nostart" => EvKind::NoStart { why: l.get("why").unwrap_or("").into() },
                 "recording" => EvKind::Recording { id: num(&l, "id").unwrap_or(0) },
+                "pos" => EvKind::Pos { rec: num(&l, "rec").unwrap_or(0), at: l.num("at").unwrap_or(0) },
                 "exit" => {
                     r.exit = Some(ExitInfo {
                         t: l.t,

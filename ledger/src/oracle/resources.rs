@@ -233,13 +233,15 @@ fn unreported_gaps(
             let msgs = f.per_session.get(&(r.stream.clone(), c.session)).map_or(&[][..], Vec::as_slice);
             let starts_between = |a: i64, b: i64| msgs.iter().any(|m| m.0 >= a && m.0 < b);
             let told = lapped.iter().any(|&(s, from, to)| {
-                s == c.session && from <= c.start - c.gap && (to >= c.start || !starts_between(to, c.start))
+                s == c.session
+                    && from <= c.origin - c.gap
+                    && (to >= c.origin || !starts_between(to, c.origin))
             });
             if !told {
                 cases.push((
                     format!(
                         "recording {id} starts at {} after a gap of {} bytes that no loss reported",
-                        c.start, c.gap
+                        c.origin, c.gap
                     ),
                     c.src.into_iter().chain([e.src]).collect(),
                 ));

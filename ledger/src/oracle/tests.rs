@@ -336,3 +336,124 @@ fn r8_a_split_or_lagging_tethered_recorder_and_a_replay_that_differs_are_caught(
     f[5].1 = replay(0, 0, 288, "2201 msg w=0 inc=1 seq=0 end=96\n2201 msg w=0 inc=1 seq=1 end=192\n2202 msg w=0 inc=1 seq=2 end=288\n");
     passes(f);
 }
+
+/// Persistent reader `p0` in two incarnations over the good ledger's sessions: the first is
+/// killed after storing the position after 1/0 (its tail 1/1 is delivered again), the second
+/// reads the rest, session 8's middle purged under it (a `Purged` loss covers 2/2).
+const P_CONTROLLER: &str = "\
+100 spawn proc=p0.1 pid=4 role=persistent stream=s0 tethered=0
+800 kill proc=p0.1
+800 exit proc=p0.1 status=signal:9
+850 spawn proc=p0.2 pid=5 role=persistent stream=s0 tethered=0
+1100 purge stream=s0 id=1 session=8 from=0 to=192 bytes=65536 began=1090
+1900 exit proc=p0.2 status=code:0
+";
+
+const P1: &str = "\
+110 start role=persistent proc=p0.1 inc=3 stream=s0 name=p0 shape=persistent tethered=0 join=earliest speed=fast limit=4
+111 opened join=earliest
+112 joined session=7 at=-
+120 msg w=0 inc=1 seq=0 end=96
+121 pos rec=0 at=96
+130 msg w=0 inc=1 seq=1 end=192
+";
+
+const P2: &str = "\
+860 start role=persistent proc=p0.2 inc=4 stream=s0 name=p0 shape=persistent tethered=0 join=earliest speed=fast limit=4
+861 opened join=earliest
+862 joined session=7 at=-
+870 msg w=0 inc=1 seq=1 end=192
+871 msg w=0 inc=1 seq=2 end=288
+872 pos rec=0 at=288
+1025 joined session=8 at=-
+1026 msg w=0 inc=2 seq=0 end=96
+1027 pos rec=1 at=96
+1200 loss session=8 from=96 to=192 cause=Purged
+1201 msg w=0 inc=2 seq=4 end=288
+1202 pos rec=1 at=288
+1890 exit rss_kb=4000 fds=9 heap_kb=300 heap_open_kb=290 max_msg=50
+";
+
+/// The rules the good ledger with persistent reader files `p1`, `p2` (and controller lines
+/// `pc`) breaks.
+fn persistent(pc: &str, p1: &str, p2: &str) -> Vec<&'static str> {
+    let mut f = files(&format!("{CONTROLLER}{pc}"), W1, W2, R);
+    f.push(("events/p0.1.log".into(), p1.into()));
+    f.push(("events/p0.2.log".into(), p2.into()));
+    check(f).rules()
+}
+
+/// The rules an edit of the second incarnation breaks.
+fn p2_edit(from: &str, to: &str) -> Vec<&'static str> {
+    assert!(P2.contains(from), "{from:?} is not in the good ledger");
+    persistent(P_CONTROLLER, P1, &P2.replace(from, to))
+}
+
+#[test]
+fn p_two_incarnations_of_a_persistent_reader_keep_every_promise() {
+    assert_eq!(persistent(P_CONTROLLER, P1, P2), Vec::<&str>::new());
+    // A NotRecorded loss covers what the journal never held as a Purged one does.
+    assert_eq!(p2_edit("cause=Purged", "cause=NotRecorded"), Vec::<&str>::new());
+}
+
+#[test]
+fn p_a_message_neither_delivered_by_any_incarnation_nor_reported_lost_is_caught() {
+    assert_eq!(p2_edit("871 msg w=0 inc=1 seq=2 end=288\n", ""), ["P.missed"]);
+    // Delivered by the first incarnation only is delivered.
+    assert_eq!(
+        persistent(
+            P_CONTROLLER,
+            &format!("{P1}131 msg w=0 inc=1 seq=2 end=288\n"),
+            &P2.replace("871 msg w=0 inc=1 seq=2 end=288\n", "")
+        ),
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
+fn p_a_loss_other_than_purged_or_not_recorded_or_a_purge_nobody_made_is_caught() {
+    // Lapped: the live loss it should have fallen back to the journal for (and it covers nothing).
+    assert_eq!(p2_edit("cause=Purged", "cause=Lapped"), ["P.cause", "P.missed"]);
+    // Purged, but the controller purged nothing.
+    let no_purge = P_CONTROLLER
+        .replace("1100 purge stream=s0 id=1 session=8 from=0 to=192 bytes=65536 began=1090\n", "");
+    assert_eq!(persistent(&no_purge, P1, P2), ["P.cause"]);
+}
+
+#[test]
+fn p_a_message_delivered_again_beyond_the_unstored_tail_is_caught() {
+    // 1/0 was covered by the stored position at 96.
+    assert_eq!(
+        p2_edit("870 msg w=0 inc=1 seq=1", "869 msg w=0 inc=1 seq=0 end=96\n870 msg w=0 inc=1 seq=1"),
+        ["P.redelivered"]
+    );
+    // More again than the last poll can hold (limit 4 fragments: 5 messages at most).
+    let many: String =
+        (0..7).map(|q| format!("{} ok seq={q} end={} len=50\n", 30 + q, 96 * (q + 1))).collect();
+    let w1 = format!("10 creating role=writer proc=w0.1 stream=s0 w=0 inc=1 kind=exclusive\n20 start role=writer session=7\n{many}");
+    let p1: String =
+        (0..7).map(|q| format!("{} msg w=0 inc=1 seq={q} end={}\n", 120 + q, 96 * (q + 1))).collect();
+    let p2: String =
+        (0..7).map(|q| format!("{} msg w=0 inc=1 seq={q} end={}\n", 870 + q, 96 * (q + 1))).collect();
+    let head = |p: &str, n: &str| p.lines().take(3).collect::<Vec<_>>().join("\n").replace("p0.1", n) + "\n";
+    let mut f = files(&format!("{CONTROLLER}{P_CONTROLLER}"), &w1, W2, R);
+    f.push(("events/p0.1.log".into(), format!("{}{p1}", head(P1, "p0.1"))));
+    f.push(("events/p0.2.log".into(), format!("{}{p2}", head(P1, "p0.2"))));
+    assert!(check(f).rules().contains(&"P.redelivered"));
+}
+
+#[test]
+fn p_a_redelivery_after_a_new_message_or_out_of_order_is_caught() {
+    // The first incarnation skipped 1/1 and delivered 1/2 unstored; the second delivers 1/1
+    // (new) and then 1/2 again: not a redelivered tail.
+    let p1 = P1.replace("130 msg w=0 inc=1 seq=1 end=192", "130 msg w=0 inc=1 seq=2 end=288");
+    assert_eq!(persistent(P_CONTROLLER, &p1, P2), ["P.redelivered"]);
+    // Session 7's last message after session 8's first: out of the stream's order.
+    assert_eq!(
+        p2_edit(
+            "871 msg w=0 inc=1 seq=2 end=288\n872 pos rec=0 at=288\n1025 joined session=8 at=-\n1026 msg w=0 inc=2 seq=0 end=96\n",
+            "1025 joined session=8 at=-\n1026 msg w=0 inc=2 seq=0 end=96\n1026 joined session=7 at=-\n1026 msg w=0 inc=1 seq=2 end=288\n1026 joined session=8 at=-\n"
+        ),
+        ["P.order"]
+    );
+}

@@ -9,6 +9,7 @@
 //! spawn's settings makes the controller start `program role <kind> <settings>` instead of
 //! itself (the settings then hold `exec=` too; a program ignores what it does not know).
 
+mod persistent;
 mod reader;
 mod recorder;
 mod shapes;
@@ -147,7 +148,9 @@ pub fn run(kind: &str, settings: &str) -> i32 {
     let proc = s.str("proc").to_string();
     let events = PathBuf::from(s.str("events"));
     let t0 = s.num("t0", sys::mono_us());
-    let mode = if kind == "writer" { Mode::Direct } else { Mode::Flushed };
+    // A persistent reader's file is exact too: what the position it stored covers is what the
+    // next incarnation must not deliver again, so no delivered line may die in a buffer.
+    let mode = if kind == "writer" || kind == "persistent" { Mode::Direct } else { Mode::Flushed };
     let out = match Out::create(&events.join(format!("{proc}.log")), t0, mode) {
         Ok(out) => out,
         Err(e) => {
@@ -181,6 +184,7 @@ pub fn run(kind: &str, settings: &str) -> i32 {
         "writer" => writer::run(&ctx),
         "reader" => reader::run(&ctx),
         "recorder" => recorder::run(&ctx),
+        "persistent" => persistent::run(&ctx),
         other => {
             eprintln!("unknown role {other}");
             2

@@ -18,7 +18,7 @@ use std::time::Duration;
 /// enough to count a spin, without burning a core of the run for it.
 const SPIN_COUNTED: u64 = 1000;
 
-fn idle_for(ctx: &Ctx) -> Backoff {
+pub(super) fn idle_for(ctx: &Ctx) -> Backoff {
     if ctx.s.str("speed") == "fast" {
         Backoff::new(50, 20, Duration::from_micros(1), Duration::from_micros(100))
     } else {
@@ -26,7 +26,7 @@ fn idle_for(ctx: &Ctx) -> Backoff {
     }
 }
 
-fn limit(ctx: &Ctx) -> usize {
+pub(super) fn limit(ctx: &Ctx) -> usize {
     ctx.s.num("limit", 16)
 }
 
@@ -60,7 +60,7 @@ fn session_of(sub: &Subscription, t: &mut Tracker) {
     }
 }
 
-fn finish(t: &mut Tracker) -> i32 {
+pub(super) fn finish(t: &mut Tracker) -> i32 {
     t.end_faults();
     exit_line(&[&t.out], false, "");
     0

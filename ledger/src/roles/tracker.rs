@@ -120,6 +120,8 @@ impl Tracker {
             LossCause::SessionsMissed { sessions } => format!("SessionsMissed:{sessions}"),
             LossCause::Lapped => "Lapped".to_string(),
             LossCause::Fault => "Fault".to_string(),
+            LossCause::Purged => "Purged".to_string(),
+            LossCause::NotRecorded => "NotRecorded".to_string(),
             _ => "Other".to_string(),
         };
         ev!(self.out, "loss", "session={} from={} to={} cause={cause}", l.session_id, l.from, l.to);
