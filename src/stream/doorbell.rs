@@ -134,18 +134,23 @@ impl<R: RegionMut> Doorbell<R> {
         Self { region, base, fanout: None }
     }
 
-    /// The writer, after a commit: wakes sleeping readers, if any. One barrier and one load when
-    /// nobody sleeps. `fanout`: the stream's wake FIFO, for reactor sleepers (the writer's view
-    /// of the page is made per commit and keeps none of its own).
-    #[inline(always)]
+    /// The writer, after a commit, through a doorbell it holds (tests): wakes sleeping readers,
+    /// if any. The writer's own path is [`ring_readers_at`], which needs no view of the page.
+    #[cfg(any(test, shmlog_loom, shmlog_fuzz))]
     pub(crate) fn ring_readers(&self, barrier: LightBarrier, fanout: Option<&Fanout>) {
-        self.ring(barrier, &READERS_SIDE, fanout);
+        // SAFETY: the doorbell lies in the region, 4-aligned (`new`'s check or `new_unchecked`'s
+        // contract).
+        unsafe {
+            ring_at(&self.region, self.base, barrier, &READERS_SIDE, || fanout.or(self.fanout.as_deref()))
+        }
     }
 
     /// A reader, after publishing a new position: wakes a writer waiting for room, if any.
     #[inline(always)]
     pub fn ring_writer(&self) {
-        self.ring(crate::sync::light_barrier_kind(), &WRITER_SIDE, None);
+        let barrier = crate::sync::light_barrier_kind();
+        // SAFETY: as in `ring_readers`.
+        unsafe { ring_at(&self.region, self.base, barrier, &WRITER_SIDE, || self.fanout.as_deref()) }
     }
 
     /// Wakes the readers whatever *armed* says (end of stream, a new session): cold paths.
@@ -154,84 +159,9 @@ impl<R: RegionMut> Doorbell<R> {
         let now = self.region.fetch_add_i32(self.base + READERS_BELL, 1).wrapping_add(1);
         self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
         count_fence();
-        if self.fd_sleepers(&READERS_SIDE) > 0 {
-            self.pass_to_reactors(&READERS_SIDE, now, fanout);
+        if fd_sleepers(&self.region, self.base, &READERS_SIDE) > 0 {
+            pass_to_reactors(&self.region, self.base, &READERS_SIDE, now, fanout.or(self.fanout.as_deref()));
         }
-    }
-
-    #[inline(always)]
-    fn ring(&self, barrier: LightBarrier, side: &'static Side, fanout: Option<&Fanout>) {
-        if protocol::doorbell_barrier() {
-            barrier.issue();
-        }
-        // SAFETY: the doorbell lies in the region, 4-aligned (`new`'s check or `new_unchecked`'s
-        // contract), and so does each of its words.
-        if unsafe { self.region.load_i32_unchecked(self.base + side.armed, Ordering::Relaxed) } != 0 {
-            self.wake(side, fanout);
-        }
-    }
-
-    /// Someone armed `side`'s bell: bumps it and wakes one sleeper, who passes the ring on. With
-    /// no thread asleep on the bell and only a few reactor sleepers, the wake FIFO wakes those
-    /// directly (one hop each); with more, a thread on the bell (a waiter keeping the door) is
-    /// woken and writes the FIFO, so a publisher with N sleepers pays for one wake-up, not N;
-    /// with nobody on the bell the FIFO is written all the same (a wake-up is never skipped).
-    #[cold]
-    #[inline(never)]
-    fn wake(&self, side: &'static Side, fanout: Option<&Fanout>) {
-        if self.region.swap_i32(self.base + side.armed, 0) == 0 {
-            return;
-        }
-        let now = self.region.fetch_add_i32(self.base + side.bell, 1).wrapping_add(1);
-        // The bump before the counts: a sleeper counts itself in, fences (the kernel's futex
-        // barrier, or `barrier`), then reads the bell; we bump, fence, then read its count.
-        // One fence precedes the other, so it sees our bump or we see it counted.
-        count_fence();
-        let reactors = self.fd_sleepers(side);
-        let threads = side.sleeping.map_or(1, |w| self.region.load_i32(self.base + w, Ordering::SeqCst));
-        if reactors > 0
-            && reactors <= DIRECT_FD_WAKE
-            && threads <= 0
-            && self.pass_to_reactors(side, now, fanout)
-        {
-            return;
-        }
-        // The writers' bell counts no sleepers and passes no ring on, and several writers of a
-        // concurrent log may sleep on it: a ring wakes them all (one futex call either way), and
-        // its reactor sleepers too.
-        let writers = side.sleeping.is_none();
-        let woken = self.region.wake_i32(self.base + side.bell, if writers { i32::MAX } else { 1 });
-        if reactors > 0 && (woken == 0 || writers) {
-            self.pass_to_reactors(side, now, fanout);
-        }
-    }
-
-    /// Reactor sleepers counted on `side`'s bell (a forged count is harmless: at worst a FIFO
-    /// write too many, or the liveness timeout of the sleepers it hid).
-    fn fd_sleepers(&self, side: &Side) -> i32 {
-        if !protocol::doorbell_count_reactor_sleepers() {
-            return 0;
-        }
-        self.region.load_i32(self.base + side.fd_sleeping, Ordering::SeqCst)
-    }
-
-    /// Writes the wake FIFO for ring `now` of `side`'s bell, unless that ring of the readers'
-    /// bell was written already (each ring reaches the reactor sleepers once; the writer's bell
-    /// has one sleeper, and its values are not the readers'). `false` if there is no FIFO to
-    /// write (then the caller wakes a thread instead).
-    fn pass_to_reactors(&self, side: &Side, now: i32, fanout: Option<&Fanout>) -> bool {
-        let Some(fanout) = fanout.or(self.fanout.as_deref()) else { return false };
-        if side.sleeping.is_none() {
-            return fanout.ring();
-        }
-        if protocol::doorbell_reactor_passed_apart() {
-            if self.region.swap_i32(self.base + READERS_FD_PASSED, now) == now {
-                return true;
-            }
-        } else if self.region.swap_i32(self.base + READERS_PASSED, now) == now {
-            return true;
-        }
-        fanout.ring()
     }
 
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
@@ -313,7 +243,7 @@ impl<R: RegionMut> Doorbell<R> {
             self.region.wake_i32(self.base + READERS_BELL, i32::MAX);
         }
         if reactors {
-            self.pass_to_reactors(&READERS_SIDE, now, None);
+            pass_to_reactors(&self.region, self.base, &READERS_SIDE, now, self.fanout.as_deref());
         }
     }
 
@@ -321,6 +251,121 @@ impl<R: RegionMut> Doorbell<R> {
     fn thread_sleepers(&self) -> i32 {
         self.region.load_i32(self.base + READERS_SLEEPING, Ordering::SeqCst)
     }
+}
+
+/// The writer, after a commit: wakes sleeping readers, if any. One barrier and one load when
+/// nobody sleeps. Takes the slot file's region itself (no view of the doorbell is built per
+/// commit) and the stream's wake FIFO as a function, asked only when a reader is armed.
+///
+/// # Safety
+/// `region` holds a whole doorbell page at `base`, and `base` is 4-aligned.
+#[inline(always)]
+pub(crate) unsafe fn ring_readers_at<'f, R: RegionMut>(
+    region: &R,
+    base: usize,
+    barrier: LightBarrier,
+    fanout: impl FnOnce() -> Option<&'f Fanout>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { ring_at(region, base, barrier, &READERS_SIDE, fanout) }
+}
+
+/// A ring of `side`'s bell: the barrier, one load of *armed*, and the cold [`wake`] if set.
+///
+/// # Safety
+/// As [`ring_readers_at`].
+#[inline(always)]
+unsafe fn ring_at<'f, R: RegionMut>(
+    region: &R,
+    base: usize,
+    barrier: LightBarrier,
+    side: &'static Side,
+    fanout: impl FnOnce() -> Option<&'f Fanout>,
+) {
+    if protocol::doorbell_barrier() {
+        barrier.issue();
+    }
+    // SAFETY: the doorbell lies in the region, 4-aligned (the caller's contract), and so does
+    // each of its words.
+    if unsafe { region.load_i32_unchecked(base + side.armed, Ordering::Relaxed) } != 0 {
+        wake(region, base, side, fanout);
+    }
+}
+
+/// Someone armed `side`'s bell: bumps it and wakes one sleeper, who passes the ring on. With
+/// no thread asleep on the bell and only a few reactor sleepers, the wake FIFO wakes those
+/// directly (one hop each); with more, a thread on the bell (a waiter keeping the door) is
+/// woken and writes the FIFO, so a publisher with N sleepers pays for one wake-up, not N;
+/// with nobody on the bell the FIFO is written all the same (a wake-up is never skipped).
+/// `fanout` is asked here, off the hot path.
+#[cold]
+#[inline(never)]
+fn wake<'f, R: RegionMut>(
+    region: &R,
+    base: usize,
+    side: &'static Side,
+    fanout: impl FnOnce() -> Option<&'f Fanout>,
+) {
+    if region.swap_i32(base + side.armed, 0) == 0 {
+        return;
+    }
+    let now = region.fetch_add_i32(base + side.bell, 1).wrapping_add(1);
+    // The bump before the counts: a sleeper counts itself in, fences (the kernel's futex
+    // barrier, or `barrier`), then reads the bell; we bump, fence, then read its count.
+    // One fence precedes the other, so it sees our bump or we see it counted.
+    count_fence();
+    let reactors = fd_sleepers(region, base, side);
+    let threads = side.sleeping.map_or(1, |w| region.load_i32(base + w, Ordering::SeqCst));
+    let fanout = if reactors > 0 { fanout() } else { None };
+    if reactors > 0
+        && reactors <= DIRECT_FD_WAKE
+        && threads <= 0
+        && pass_to_reactors(region, base, side, now, fanout)
+    {
+        return;
+    }
+    // The writers' bell counts no sleepers and passes no ring on, and several writers of a
+    // concurrent log may sleep on it: a ring wakes them all (one futex call either way), and
+    // its reactor sleepers too.
+    let writers = side.sleeping.is_none();
+    let woken = region.wake_i32(base + side.bell, if writers { i32::MAX } else { 1 });
+    if reactors > 0 && (woken == 0 || writers) {
+        pass_to_reactors(region, base, side, now, fanout);
+    }
+}
+
+/// Reactor sleepers counted on `side`'s bell (a forged count is harmless: at worst a FIFO
+/// write too many, or the liveness timeout of the sleepers it hid).
+fn fd_sleepers<R: RegionMut>(region: &R, base: usize, side: &Side) -> i32 {
+    if !protocol::doorbell_count_reactor_sleepers() {
+        return 0;
+    }
+    region.load_i32(base + side.fd_sleeping, Ordering::SeqCst)
+}
+
+/// Writes the wake FIFO for ring `now` of `side`'s bell, unless that ring of the readers'
+/// bell was written already (each ring reaches the reactor sleepers once; the writer's bell
+/// has one sleeper, and its values are not the readers'). `false` if there is no FIFO to
+/// write (then the caller wakes a thread instead).
+fn pass_to_reactors<R: RegionMut>(
+    region: &R,
+    base: usize,
+    side: &Side,
+    now: i32,
+    fanout: Option<&Fanout>,
+) -> bool {
+    let Some(fanout) = fanout else { return false };
+    if side.sleeping.is_none() {
+        return fanout.ring();
+    }
+    if protocol::doorbell_reactor_passed_apart() {
+        if region.swap_i32(base + READERS_FD_PASSED, now) == now {
+            return true;
+        }
+    } else if region.swap_i32(base + READERS_PASSED, now) == now {
+        return true;
+    }
+    fanout.ring()
 }
 
 /// The words of one bell.
@@ -482,7 +527,7 @@ pub fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
 pub fn keep_door<R: RegionMut>(bell: &Doorbell<R>, door: Armed) -> Armed {
     if bell.rang(door) {
         let threads = bell.thread_sleepers() > 0;
-        let reactors = bell.fd_sleepers(&READERS_SIDE) > 0;
+        let reactors = fd_sleepers(&bell.region, bell.base, &READERS_SIDE) > 0;
         if threads || reactors {
             bell.pass_on(threads, reactors);
         }
@@ -544,7 +589,7 @@ pub fn sleep<R: RegionMut>(
             let others = bell.count_out();
             // Rung since we armed: the writer's single wake-up may have been ours.
             if protocol::doorbell_wake_others() && bell.rang(*armed) {
-                let reactors = bell.fd_sleepers(&READERS_SIDE) > 0;
+                let reactors = fd_sleepers(&bell.region, bell.base, &READERS_SIDE) > 0;
                 if others > 0 || reactors {
                     bell.pass_on(others > 0, reactors);
                 }

@@ -14,13 +14,13 @@
 //! `stream::files`, a model of them in the loom models and the fuzz targets), so the claim and
 //! eviction logic here is the code all of them run.
 
-use super::doorbell::Doorbell;
+use super::doorbell::{self, Doorbell, Fanout};
 use crate::error::Invalid;
 use crate::layout::log_meta::LAYOUT_VERSION;
 use crate::layout::slots::{self as s, pack_state, slot_offset, state_flags, unpack_state};
 use crate::region::{Region, RegionMut};
 use crate::sync::protocol;
-use crate::sync::Ordering;
+use crate::sync::{LightBarrier, Ordering};
 
 /// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
 /// it is owning the slot; taking it proves that no live process owns the slot.
@@ -157,6 +157,16 @@ impl<R: RegionMut> Slots<R> {
                 Err(found) => now = found,
             }
         }
+    }
+
+    /// The writer, after a commit: wakes sleeping readers, if any (`doorbell::ring_readers_at`),
+    /// straight on the region, so that no view of the doorbell page is built per commit.
+    /// `fanout` is asked only when a reader is armed.
+    #[inline(always)]
+    pub fn ring_readers<'f>(&self, barrier: LightBarrier, fanout: impl FnOnce() -> Option<&'f Fanout>) {
+        // SAFETY: `open` and `initialize` checked that the region holds the header, the doorbell
+        // page and the slots; a region's length never changes; DOORBELL is page-aligned.
+        unsafe { doorbell::ring_readers_at(&self.region, s::DOORBELL, barrier, fanout) }
     }
 
     /// The doorbell page of the file (every valid slot file has one: `open` checks the length).
@@ -380,8 +390,9 @@ pub struct SlotMut<S> {
     base: usize,
     index: usize,
     /// The stream's doorbell, where the reader rings a waiting writer and sleeps itself; none
-    /// in tests of the slots alone.
-    bell: Option<Doorbell<S>>,
+    /// in tests of the slots alone. Boxed: the doorbell carries the stream's wake FIFO, and the
+    /// reader's struct, which every poll works on, stays the size it was without it.
+    bell: Option<Box<Doorbell<S>>>,
     /// Flag bits every activation puts in the state word ([`s::FLAG_UNTETHERED`]).
     flags: i64,
     /// The newest of the stream's sessions its reader knows of: what its waiting word names, so
@@ -423,12 +434,12 @@ impl<S: RegionMut> SlotMut<S> {
 
     /// The slot with the stream's doorbell attached.
     pub fn with_bell(mut self, bell: Doorbell<S>) -> Self {
-        self.bell = Some(bell);
+        self.bell = Some(Box::new(bell));
         self
     }
 
     pub fn bell(&self) -> Option<&Doorbell<S>> {
-        self.bell.as_ref()
+        self.bell.as_deref()
     }
 
     /// Wakes a writer waiting for readers to move, if one waits (after a new position).

@@ -64,7 +64,7 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
     #[inline(always)]
     pub fn ring(&self) {
         if let Some(barrier) = self.ring {
-            self.slots.doorbell().ring_readers(barrier, self.liveness.fanout());
+            self.slots.ring_readers(barrier, || self.liveness.fanout());
         }
     }
 
