@@ -216,6 +216,7 @@ struct Sleeping {
     #[cfg(feature = "tokio")]
     reactor: Option<crate::sys::reactor::TokioFd>,
     /// Keeps the door of the readers' bell while this reactor sleeper lives.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     door: Option<DoorKey>,
     timer: TimerKey,
     asleep: Option<Asleep>,
@@ -227,6 +228,7 @@ enum Asleep {
     /// Its armed bell handed to the waiter thread.
     Thread(Armed),
     /// Counted among the bell's reactor sleepers, awaiting the wake FIFO.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     Reactor(ReactorArmed),
 }
 
@@ -379,6 +381,7 @@ struct WaiterState {
     /// Timers by key: when, and whom to wake (`None`: free, or not set).
     timers: Vec<Option<(Option<Instant>, Option<Waker>)>>,
     doors: Vec<Door>,
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     next_door: u64,
     /// When the thread's current sleep ends at the latest (a timer set earlier interrupts it).
     sleeps_until: Option<Instant>,
@@ -468,6 +471,7 @@ impl Waiter {
     }
 
     /// Keeps the door of `bell`'s readers' bell until the key is dropped.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     fn keep_door(&'static self, bell: &Arc<Doorbell<MmapRegion>>) -> DoorKey {
         let mut state = self.lock();
         let id = state.next_door;
