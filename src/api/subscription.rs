@@ -117,7 +117,7 @@ impl SubscriptionBuilder {
     ///
     /// An untethered subscription that falls behind by about two terms is *lapped*: the
     /// publisher reuses the part of the log it had not read. It then reports exactly what it
-    /// missed, once per lap, as a [`crate::Loss`] with [`LossCause::Lapped`]
+    /// missed, once per lap, as a [`crate::Loss`] with [`crate::LossCause::Lapped`]
     /// ([`Subscription::take_loss`], `RecvError::Lost` from the receivers), and goes on where
     /// [`SubscriptionBuilder::on_lapped`] says. It never delivers a torn or overwritten message:
     /// it copies frames out of the log, then proves that the publisher had not begun to reuse

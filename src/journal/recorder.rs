@@ -107,7 +107,7 @@ impl RecorderBuilder {
     /// a frame's header or payload is [`Error::CorruptRecording`], never a delivered message.
     /// The publisher's reserved values are therefore **not kept** in such a recording.
     /// [`Checksum::None`] keeps them and checks only each frame's structure. Recorded in the
-    /// catalog per recording ([`Recording::checksum`]); a resumed recording keeps its own.
+    /// catalog per recording ([`crate::journal::Recording::checksum`]); a resumed recording keeps its own.
     pub fn checksum(mut self, checksum: Checksum) -> Self {
         self.checksum = checksum;
         self
