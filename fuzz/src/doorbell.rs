@@ -46,7 +46,7 @@ pub fn doorbell(data: &[u8]) {
                     assert_eq!(word(READERS_BELL), bell_before, "nobody armed: no ring");
                 }
             }
-            2 => bell.ring_readers_always(),
+            2 => bell.ring_readers_always(None),
             3 => bell.ring_writer(),
             // A reader arms (one of the two bells).
             4 => armed = Some(if input.bool() { bell.arm_readers() } else { bell.arm_writer() }),
@@ -57,7 +57,7 @@ pub fn doorbell(data: &[u8]) {
                 let sleeping = word(READERS_SLEEPING);
                 let timeout = Duration::from_micros(input.below(50) as u64);
                 let start = std::time::Instant::now();
-                let rung = doorbell::sleep(&[(&bell, a)], None, timeout);
+                let rung = doorbell::sleep(&[(&bell, a)], &[], timeout);
                 assert!(start.elapsed() < timeout + Duration::from_secs(5), "slept past its timeout");
                 if rang {
                     assert_eq!(rung, Rung::Woken, "a rung bell does not let its sleeper sleep");

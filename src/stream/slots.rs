@@ -163,7 +163,11 @@ impl<R: RegionMut> Slots<R> {
     /// straight on the region, so that no view of the doorbell page is built per commit.
     /// `fanout` is asked only when a reader is armed.
     #[inline(always)]
-    pub fn ring_readers<'f>(&self, barrier: LightBarrier, fanout: impl FnOnce() -> Option<&'f Fanout>) {
+    pub(crate) fn ring_readers<'f>(
+        &self,
+        barrier: LightBarrier,
+        fanout: impl FnOnce() -> Option<&'f Fanout>,
+    ) {
         // SAFETY: `open` and `initialize` checked that the region holds the header, the doorbell
         // page and the slots; a region's length never changes; DOORBELL is page-aligned.
         unsafe { doorbell::ring_readers_at(&self.region, s::DOORBELL, barrier, fanout) }
