@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${FUZZ_SECONDS:-30}
+seconds=${FUZZ_SECONDS:-20}
 mkdir -p target
 read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler journal unblock bridge_status bridge_in doorbell}"
 start=$(date +%s)
