@@ -10,10 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p shmlog-ledger
 # The Python extension of this tree, for the Python roles (the ledger imports it from beside
-# its binary): the release build .ci/python.sh makes later anyway, made first. Where it cannot
-# be built (no python3 >= 3.10), the ledger says so and draws Rust roles only; .ci/python.sh
-# then fails on its own.
-cargo build --release -p shmlog-python || echo "ledger: the Python extension did not build"
+# its binary, target/release/lib_shmlog.so): the wheel's build .ci/python.sh installs later,
+# made first. Where it cannot be built (no python3 >= 3.10), the ledger says so and draws Rust
+# roles only; .ci/python.sh then fails on its own.
+bash .ci/python-wheel.sh || echo "ledger: the Python extension did not build"
 if [ -n "${LEDGER_MINUTES:-}" ]; then
   target/release/shmlog-ledger ci --minutes "$LEDGER_MINUTES"
 else

@@ -1,5 +1,5 @@
 """Fixtures of the shmlog Python tests: a unique stream directory and name per test, and the Rust
-peer (python/examples/peer.rs) for the cross-process tests."""
+peer (examples/python_peer.rs, an example of the core crate) for the cross-process tests."""
 
 from __future__ import annotations
 
@@ -38,12 +38,12 @@ def peer():
     path = os.environ.get("SHMLOG_PEER")
     if not path:
         subprocess.run(
-            ["cargo", "build", "--release", "-p", "shmlog-python", "--example", "peer"],
+            ["cargo", "build", "--release", "-p", "shmlog", "--example", "python_peer"],
             cwd=ROOT,
             check=True,
         )
         target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
-        path = os.path.join(target, "release", "examples", "peer")
+        path = os.path.join(target, "release", "examples", "python_peer")
     assert os.access(path, os.X_OK), f"no peer binary at {path}"
     return path
 

@@ -1,6 +1,6 @@
 """Python and Rust on the two ends of one stream, in different processes: 100 000 messages of
 random size (some fragmented past the 64 KiB MTU) with their sequence numbers and checksums,
-checked in order at the other end (python/examples/peer.rs is the Rust end)."""
+checked in order at the other end (examples/python_peer.rs is the Rust end)."""
 
 from __future__ import annotations
 

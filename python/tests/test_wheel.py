@@ -1,12 +1,16 @@
-"""The wheel (issue 34, item 8): one abi3 wheel for every CPython >= 3.10, tagged manylinux2014
-(glibc 2.17 and later: installable without Rust on any Linux of the last decade), and the tag
-is honest: the extension needs no symbol of a newer glibc than the tag promises.
+"""The wheel (issue 34, item 8): one abi3 wheel for every CPython >= 3.10, and its platform tag
+is honest: the extension needs no symbol of a newer glibc than the tag promises. The wheel for
+distribution (.ci/python-wheel.sh with SHMLOG_WHEEL_RELEASE=1, linked with zig) is tagged
+manylinux2014 (glibc 2.17 and later: installable without Rust on any Linux of the last decade):
+with SHMLOG_WHEEL_RELEASE=1 set here too, that is checked as well.
 
 A local development build (`maturin develop`, tagged `linux_x86_64`) promises nothing and is
-skipped; .ci/python.sh tests the wheel it builds for distribution."""
+skipped; CI's wheel is built for its own machine (maturin tags it with the newest glibc its
+symbols need)."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from importlib.metadata import distribution
@@ -45,7 +49,7 @@ def test_one_abi3_wheel_for_every_cpython():
     assert sys.version_info >= (3, 10)
 
 
-def test_the_platform_tag_is_manylinux2014_and_honest():
+def test_the_platform_tag_is_manylinux_and_honest():
     platforms = {tag.split("-")[2] for tag in tags()}
     promised = {p: glibc_promised(p) for p in platforms}
     if all(v is None for v in promised.values()):
@@ -54,5 +58,6 @@ def test_the_platform_tag_is_manylinux2014_and_honest():
     for platform, glibc in promised.items():
         assert glibc is not None, f"{platform}: not a manylinux tag"
         assert needed <= glibc, f"{platform} promises glibc {glibc}, the module needs {needed}"
-    # Built for the oldest glibc Rust's standard library supports: any Linux of the last decade.
-    assert min(v for v in promised.values() if v) <= (2, 17), promised
+    if os.environ.get("SHMLOG_WHEEL_RELEASE") == "1":
+        # Built for the oldest glibc Rust's standard library supports: any Linux of the last decade.
+        assert min(v for v in promised.values() if v) <= (2, 17), promised
