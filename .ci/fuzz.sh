@@ -2,7 +2,8 @@
 # Fuzzing smoke run (docs/verification.md, "Fuzzing").
 #
 # Builds the cargo-fuzz targets of fuzz/ (libFuzzer + AddressSanitizer) and runs each one for
-# FUZZ_SECONDS (default 20; two targets at a time, each is one process on one core) starting from the committed corpus fuzz/corpus/<target>/, which also
+# FUZZ_SECONDS (default 15, 300 in the long mode; two targets at a time, each is one process on
+# one core) starting from the committed corpus fuzz/corpus/<target>/, which also
 # holds the inputs of past crashes. Fails if any target crashes; the crash input is left in
 # fuzz/artifacts/<target>/. New corpus entries go to fuzz/target/ci-corpus/, never into git.
 #
@@ -12,13 +13,16 @@
 # RUSTFLAGS, which cargo-fuzz extends with its own flags; a crate-prefixed cfg, so a downstream
 # user's fuzzer, which sets the global `fuzzing`, never compiles it).
 #
+#   SHMLOG_CI_LONG=1 .ci/fuzz.sh            # the long mode, before a release: 300 s a target
+#                                           # and the harness's in-process tests (seed depth)
 #   FUZZ_SECONDS=600 .ci/fuzz.sh            # a longer run
 #   FUZZ_TARGETS="ops_oracle" .ci/fuzz.sh   # some targets only
-#   FUZZ_HARNESS_TESTS=0 .ci/fuzz.sh        # skip the harness's in-process tests (seed depth)
+#   FUZZ_HARNESS_TESTS=1 .ci/fuzz.sh        # the harness's in-process tests in a short run too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${FUZZ_SECONDS:-20}
+long=${SHMLOG_CI_LONG:-0}
+if [[ $long == 1 ]]; then seconds=${FUZZ_SECONDS:-300}; else seconds=${FUZZ_SECONDS:-15}; fi
 mkdir -p target
 read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler journal unblock bridge_status bridge_in doorbell}"
 start=$(date +%s)
@@ -40,7 +44,8 @@ export RUSTFLAGS="${RUSTFLAGS:-} --cfg shmlog_fuzz"
 # The targets' scenarios and the seed corpus are tested in-process too (no libFuzzer): random
 # inputs must not trip the harness, and the seeds must still reach deep (the libFuzzer runs below
 # replay the corpus, but do not check how deep the seeds go).
-if [[ ${FUZZ_HARNESS_TESTS:-1} == 1 ]]; then
+# A release build of the fuzz crate of its own (~140 s on 2 cores): the long mode's.
+if [[ ${FUZZ_HARNESS_TESTS:-$long} == 1 ]]; then
     stamp "harness tests: cargo test --release in fuzz/"
     if ! (cd fuzz && CARGO_TARGET_DIR=../target/fuzz-harness cargo test --release -q) >target/fuzz-harness.log 2>&1; then
         tail -40 target/fuzz-harness.log
