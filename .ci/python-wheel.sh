@@ -6,9 +6,10 @@
 #
 # CI builds for this machine (maturin tags the wheel with the newest glibc its symbols need:
 # python/tests/test_wheel.py checks the tag is honest). The wheel for distribution
-# (SHMLOG_WHEEL_RELEASE=1) is linked with zig against glibc 2.17's symbols and tagged
-# manylinux2014, installable on any Linux of the last decade; its own target directory keeps the
-# workspace's release build from being rebuilt, and it takes a cold build of its own.
+# (SHMLOG_WHEEL_RELEASE=1, which .ci/python.sh sets in the CI's long mode) is linked with zig
+# against glibc 2.17's symbols and tagged manylinux2014, installable on any Linux of the last
+# decade; its own target directory keeps the workspace's release build from being rebuilt, and
+# it takes a cold build of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

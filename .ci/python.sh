@@ -12,6 +12,8 @@ root=$PWD
 cargo build --release -p shmlog --example python_peer
 export SHMLOG_PEER="$root/target/release/examples/python_peer"
 
+# The long mode (SHMLOG_CI_LONG=1) builds and checks the wheel for distribution.
+export SHMLOG_WHEEL_RELEASE=${SHMLOG_WHEEL_RELEASE:-${SHMLOG_CI_LONG:-0}}
 bash .ci/python-wheel.sh
 venv="${SHMLOG_PY_VENV:-$root/target/python-venv}"
 wheels="$root/target/wheels"
