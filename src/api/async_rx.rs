@@ -353,8 +353,6 @@ impl Drop for DoorKey {
     fn drop(&mut self) {
         let mut state = self.waiter.lock();
         state.doors.retain(|d| d.id != self.id);
-        drop(state);
-        self.waiter.interrupt();
     }
 }
 
@@ -460,14 +458,17 @@ impl Waiter {
         }
     }
 
-    /// Keeps the door of `bell`'s readers' bell until the key is dropped.
+    /// Keeps the door of `bell`'s readers' bell until the key is dropped. Neither this nor the
+    /// key's drop interrupts the thread: it takes the change at its next wake-up (at the latest
+    /// the earliest liveness timer, which a new sleeper's interrupts if it is the earliest), and
+    /// a door it does not keep yet costs nothing but a publisher's FIFO write (a ring that woke no
+    /// thread writes the FIFO itself). So a receiver made for every wait (the Python bindings')
+    /// does not wake the thread for every message.
     fn keep_door(&'static self, bell: &Arc<Doorbell<MmapRegion>>) -> DoorKey {
         let mut state = self.lock();
         let id = state.next_door;
         state.next_door += 1;
         state.doors.push(Door { id, bell: Arc::clone(bell) });
-        drop(state);
-        self.interrupt();
         DoorKey { waiter: self, id }
     }
 
