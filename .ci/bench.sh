@@ -16,7 +16,8 @@ BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent u
 COMPARE=(--manifest-path compare/Cargo.toml)
 cargo bench --profile release -p shmlog --no-run
 cargo bench --profile release "${COMPARE[@]}" --no-run
-cargo build --release -p shmlog --example lowrate
+# With async-io: its lane (smol's reactor) beside tokio's, the waiter thread's and the plain block_on's.
+cargo build --release -p shmlog --features async-io --example lowrate
 cargo build --release "${COMPARE[@]}" --example latency
 
 passed=0

@@ -12,7 +12,12 @@
 //! - `shmlog-async`:    `AsyncReceiver::recv().await` on a current-thread tokio runtime (made
 //!   inside it: the receiver awaits the stream's wake FIFO in the runtime's reactor);
 //! - `shmlog-async-waiter`: the same receiver made outside the runtime, so it sleeps through the
-//!   process's waiter thread (what any other executor gets);
+//!   process's waiter thread (`SHMLOG_ASYNC_WAITER=1` in its environment keeps it there with
+//!   the feature `async-io` too);
+//! - `shmlog-block-on`: `recv().await` under a plain `futures::executor::block_on` (no reactor:
+//!   through the waiter thread, as that executor gets it without the feature `async-io`);
+//! - `shmlog-async-io`: under `async_io::block_on` (smol's), in async-io's reactor (built with
+//!   `--features async-io` only);
 //! - `udp-multicast`:   blocking `recv` on a socket joined to 239.255.0.1 on 127.0.0.1;
 //! - `tokio-udp`:       the same socket as a tokio `UdpSocket`, `recv().await` on a current-thread
 //!   runtime: what an async service fanning out over UDP multicast does;
@@ -20,7 +25,7 @@
 //!   waiters) after writing the timestamp: what any kernel wake-up costs here, the floor.
 //!
 //! ```text
-//! cargo run --release --example lowrate -- [--rates 1000,10000] [--subs 1,8,32,64] [--seconds 2]
+//! cargo run --release [--features async-io] --example lowrate -- [--rates 1000,10000] [--subs 1,8,32,64] [--seconds 2]
 //!                                          [--lanes shmlog-blocking,udp-multicast,...]
 //! ```
 //!
@@ -50,11 +55,14 @@ use std::os::fd::FromRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const LANES: [&str; 10] = [
+const LANES: &[&str] = &[
     "shmlog-blocking",
     "shmlog-receiver",
     "shmlog-async",
     "shmlog-async-waiter",
+    "shmlog-block-on",
+    #[cfg(feature = "async-io")]
+    "shmlog-async-io",
     "shmlog-backoff",
     "shmlog-yielding",
     "shmlog-untethered",
@@ -316,6 +324,34 @@ fn child(argv: &[String]) {
                 }
             });
         }
+        "shmlog-block-on" | "shmlog-async-io" => {
+            let sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
+            let mut rx = AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap();
+            assert_eq!(rx.in_reactor(), lane == "shmlog-async-io");
+            ready();
+            let received = async {
+                loop {
+                    match rx.recv().await {
+                        Ok(m) => {
+                            let (seq, sent) = decode(&m);
+                            if !on_message(seq, sent) {
+                                break;
+                            }
+                        }
+                        Err(RecvError::Closed) => break,
+                        Err(e) => panic!("async receiver: {e}"),
+                    }
+                }
+            };
+            #[cfg(feature = "async-io")]
+            if lane == "shmlog-async-io" {
+                async_io::block_on(received);
+            } else {
+                futures_executor::block_on(received);
+            }
+            #[cfg(not(feature = "async-io"))]
+            futures_executor::block_on(received);
+        }
         "udp-multicast" => {
             let sock = udp_socket(port, true);
             ready();
@@ -441,12 +477,14 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
         (lane == "futex-floor").then(|| FloorPage { map: memmap::Map::open(&a.dir.join(&stream), true) });
     let mut children: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..n)
         .map(|_| {
-            let mut c = Command::new(&exe)
-                .args(["--child", lane, &stream, &port.to_string(), &warmup.to_string()])
+            let mut c = Command::new(&exe);
+            c.args(["--child", lane, &stream, &port.to_string(), &warmup.to_string()])
                 .arg(&a.dir)
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
+                .stdout(Stdio::piped());
+            if matches!(lane, "shmlog-async-waiter" | "shmlog-block-on") {
+                c.env("SHMLOG_ASYNC_WAITER", "1"); // the waiter thread, whatever the features
+            }
+            let mut c = c.spawn().unwrap();
             let out = BufReader::new(c.stdout.take().unwrap());
             (c, out)
         })

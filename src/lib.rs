@@ -179,6 +179,8 @@ pub use api::async_rx::{AsyncReceiver, AsyncSender};
 pub use api::codec::Postcard;
 #[cfg(not(shmlog_loom))]
 pub use api::inspect;
+#[cfg(all(feature = "async", not(shmlog_loom)))]
+pub use api::reactor::WakeFd;
 pub use api::{
     assembler::FragmentAssembler,
     handler::{ControlledFragmentHandler, FragmentHandler},

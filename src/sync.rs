@@ -209,7 +209,7 @@ pub(crate) mod protocol {
     /// it sleeps (a ringer that read the count before it was in it writes no FIFO for it).
     /// Mutant: `reactor_no_rang_check`.
     #[inline(always)]
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
     pub(crate) fn doorbell_reactor_rang_check() -> bool {
         !mutant("reactor_no_rang_check")
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::wake_roles::message;
-use support::{await_word, exclusive, raw, thread_cpu, ShmDir};
+use support::{await_word, exclusive, hops, raw, thread_cpu, ShmDir};
 
 /// Entry point of the peer processes; does nothing in a normal test run.
 #[test]
@@ -222,24 +222,6 @@ fn an_async_sender_awaits_room_without_blocking_the_runtime() {
     assert!(cpu < wall / 2, "the sender spun: {cpu:?} of CPU in {wall:?}");
 }
 
-/// Voluntary context switches of this process's async waiter thread so far (its name cut to the
-/// kernel's 15 characters; a thread just started names itself soon after).
-fn waiter_switches() -> u64 {
-    let deadline = Instant::now() + T30;
-    loop {
-        for task in std::fs::read_dir("/proc/self/task").unwrap() {
-            let task = task.unwrap().path();
-            if std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim() == "shmlog-async-wa") {
-                let status = std::fs::read_to_string(task.join("status")).unwrap();
-                let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).unwrap();
-                return line.split_whitespace().nth(1).unwrap().parse().unwrap();
-            }
-        }
-        assert!(Instant::now() < deadline, "no async waiter thread");
-        std::thread::yield_now();
-    }
-}
-
 /// One hop (issue 33): an `AsyncReceiver` made inside a tokio runtime with its IO driver sleeps
 /// in the runtime's reactor, and each of 200 commits, every one made once the receiver took the
 /// one before and armed its bell again (asleep, or about to be), wakes the runtime's thread
@@ -250,40 +232,18 @@ fn waiter_switches() -> u64 {
 fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
     let _x = exclusive();
     let dir = ShmDir::new("wake-one-hop");
-    let mut p = publication(&dir, "hop", 64 * 1024);
-    let sub = subscription(&dir, "hop");
+    let (p, sub) = hops::stream(&dir, "hop", 64 * 1024);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
     let mut rx = runtime.block_on(async { shmlog::AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap() });
     assert!(rx.in_reactor(), "made in a runtime with its IO driver: in the reactor");
-    let count = 200u64;
-    let got = Arc::new(AtomicU64::new(0));
-    let path = raw::readers_path(dir.path(), "hop");
-    let sender = {
-        let got = Arc::clone(&got);
-        std::thread::spawn(move || {
-            for seq in 0..count {
-                // Only once the receiver took the last one and sleeps again: each is a wake-up.
-                let deadline = Instant::now() + T30;
-                while got.load(Ordering::Acquire) < seq {
-                    assert!(Instant::now() < deadline, "message {seq} never taken");
-                    std::thread::yield_now();
-                }
-                await_word(&path, raw::slots::READERS_ARMED, |v| v == 1, "the receiver never waited again");
-                p.offer(&seq.to_le_bytes()).unwrap();
+    let count = 200;
+    let switches = hops::paced_messages(&dir, "hop", p, count, |got| {
+        runtime.block_on(async {
+            for _ in 0..count {
+                hops::took(got, &rx.recv().await.unwrap());
             }
-            p
         })
-    };
-    let before = waiter_switches();
-    runtime.block_on(async {
-        for seq in 0..count {
-            let m = rx.recv().await.unwrap();
-            assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), seq);
-            got.store(seq + 1, Ordering::Release);
-        }
     });
-    let switches = waiter_switches() - before;
-    drop(sender.join().unwrap());
     println!("waiter thread: {switches} switches for {count} wake-ups in the reactor");
     assert!(switches < count / 10, "the waiter thread woke {switches} times for {count} messages");
 }
@@ -300,66 +260,19 @@ fn an_async_receiver_in_a_reactor_is_woken_without_the_waiter_thread() {
 fn an_async_sender_in_a_reactor_awaits_room_without_the_waiter_thread() {
     let _x = exclusive();
     let dir = ShmDir::new("wake-one-hop-tx");
-    let p = publication(&dir, "room", 64 * 1024); // a window of 32 KiB: 31 messages of 1000
-    let mut sub = subscription(&dir, "room");
+    let (p, sub) = hops::stream(&dir, "room", 64 * 1024);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
     let mut tx = runtime.block_on(async { AsyncSender::new(Sender::new(p, Bytes)).unwrap() });
     assert!(tx.in_reactor());
-    let count = 3000u64;
-    let sent = Arc::new(AtomicU64::new(0));
-    let path = raw::readers_path(dir.path(), "room");
-    let reader = {
-        let sent = Arc::clone(&sent);
-        std::thread::spawn(move || {
-            let (mut next, mut rounds, mut last) = (0u64, 0u64, 0u64);
-            while next < count {
-                // The sender sent since the last round and armed again: it waits for room.
-                let deadline = Instant::now() + T30;
-                while sent.load(Ordering::Acquire) <= last && sent.load(Ordering::Acquire) < count {
-                    assert!(Instant::now() < deadline, "the sender never sent after {last}");
-                    std::thread::yield_now();
-                }
-                if sent.load(Ordering::Acquire) < count {
-                    // The last round may fit in the window: the sender then ends without waiting.
-                    let done = || sent.load(Ordering::Acquire) >= count;
-                    await_word(
-                        &path,
-                        raw::slots::WRITER_ARMED,
-                        |v| v == 1 || done(),
-                        "the sender never waited for room",
-                    );
-                    if raw::file_i32(&path, raw::slots::WRITER_ARMED) == 1 {
-                        rounds += 1;
-                    }
-                }
-                last = sent.load(Ordering::Acquire);
-                // Everything it sent until it waited (not what it sends once woken: that is the
-                // next round's).
-                while next < last {
-                    let limit = (last - next) as usize;
-                    let mut took = |m: &[u8], _: &Header| {
-                        assert_eq!(u64::from_le_bytes(m[..8].try_into().unwrap()), next);
-                        next += 1;
-                    };
-                    let polled = sub.poll_blocking(&mut took, limit, T30);
-                    assert!(matches!(polled, shmlog::Polled::Fragments(_)), "{polled:?}");
-                }
+    let count = 3000;
+    let (rounds, switches) = hops::rounds_of_room(&dir, "room", sub, count, |sent| {
+        runtime.block_on(async {
+            for seq in 0..count {
+                tx.send(&hops::message(seq)).await.unwrap();
+                sent.store(seq + 1, Ordering::Release);
             }
-            rounds
         })
-    };
-    let before = waiter_switches();
-    runtime.block_on(async {
-        for seq in 0..count {
-            let mut m = seq.to_le_bytes().to_vec();
-            m.resize(1000, 0);
-            tx.send(&m).await.unwrap();
-            sent.store(seq + 1, Ordering::Release);
-        }
     });
-    let switches = waiter_switches() - before;
-    let rounds = reader.join().unwrap();
     println!("waiter thread: {switches} switches for {rounds} waits for room in the reactor ({count} sends)");
-    assert!(rounds >= 50, "only {rounds} rounds: the sender was seldom back-pressured");
     assert!(switches < rounds / 10, "the waiter thread woke {switches} times for {rounds} waits for room");
 }

@@ -366,12 +366,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// An operating-system error of the bindings' own (the asyncio wake-up socket).
-pub fn io_error(py: Python<'_>, op: &str, e: std::io::Error) -> PyErr {
-    let message = format!("{op}: {e}");
-    PyErr::from_type(class(py, K::IoError), (e.raw_os_error(), message))
-}
-
 /// A setting out of range (an `InvalidConfig`, which is a `ValueError`).
 pub fn invalid(py: Python<'_>, message: impl Into<String>) -> PyErr {
     new_err(py, K::InvalidConfig, message)

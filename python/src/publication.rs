@@ -2,8 +2,8 @@
 
 use crate::errors;
 use crate::handle::Handle;
-use crate::util::{self, with_bytes, PyBytesCodec, SocketWake};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use crate::util::{self, with_bytes, AsyncWake, PyBytesCodec};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PySequence, PyTuple};
 use shmlog::{AsyncSender, OfferError, Publication, SendError, Sender};
@@ -26,8 +26,8 @@ enum Mode {
 
 struct Inner {
     mode: Mode,
-    /// The wake-up socket of asyncio sends (made by the first).
-    wake: Option<SocketWake>,
+    /// The descriptor asyncio sends wake the loop through (made by the first).
+    wake: AsyncWake,
 }
 
 impl Inner {
@@ -155,8 +155,10 @@ impl PyPublication {
             b = b.max_readers(util::positive(py, "max_readers", n)?);
         }
         let p = b.create().map_err(|e| errors::error(py, e))?;
-        let handle =
-            Handle::new(Inner { mode: Mode::Blocking(p), wake: None }, format!("publication {name:?}"));
+        let handle = Handle::new(
+            Inner { mode: Mode::Blocking(p), wake: AsyncWake::default() },
+            format!("publication {name:?}"),
+        );
         Ok(Self { handle, name })
     }
 
@@ -343,34 +345,24 @@ impl PyPublication {
     /// asyncio plumbing (see `shmlog.Publication.send`): the file descriptor the event loop
     /// watches for wake-ups.
     fn _async_fd(&self, py: Python<'_>) -> PyResult<i32> {
-        self.handle.with(py, |inner| {
-            if inner.wake.is_none() {
-                inner.wake = Some(SocketWake::new().map_err(|e| errors::io_error(py, "socketpair", e))?);
-            }
-            Ok(inner.wake.as_ref().map_or(-1, SocketWake::fd))
-        })
+        self.handle.with(py, |inner| inner.wake.fd(py))
     }
 
-    /// asyncio plumbing: reads the wake-ups the socket holds.
+    /// asyncio plumbing: takes the wake-ups so far (before a poll).
     fn _drain_wakes(&self, py: Python<'_>) -> PyResult<()> {
         self.handle.with(py, |inner| {
-            if let Some(w) = &inner.wake {
-                w.drain();
-            }
+            inner.wake.drain();
             Ok(())
         })
     }
 
     /// asyncio plumbing: offers `data` (a `bytes`); the stream position after it, or `None` if
-    /// back-pressured: then the core's `AsyncSender` has handed the publisher's doorbell to the
-    /// process's waiter thread, which writes to the socket when a reader moves (or the liveness
+    /// back-pressured: then the core's `AsyncSender` sleeps on the stream's wake FIFO through the
+    /// descriptor, which a reader that moves writes (the waiter thread wakes it when the liveness
     /// interval passes). Other errors raise.
     fn _poll_send(&self, py: Python<'_>, data: Py<PyBytes>) -> PyResult<Option<i64>> {
         self.handle.with(py, |inner| {
-            let Some(wake) = &inner.wake else {
-                return Err(PyRuntimeError::new_err("_async_fd() must be called first"));
-            };
-            let waker = wake.waker();
+            let waker = inner.wake.get()?.waker();
             let Some(p) = inner.blocking() else { return Err(self.handle.closed_error(py)) };
             match p.offer(data.as_bytes(py)) {
                 Err(OfferError::BackPressured) => {}
@@ -380,7 +372,7 @@ impl PyPublication {
                 unreachable!("blocking() above")
             };
             // On an error the publication is gone with it (it was moved into the sender).
-            let mut a = AsyncSender::new(Sender::new(p, PyBytesCodec::default()))
+            let mut a = AsyncSender::with_wake_fd(Sender::new(p, PyBytesCodec::default()), inner.wake.get()?)
                 .map_err(|e| errors::error(py, e))?;
             let polled = std::pin::pin!(a.send(&data)).poll(&mut Context::from_waker(&waker));
             inner.mode = Mode::Async(a);

@@ -17,8 +17,8 @@ pub use wait::wait_any;
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
-use crate::util::{self, PyBytesCodec, SocketWake};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use crate::util::{self, AsyncWake, PyBytesCodec};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use receive::{Got, Inner, Mode, Pending, UNKNOWN_OUTCOME};
@@ -196,7 +196,7 @@ impl PySubscription {
             losses: VecDeque::new(),
             losses_dropped: 0,
             pending: None,
-            wake: None,
+            wake: AsyncWake::default(),
         };
         Ok(Self { handle: Handle::new(inner, format!("subscription {name:?}")), name })
     }
@@ -442,39 +442,28 @@ impl PySubscription {
     /// asyncio plumbing (see `shmlog.Subscription.recv_async`): the file descriptor the event
     /// loop watches for wake-ups.
     fn _async_fd(&self, py: Python<'_>) -> PyResult<i32> {
-        self.handle.with(py, |inner| {
-            if inner.wake.is_none() {
-                inner.wake = Some(SocketWake::new().map_err(|e| errors::io_error(py, "socketpair", e))?);
-            }
-            Ok(inner.wake.as_ref().map_or(-1, SocketWake::fd))
-        })
+        self.handle.with(py, |inner| inner.wake.fd(py))
     }
 
-    /// asyncio plumbing: reads the wake-ups the socket holds.
+    /// asyncio plumbing: takes the wake-ups so far (before a poll).
     fn _drain_wakes(&self, py: Python<'_>) -> PyResult<()> {
         self.handle.with(py, |inner| {
-            if let Some(w) = &inner.wake {
-                w.drain();
-            }
+            inner.wake.drain();
             Ok(())
         })
     }
 
     /// asyncio plumbing: the messages there now (at most `limit`), or `[]` if there are none
-    /// yet: then the waker writes to the socket when the stream's doorbell rings or the liveness
-    /// interval passes.
+    /// yet: then the descriptor becomes readable when the stream's doorbell rings (its wake FIFO
+    /// is in it) or the liveness interval passes.
     ///
     /// What is there now is taken as by `recv_many` (so the end of a session raises `Closed`, a
     /// fault `Fault`); only when nothing is does the receiver go to the core's `AsyncReceiver`,
-    /// whose poll hands the armed doorbell to the process's waiter thread. The next call takes
-    /// it back.
+    /// whose poll counts it among the stream's reactor sleepers. The next call takes it back.
     fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
         let mut out = Vec::new();
         self.handle.with(py, |inner| {
-            let Some(wake) = &inner.wake else {
-                return Err(PyRuntimeError::new_err("_async_fd() must be called first"));
-            };
-            let waker = wake.waker();
+            let waker = inner.wake.get()?.waker();
             loop {
                 self.take_many(py, inner, &mut out, limit.max(1))?;
                 if !out.is_empty() {
@@ -484,7 +473,8 @@ impl PySubscription {
                     return Err(self.handle.closed_error(py));
                 };
                 // On an error the receiver is gone with it: the subscription is closed.
-                let mut a = AsyncReceiver::new(rx).map_err(|e| errors::error(py, e))?;
+                let mut a =
+                    AsyncReceiver::with_wake_fd(rx, inner.wake.get()?).map_err(|e| errors::error(py, e))?;
                 let polled = std::pin::pin!(a.recv()).poll(&mut Context::from_waker(&waker));
                 inner.mode = Mode::Async(a);
                 match polled {

@@ -1,18 +1,16 @@
 //! Argument checks, bytes-like arguments, waiting without the GIL in slices, messages as
-//! `bytes`, and the socket that wakes an asyncio loop.
+//! `bytes`, and the descriptor that wakes an asyncio loop.
 
 use crate::errors;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView};
 use shmlog::Codec;
+use shmlog::WakeFd;
 use std::convert::Infallible;
-use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// The longest a blocking call sleeps without the GIL before it looks at Python's signals: a
@@ -115,47 +113,33 @@ impl Codec<Py<PyBytes>> for PyBytesCodec {
     }
 }
 
-/// Wakes an asyncio loop from the core's waiter thread without the GIL: one byte into a socket
-/// whose other end the loop watches (`loop.add_reader`).
-struct SocketWaker(UnixStream);
+/// asyncio plumbing of a publication or a subscription: the descriptor its event loop watches
+/// (`loop.add_reader`), made by the first async call. It is the core's `WakeFd`: the stream's
+/// wake FIFO is in it, so a commit (or a reader's move, for a sender) wakes the loop's thread
+/// itself, with no thread of ours in between; the core's waiter thread only writes to it for a
+/// liveness check (or on a kernel without the reactor path).
+#[derive(Default)]
+pub struct AsyncWake(Option<WakeFd>);
 
-impl Wake for SocketWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+impl AsyncWake {
+    /// The descriptor to watch (`_async_fd()`), made on first use.
+    pub fn fd(&mut self, py: Python<'_>) -> PyResult<i32> {
+        if self.0.is_none() {
+            self.0 = Some(WakeFd::new().map_err(|e| errors::error(py, e))?);
+        }
+        Ok(self.0.as_ref().map_or(-1, AsRawFd::as_raw_fd))
     }
 
-    fn wake_by_ref(self: &Arc<Self>) {
-        // Non-blocking: a full socket already holds a wake-up the loop has not read.
-        let _ = (&self.0).write(&[1]);
-    }
-}
-
-/// The loop's end of a wake-up socket, and the waker that writes to the other end.
-pub struct SocketWake {
-    ours: UnixStream,
-    waker: Waker,
-}
-
-impl SocketWake {
-    pub fn new() -> std::io::Result<Self> {
-        let (ours, theirs) = UnixStream::pair()?;
-        ours.set_nonblocking(true)?;
-        theirs.set_nonblocking(true)?;
-        Ok(Self { ours, waker: Waker::from(Arc::new(SocketWaker(theirs))) })
-    }
-
-    /// The descriptor the loop watches.
-    pub fn fd(&self) -> i32 {
-        self.ours.as_raw_fd()
-    }
-
-    pub fn waker(&self) -> Waker {
-        self.waker.clone()
-    }
-
-    /// Reads the wake-ups the socket holds.
+    /// Takes the wake-ups so far (`_drain_wakes()`, before a poll: a wake-up after it leaves the
+    /// descriptor readable).
     pub fn drain(&self) {
-        let mut buf = [0u8; 64];
-        while matches!((&self.ours).read(&mut buf), Ok(n) if n > 0) {}
+        if let Some(w) = &self.0 {
+            w.clear();
+        }
+    }
+
+    /// The `WakeFd` the core's async receiver or sender sleeps through.
+    pub fn get(&self) -> PyResult<&WakeFd> {
+        self.0.as_ref().ok_or_else(|| PyRuntimeError::new_err("_async_fd() must be called first"))
     }
 }

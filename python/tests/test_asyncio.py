@@ -1,10 +1,12 @@
 """asyncio: messages are awaited while a timer task keeps ticking (the event loop never blocks),
-woken by the stream's doorbell through the core's waiter thread."""
+woken by the stream's wake FIFO in a descriptor the loop watches (no thread in between)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
+import threading
 
 import shmlog
 
@@ -88,3 +90,60 @@ def test_recv_async_timeout_and_wake(stream_dir, name):
     pub.wait_connected(timeout=5)
     assert asyncio.run(main()) == []
     sub.close()
+
+
+def _waiter_switches():
+    """Voluntary context switches of this process's shmlog async waiter thread so far (its name
+    cut to the kernel's 15 characters), or None if it has not started."""
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().strip() != "shmlog-async-wa":
+                    continue
+            with open(f"/proc/self/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        return int(line.split()[1])
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def test_asyncio_receive_is_woken_through_the_fifo_not_the_waiter_thread(stream_dir, name):
+    """One hop (issue 33): the event loop watches a descriptor that holds the stream's wake FIFO,
+    so each of 200 messages, offered by another thread once the loop took the one before, wakes
+    the loop itself; the core's waiter thread (which the loop went through before: two hops)
+    stays asleep. Every message arrives, in order."""
+    count = 200
+    pub = shmlog.Publication(name, stream_dir)
+    sub = shmlog.Subscription(name, stream_dir)
+    taken = threading.Semaphore(0)
+    failed = []
+
+    def publish():
+        for i in range(count):
+            if i > 0 and not taken.acquire(timeout=30):
+                failed.append(f"message {i - 1} never taken")
+                return
+            pub.offer(struct.pack("<Q", i))
+
+    async def main():
+        seqs = [struct.unpack_from("<Q", await sub.recv_async(30))[0]]
+        before = _waiter_switches()  # the waiter thread exists once a receive waited
+        taken.release()
+        while len(seqs) < count:
+            m = await sub.recv_async(30)
+            assert m is not None, f"message {len(seqs)} timed out"
+            seqs.append(struct.unpack_from("<Q", m)[0])
+            taken.release()
+        return seqs, before
+
+    t = threading.Thread(target=publish)
+    t.start()
+    seqs, before = asyncio.run(main())
+    t.join()
+    assert not failed, failed
+    assert seqs == list(range(count))
+    switches = _waiter_switches() - (before or 0)
+    print(f"waiter thread: {switches} switches for {count} messages")
+    assert switches < count // 10, f"the waiter thread woke {switches} times for {count} messages"

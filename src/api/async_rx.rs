@@ -3,9 +3,10 @@
 //! of a doorbell sleep (`stream::doorbell`: arm, barrier, a last look) and then sleeps one of two
 //! ways:
 //!
-//! - **in the runtime's reactor** (feature `tokio`, inside a tokio runtime): the task counts
-//!   itself among the bell's reactor sleepers and awaits the stream's wake FIFO, which whoever
-//!   rings the bell writes when it sees one counted. The write wakes the runtime's own thread: one
+//! - **in a reactor** (`api::reactor`: a tokio runtime's with the feature `tokio`, async-io's with
+//!   `async-io`, or a caller's event loop through a [`WakeFd`]): the task counts itself among the
+//!   bell's reactor sleepers and awaits the stream's wake FIFO, which whoever rings the bell
+//!   writes when it sees one counted. The write wakes the thread that waits in the reactor: one
 //!   hop from a commit to the task, as for a blocking reader. With many such sleepers, the ringer
 //!   wakes one waiter thread that keeps the door (below) and leaves the FIFO write to it.
 //! - **through the process's waiter thread** (any executor): the task hands the armed bell to the
@@ -21,6 +22,7 @@ use super::channel::{Receiver, RecvError, SendError, Sender};
 use super::codec::{Bytes, Codec};
 use super::publication::Publication;
 use super::publish::Publish;
+use super::reactor::{Reactor, WakeFd};
 use crate::error::{Error, OfferError};
 use crate::region::{MmapRegion, Region, RegionMut};
 use crate::stream::doorbell::{self, Armed, Doorbell, ReactorArmed, WakeBudget};
@@ -62,12 +64,27 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     /// With the feature `tokio`, called inside a tokio runtime, the receiver awaits the stream's
     /// wake FIFO in the runtime's reactor (one hop from a commit to the task) if the runtime has
     /// its IO driver (`enable_io`, or `enable_all`: on in `#[tokio::main]` and `Runtime::new`),
-    /// and the receiver stays with that runtime. Elsewhere (another executor, a plain
-    /// `block_on`, a runtime without its IO driver, whose refusal tokio prints as a caught panic,
-    /// or a FIFO that cannot be made) it sleeps through the waiter thread.
-    pub fn new(mut rx: Receiver<T, C>) -> Result<Self, Error> {
+    /// and the receiver stays with that runtime. Otherwise, with the feature `async-io`, it
+    /// awaits the FIFO in async-io's reactor (smol's): one hop when the executor's thread waits
+    /// in that reactor itself (`async_io::block_on`, `smol::block_on`), two (async-io's thread,
+    /// then the executor's) under any other executor. Elsewhere (a plain `block_on` without
+    /// `async-io`, a runtime without its IO driver, whose refusal tokio prints as a caught panic,
+    /// or a FIFO that cannot be made) it sleeps through the waiter thread: two hops.
+    pub fn new(rx: Receiver<T, C>) -> Result<Self, Error> {
+        Self::sleeping_in(rx, None)
+    }
+
+    /// Wraps `rx` for an event loop that watches `wake`'s descriptor itself (see [`WakeFd`]):
+    /// poll [`AsyncReceiver::recv`] with [`WakeFd::waker`], and again when the descriptor is
+    /// readable. Where the reactor path is off (see [`AsyncReceiver::new`]) the waiter thread
+    /// wakes the task, through the same descriptor.
+    pub fn with_wake_fd(rx: Receiver<T, C>, wake: &WakeFd) -> Result<Self, Error> {
+        Self::sleeping_in(rx, Some(wake))
+    }
+
+    fn sleeping_in(mut rx: Receiver<T, C>, wake: Option<&WakeFd>) -> Result<Self, Error> {
         let bell = rx.subscription().map_doorbell()?;
-        Ok(Self { rx, sleep: Sleeping::new(bell, true)?, budget: WakeBudget::default() })
+        Ok(Self { rx, sleep: Sleeping::new(bell, true, wake)?, budget: WakeBudget::default() })
     }
 
     /// The next message: `Err(RecvError::Lost)` first if messages were missed before it (once
@@ -160,12 +177,21 @@ pub struct AsyncSender<T, C: Codec<T> = Bytes, P: Publish = Publication> {
 }
 
 impl<T, C: Codec<T>, P: Publish> AsyncSender<T, C, P> {
-    /// Wraps `tx`; maps the stream's doorbell page once more, for the waiter thread. Inside a
-    /// tokio runtime with the feature `tokio`, awaits room in the runtime's reactor (see
-    /// [`AsyncReceiver::new`]).
-    pub fn new(mut tx: Sender<T, C, P>) -> Result<Self, Error> {
+    /// Wraps `tx`; maps the stream's doorbell page once more, for the waiter thread. Awaits room
+    /// in a tokio runtime's reactor or in async-io's, as [`AsyncReceiver::new`] says.
+    pub fn new(tx: Sender<T, C, P>) -> Result<Self, Error> {
+        Self::sleeping_in(tx, None)
+    }
+
+    /// Wraps `tx` for an event loop that watches `wake`'s descriptor (see
+    /// [`AsyncReceiver::with_wake_fd`]).
+    pub fn with_wake_fd(tx: Sender<T, C, P>, wake: &WakeFd) -> Result<Self, Error> {
+        Self::sleeping_in(tx, Some(wake))
+    }
+
+    fn sleeping_in(mut tx: Sender<T, C, P>, wake: Option<&WakeFd>) -> Result<Self, Error> {
         let bell = tx.publication().map_doorbell()?;
-        Ok(Self { tx, sleep: Sleeping::new(bell, false)?, encoded: Vec::new() })
+        Ok(Self { tx, sleep: Sleeping::new(bell, false, wake)?, encoded: Vec::new() })
     }
 
     /// Offers `value`, awaiting room while back-pressured (readers that hold the publisher back
@@ -212,11 +238,9 @@ struct Sleeping {
     /// The stream's doorbell page, mapped for the waiter thread (which may outlive a poll).
     bell: Arc<Doorbell<MmapRegion>>,
     waiter: &'static Waiter,
-    /// The stream's wake FIFO in the runtime's reactor.
-    #[cfg(feature = "tokio")]
-    reactor: Option<crate::sys::reactor::TokioFd>,
+    /// The stream's wake FIFO in a reactor.
+    reactor: Option<Reactor>,
     /// Keeps the door of the readers' bell while this reactor sleeper lives.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     door: Option<DoorKey>,
     timer: TimerKey,
     asleep: Option<Asleep>,
@@ -228,39 +252,22 @@ enum Asleep {
     /// Its armed bell handed to the waiter thread.
     Thread(Armed),
     /// Counted among the bell's reactor sleepers, awaiting the wake FIFO.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     Reactor(ReactorArmed),
 }
 
 impl Sleeping {
-    fn new(bell: Doorbell<MmapRegion>, reader: bool) -> Result<Self, Error> {
+    /// `wake`: the caller's event loop waits for the FIFO through it (else the runtime's
+    /// reactor, if any: [`Reactor::for_bell`]).
+    fn new(bell: Doorbell<MmapRegion>, reader: bool, wake: Option<&WakeFd>) -> Result<Self, Error> {
         let waiter = waiter()?;
         let bell = Arc::new(bell);
-        #[cfg(feature = "tokio")]
-        let reactor = reactor_for(&bell);
-        #[cfg(feature = "tokio")]
+        let reactor = Reactor::for_bell(&bell, wake);
         let door = (reactor.is_some() && reader).then(|| waiter.keep_door(&bell));
-        #[cfg(not(feature = "tokio"))]
-        let door = {
-            let _ = reader;
-            None
-        };
-        Ok(Self {
-            timer: waiter.timer(),
-            bell,
-            waiter,
-            #[cfg(feature = "tokio")]
-            reactor,
-            door,
-            asleep: None,
-        })
+        Ok(Self { timer: waiter.timer(), bell, waiter, reactor, door, asleep: None })
     }
 
     fn in_reactor(&self) -> bool {
-        #[cfg(feature = "tokio")]
-        return self.reactor.is_some();
-        #[cfg(not(feature = "tokio"))]
-        false
+        self.reactor.is_some()
     }
 
     /// The task runs again: ends the sleep it was in. `true` if its bell rang meanwhile.
@@ -287,7 +294,6 @@ impl Sleeping {
         ready: impl FnOnce() -> bool,
         interval: Duration,
     ) -> bool {
-        #[cfg(feature = "tokio")]
         if let Some(reactor) = &self.reactor {
             // Interest first: a FIFO write after the count below is an event we see.
             if reactor.await_next_event(&mut Context::from_waker(cx.waker())).is_ok() {
@@ -324,21 +330,6 @@ impl Drop for Sleeping {
     }
 }
 
-/// The stream's wake FIFO (made if need be) registered with the current tokio runtime's reactor,
-/// if there is one and this kernel wakes a watcher on every write.
-#[cfg(feature = "tokio")]
-fn reactor_for(bell: &Doorbell<MmapRegion>) -> Option<crate::sys::reactor::TokioFd> {
-    use std::os::unix::fs::PermissionsExt;
-    if !crate::sys::fanout::wakes_on_every_write() {
-        return None;
-    }
-    let fanout = bell.fanout()?;
-    // The FIFO gets the stream's permissions: those of its slot file.
-    let mode = std::fs::metadata(fanout.slot_file()).ok()?.permissions().mode() & 0o777;
-    let fifo = crate::sys::fanout::create_and_open(fanout.path(), mode).ok()?;
-    crate::sys::reactor::TokioFd::in_current_runtime(fifo)?.ok()
-}
-
 /// A task waiting for a bell (or, without one, for its time to come).
 #[derive(Debug)]
 struct Sleeper {
@@ -362,8 +353,6 @@ impl Drop for DoorKey {
     fn drop(&mut self) {
         let mut state = self.waiter.lock();
         state.doors.retain(|d| d.id != self.id);
-        drop(state);
-        self.waiter.interrupt();
     }
 }
 
@@ -381,7 +370,6 @@ struct WaiterState {
     /// Timers by key: when, and whom to wake (`None`: free, or not set).
     timers: Vec<Option<(Option<Instant>, Option<Waker>)>>,
     doors: Vec<Door>,
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
     next_door: u64,
     /// When the thread's current sleep ends at the latest (a timer set earlier interrupts it).
     sleeps_until: Option<Instant>,
@@ -470,15 +458,17 @@ impl Waiter {
         }
     }
 
-    /// Keeps the door of `bell`'s readers' bell until the key is dropped.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+    /// Keeps the door of `bell`'s readers' bell until the key is dropped. Neither this nor the
+    /// key's drop interrupts the thread: it takes the change at its next wake-up (at the latest
+    /// the earliest liveness timer, which a new sleeper's interrupts if it is the earliest), and
+    /// a door it does not keep yet costs nothing but a publisher's FIFO write (a ring that woke no
+    /// thread writes the FIFO itself). So a receiver made for every wait (the Python bindings')
+    /// does not wake the thread for every message.
     fn keep_door(&'static self, bell: &Arc<Doorbell<MmapRegion>>) -> DoorKey {
         let mut state = self.lock();
         let id = state.next_door;
         state.next_door += 1;
         state.doors.push(Door { id, bell: Arc::clone(bell) });
-        drop(state);
-        self.interrupt();
         DoorKey { waiter: self, id }
     }
 

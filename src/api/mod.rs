@@ -24,5 +24,7 @@ pub(crate) mod polled;
 pub(crate) mod publication;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod publish;
+#[cfg(all(feature = "async", not(shmlog_loom)))]
+pub(crate) mod reactor;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod subscription;

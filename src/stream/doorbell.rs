@@ -98,7 +98,7 @@ pub struct Armed {
 /// A bell a reactor sleeper armed and counted itself on ([`prepare_reactor_sleep`]); handed back
 /// to [`finish_reactor_sleep`] once the task runs again (or is dropped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub struct ReactorArmed(Armed);
 
 impl<R: RegionMut> Doorbell<R> {
@@ -121,7 +121,7 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     /// The stream's wake FIFO, if this doorbell was given it.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
     pub fn fanout(&self) -> Option<&Arc<Fanout>> {
         self.fanout.as_ref()
     }
@@ -391,7 +391,7 @@ static WRITER_SIDE: Side =
     Side { armed: WRITER_ARMED, bell: WRITER_BELL, sleeping: None, fd_sleeping: WRITER_FD_SLEEPING };
 
 impl Armed {
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+    #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
     fn side(self) -> &'static Side {
         if self.bell == WRITER_BELL {
             &WRITER_SIDE
@@ -479,7 +479,7 @@ pub fn prepare_sleep<R: RegionMut>(
 /// counted writes the FIFO, or wakes a thread that does), and calls [`finish_reactor_sleep`] when
 /// it runs again. The caller must have registered its interest in the FIFO (its readiness
 /// cleared, its waker stored) before this: a write after the count is then an event it sees.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub fn prepare_reactor_sleep<R: RegionMut>(
     bell: &Doorbell<R>,
     arm: impl FnOnce(&Doorbell<R>) -> Armed,
@@ -505,7 +505,7 @@ pub fn prepare_reactor_sleep<R: RegionMut>(
 /// After a reactor sleep (the task runs again, or is dropped): counts the sleeper out and, if
 /// the readers' bell rang since it armed, passes the ring on to the threads asleep on the bell
 /// (the ringer may have written only the FIFO). Returns whether the bell rang.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub fn finish_reactor_sleep<R: RegionMut>(bell: &Doorbell<R>, armed: ReactorArmed) -> bool {
     let armed = armed.0;
     if protocol::doorbell_count_reactor_sleepers() {
@@ -522,7 +522,7 @@ pub fn finish_reactor_sleep<R: RegionMut>(bell: &Doorbell<R>, armed: ReactorArme
 /// readers' bell uncounted ([`keep_door`]), so a ringer with many reactor sleepers wakes it (one
 /// wake-up) and leaves the FIFO write, which wakes them all, to it. Returns the bell's value, to
 /// sleep on.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
     Armed { bell: READERS_BELL, seen: bell.region.load_i32(bell.base + READERS_BELL, Ordering::Acquire) }
 }
@@ -530,7 +530,7 @@ pub fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
 /// After a doorkeeper's sleep: if the bell rang since `door` was read, passes the ring on to the
 /// reactor sleepers (and to threads asleep on the bell, which a ring reaching a doorkeeper
 /// did not reach). Returns the value to sleep on next.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub fn keep_door<R: RegionMut>(bell: &Doorbell<R>, door: Armed) -> Armed {
     if bell.rang(door) {
         let threads = bell.thread_sleepers() > 0;
@@ -620,7 +620,7 @@ mod fanout {
 
     #[derive(Debug)]
     pub struct Fanout {
-        #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+        #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
         slot_file: PathBuf,
         path: PathBuf,
         fifo: Mutex<Option<File>>,
@@ -642,7 +642,7 @@ mod fanout {
         }
 
         /// The stream's slot file, whose permissions the FIFO takes.
-        #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+        #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
         pub fn slot_file(&self) -> &Path {
             &self.slot_file
         }

@@ -18,7 +18,7 @@ use std::path::Path;
 
 /// Creates the FIFO at `path` with permission bits `mode` if there is none yet (another process
 /// may create it at the same time: either one's is the one), then opens it.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub(crate) fn create_and_open(path: &Path, mode: u32) -> io::Result<File> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
@@ -80,13 +80,13 @@ pub(crate) fn ring(fifo: &File) -> bool {
 /// `true` if this kernel wakes an edge-triggered epoll watcher of a pipe on every write, also
 /// when the pipe already holds bytes (Linux up to 5.4 and from 5.14, and the stable kernels the
 /// fix went back to; 5.5–5.13 woke only a reader of an empty pipe). Tried once on a private pipe.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 pub(crate) fn wakes_on_every_write() -> bool {
     static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ANSWER.get_or_init(|| try_wakes_on_every_write().unwrap_or(false))
 }
 
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // used by the reactor path
+#[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
 fn try_wakes_on_every_write() -> io::Result<bool> {
     let mut fds = [0i32; 2];
     // SAFETY: a valid out-pointer to two descriptors.

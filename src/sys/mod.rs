@@ -14,5 +14,5 @@ pub(crate) mod fanout;
 pub(crate) mod fs;
 pub(crate) mod futex;
 pub(crate) mod lock;
-#[cfg(feature = "tokio")]
+#[cfg(all(feature = "async", not(shmlog_loom)))]
 pub(crate) mod reactor;

@@ -8,6 +8,7 @@
 mod basics;
 pub mod concurrent_roles;
 pub mod dir;
+pub mod hops;
 pub mod loss_roles;
 pub mod peer;
 pub mod raw;

@@ -1,7 +1,7 @@
 //! A subscription's receiving state: the core's receiver (blocking or asyncio), the loss reports
 //! taken from it, and an answer a batch kept for the next receive.
 
-use crate::util::{PyBytesCodec, SocketWake};
+use crate::util::{AsyncWake, PyBytesCodec};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shmlog::{AsyncReceiver, Loss, Receiver, RecvError, MAX_LOSSES};
@@ -46,8 +46,8 @@ pub(super) struct Inner {
     pub(super) losses: VecDeque<Loss>,
     pub(super) losses_dropped: u64,
     pub(super) pending: Option<Pending>,
-    /// The wake-up socket of asyncio receives (made by the first).
-    pub(super) wake: Option<SocketWake>,
+    /// The descriptor asyncio receives wake the loop through (made by the first).
+    pub(super) wake: AsyncWake,
 }
 
 /// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
