@@ -16,8 +16,9 @@ BENCHES=(offer_poll throughput ping_pong fanout idle bounds journal concurrent u
 COMPARE=(--manifest-path compare/Cargo.toml)
 cargo bench --profile release -p shmlog --no-run
 cargo bench --profile release "${COMPARE[@]}" --no-run
-# With async-io: its lane (smol's reactor) beside tokio's, the waiter thread's and the plain block_on's.
-cargo build --release -p shmlog --features async-io --example lowrate
+# With async-io (the core's dev-dependency on itself turns it on, as for `cargo test`): its lane
+# (smol's reactor) beside tokio's, the waiter thread's and the plain block_on's.
+cargo build --release --example lowrate
 cargo build --release "${COMPARE[@]}" --example latency
 
 passed=0

@@ -22,7 +22,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 long=${SHMLOG_CI_LONG:-0}
-if [[ $long == 1 ]]; then seconds=${FUZZ_SECONDS:-300}; else seconds=${FUZZ_SECONDS:-15}; fi
+# The short mode builds the targets without optimisation (half the build's CPU: a smoke run
+# replays the corpus and explores for seconds); the long mode optimised, as cargo fuzz does.
+if [[ $long == 1 ]]; then
+    seconds=${FUZZ_SECONDS:-300}
+    profile=()
+else
+    seconds=${FUZZ_SECONDS:-15}
+    profile=(--dev)
+fi
+[[ ${FUZZ_OPTIMISED:-0} == 1 ]] && profile=()
 mkdir -p target
 read -r -a targets <<<"${FUZZ_TARGETS:-term_reader file_validation ops_oracle assembler journal unblock bridge_status bridge_in doorbell}"
 start=$(date +%s)
@@ -55,8 +64,8 @@ if [[ ${FUZZ_HARNESS_TESTS:-$long} == 1 ]]; then
     grep -E "test result" target/fuzz-harness.log
 fi
 
-stamp "building the targets: cargo fuzz build (RUSTFLAGS=$RUSTFLAGS)"
-if ! (cd fuzz && cargo $toolchain fuzz build) >target/fuzz-build.log 2>&1; then
+stamp "building the targets: cargo fuzz build ${profile[*]} (RUSTFLAGS=$RUSTFLAGS)"
+if ! (cd fuzz && cargo $toolchain fuzz build "${profile[@]}") >target/fuzz-build.log 2>&1; then
     tail -40 target/fuzz-build.log
     echo "FAIL: cargo fuzz build"
     exit 1
@@ -71,7 +80,7 @@ fuzz_one() {
     {
         stamp "run $t for ${seconds}s (corpus fuzz/corpus/$t, $(ls "fuzz/corpus/$t" | wc -l) files)"
         # A crash makes cargo fuzz exit non-zero; keep going so every target reports.
-        if (cd fuzz && cargo $toolchain fuzz run "$t" "target/ci-corpus/$t" "corpus/$t" -- \
+        if (cd fuzz && cargo $toolchain fuzz run "${profile[@]}" "$t" "target/ci-corpus/$t" "corpus/$t" -- \
             -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1) >"$log" 2>&1; then
             status=ok
         else
