@@ -169,7 +169,6 @@ mod concurrency_tests;
 pub(crate) mod testing;
 
 pub use error::{Error, OfferError};
-pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 pub use log::header::Header;
 pub use log::reader::Action;
 
