@@ -131,7 +131,11 @@
 //! Linux (OFD locks, `/dev/shm`), x86_64 and aarch64.
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// `pub` means reachable by users: everything inside is `pub(crate)` or private, except what the
+// fuzz door (`__fuzz`, below) re-exports, which must be `pub` for it and is marked
+// `#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]` (the memory map types also
+// `feature = "async"`, whose sealed waiting trait names them).
 // The fuzz build re-exports internals (`__fuzz`), which are documented for this crate, not users.
 #![cfg_attr(shmlog_fuzz, allow(missing_docs))]
 // Atomics are named through `crate::sync`, so the loom build swaps every one (clippy.toml);
