@@ -424,7 +424,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// Gives `f` the payload of claim `r` (the closure form of `claim_slice`, for backends that
     /// cannot lend a slice: loom's).
     #[cfg(shmlog_loom)]
-    pub fn with_claim_payload<T>(&mut self, r: &Reservation, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    pub(crate) fn with_claim_payload<T>(&mut self, r: &Reservation, f: impl FnOnce(&mut [u8]) -> T) -> T {
         let (at, len) = self.claim_payload(r);
         // SAFETY: as in `claim_slice`: our reservation, uncommitted, which nobody else reads or
         // writes while we live; `&mut self` excludes our own commit or abort while `f` runs.

@@ -197,7 +197,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
     /// `claim_buffer`, for backends that cannot lend a slice (loom's).
     #[cfg(shmlog_loom)]
-    pub fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    pub(crate) fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
         match &self.claim {
             Some(reservation) => self.appender.with_claim_payload(reservation, f),
             None => f(&mut []),

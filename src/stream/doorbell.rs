@@ -175,7 +175,7 @@ impl<R: RegionMut> Doorbell<R> {
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
     /// end?) or the writer rings, at most `timeout` ([`sleep_until`] on this bell alone).
     #[cfg(any(test, shmlog_loom))]
-    pub fn wait_for_writer(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
+    pub(crate) fn wait_for_writer(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
         sleep_until(&[Some(self)], ready, timeout).rung
     }
 
@@ -679,13 +679,13 @@ mod fanout {
     use loom::sync::{Condvar, Mutex};
 
     #[derive(Debug, Default)]
-    pub struct Fanout {
+    pub(crate) struct Fanout {
         writes: Mutex<u64>,
         written: Condvar,
     }
 
     impl Fanout {
-        pub fn ring(&self) -> bool {
+        pub(crate) fn ring(&self) -> bool {
             *self.writes.lock().unwrap() += 1;
             self.written.notify_all();
             true

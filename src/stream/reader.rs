@@ -566,7 +566,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// session, at most `timeout` (does not sleep if [`Reader::has_news`] already). Without a
     /// doorbell, returns `TimedOut` at once.
     #[cfg(shmlog_loom)]
-    pub fn wait_for_news(&self, timeout: std::time::Duration) -> Rung {
+    pub(crate) fn wait_for_news(&self, timeout: std::time::Duration) -> Rung {
         match self.slot.bell() {
             Some(bell) => bell.wait_for_writer(|| self.has_news(), timeout),
             None => Rung::TimedOut,
