@@ -12,8 +12,7 @@ use crate::stream::writer::Liveness;
 use std::sync::Arc;
 
 /// Heap memory shared by a writer and its readers, as a mapped file is.
-#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
-pub type Shared = Arc<HeapRegion>;
+pub(crate) type Shared = Arc<HeapRegion>;
 
 /// A fresh log of `geometry` over heap memory; readers open views of the same memory with
 /// `Log::open_any_term(Arc::clone(&region))`.

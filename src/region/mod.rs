@@ -43,9 +43,7 @@ pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
 #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub use mmap::{MmapRegion, ReadOnlyRegion};
-pub(crate) use window::Span;
-#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
-pub use window::Window;
+pub(crate) use window::{Span, Window};
 
 /// Read access to a region of possibly shared memory.
 ///
