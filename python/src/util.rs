@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 /// The longest a blocking call sleeps without the GIL before it looks at Python's signals: a
 /// Ctrl-C raises `KeyboardInterrupt` within this (and within the default liveness interval,
 /// 100 ms).
-pub const SLICE: Duration = Duration::from_millis(50);
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
 
 /// A timeout argument in seconds: `None` is forever, else a finite number >= 0.
-pub fn deadline(what: &str, seconds: Option<f64>) -> PyResult<Option<Instant>> {
+pub(crate) fn deadline(what: &str, seconds: Option<f64>) -> PyResult<Option<Instant>> {
     let Some(seconds) = seconds else { return Ok(None) };
     let duration = seconds_arg(what, seconds, true)?;
     // A deadline past what the clock can hold is forever.
@@ -29,7 +29,7 @@ pub fn deadline(what: &str, seconds: Option<f64>) -> PyResult<Option<Instant>> {
 }
 
 /// A duration argument in seconds: finite and >= 0 (> 0 unless `zero_ok`).
-pub fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration> {
+pub(crate) fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration> {
     let ok = seconds.is_finite() && (seconds > 0.0 || (zero_ok && seconds == 0.0));
     if !ok {
         let rule = if zero_ok { ">= 0" } else { "> 0" };
@@ -43,12 +43,12 @@ pub fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration
 
 /// A setting in seconds (a liveness interval, an fsync period): finite and > 0, else
 /// `InvalidConfig` (a `ValueError`), as the core's own range checks raise.
-pub fn setting_seconds(py: Python<'_>, what: &str, seconds: f64) -> PyResult<Duration> {
+pub(crate) fn setting_seconds(py: Python<'_>, what: &str, seconds: f64) -> PyResult<Duration> {
     seconds_arg(what, seconds, false).map_err(|e| errors::invalid(py, e.value(py).to_string()))
 }
 
 /// A positive integer setting that must fit a `usize`, else `InvalidConfig` (a `ValueError`).
-pub fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
+pub(crate) fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
     usize::try_from(n)
         .ok()
         .filter(|&n| n > 0)
@@ -56,7 +56,7 @@ pub fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
 }
 
 /// Time left before `deadline` for one slice of waiting; `None` once it passed.
-pub fn slice(deadline: Option<Instant>) -> Option<Duration> {
+pub(crate) fn slice(deadline: Option<Instant>) -> Option<Duration> {
     match deadline {
         None => Some(SLICE),
         Some(d) => {
@@ -70,7 +70,7 @@ pub fn slice(deadline: Option<Instant>) -> Option<Duration> {
 /// the one into the log); a `bytearray`, `memoryview` or other buffer is copied once first (the
 /// buffer protocol is not part of the stable ABI before Python 3.11, and a mutable buffer could
 /// change under a wait that released the GIL).
-pub fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
+pub(crate) fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(b) = data.cast::<PyBytes>() {
         return Ok(f(b.as_bytes()));
     }
@@ -94,7 +94,7 @@ pub fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyR
 /// the GIL. Counts what it decoded, so that the subscription knows when the receiver's queue is
 /// empty.
 #[derive(Clone, Debug, Default)]
-pub struct PyBytesCodec {
+pub(crate) struct PyBytesCodec {
     pub decoded: Arc<AtomicU64>,
 }
 
@@ -131,13 +131,13 @@ impl Wake for SocketWaker {
 }
 
 /// The loop's end of a wake-up socket, and the waker that writes to the other end.
-pub struct SocketWake {
+pub(crate) struct SocketWake {
     ours: UnixStream,
     waker: Waker,
 }
 
 impl SocketWake {
-    pub fn new() -> std::io::Result<Self> {
+    pub(crate) fn new() -> std::io::Result<Self> {
         let (ours, theirs) = UnixStream::pair()?;
         ours.set_nonblocking(true)?;
         theirs.set_nonblocking(true)?;
@@ -145,16 +145,16 @@ impl SocketWake {
     }
 
     /// The descriptor the loop watches.
-    pub fn fd(&self) -> i32 {
+    pub(crate) fn fd(&self) -> i32 {
         self.ours.as_raw_fd()
     }
 
-    pub fn waker(&self) -> Waker {
+    pub(crate) fn waker(&self) -> Waker {
         self.waker.clone()
     }
 
     /// Reads the wake-ups the socket holds.
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         let mut buf = [0u8; 64];
         while matches!((&self.ours).read(&mut buf), Ok(n) if n > 0) {}
     }
