@@ -278,6 +278,7 @@ impl std::error::Error for Error {
 
 /// Why a file failed validation, before we know which path to blame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Invalid {
     VersionMismatch { found: i32 },
     Corrupt(&'static str),
@@ -285,7 +286,7 @@ pub enum Invalid {
 
 impl Invalid {
     /// Attaches the file the problem was found in.
-    pub fn at(self, path: impl Into<PathBuf>) -> Error {
+    pub(crate) fn at(self, path: impl Into<PathBuf>) -> Error {
         let path = path.into();
         match self {
             Self::VersionMismatch { found } => {

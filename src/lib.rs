@@ -131,7 +131,11 @@
 //! Linux (OFD locks, `/dev/shm`), x86_64 and aarch64.
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// `pub` means reachable by users: everything inside is `pub(crate)` or private, except what the
+// fuzz door (`__fuzz`, below) re-exports, which must be `pub` for it and is marked
+// `#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]` (the memory map types also
+// `feature = "async"`, whose sealed waiting trait names them).
 // The fuzz build re-exports internals (`__fuzz`), which are documented for this crate, not users.
 #![cfg_attr(shmlog_fuzz, allow(missing_docs))]
 // Atomics are named through `crate::sync`, so the loom build swaps every one (clippy.toml);
@@ -169,14 +173,14 @@ mod concurrency_tests;
 pub(crate) mod testing;
 
 pub use error::{Error, OfferError};
-pub use layout::frame::{BEGIN_FLAG, END_FLAG, UNFRAGMENTED};
 pub use log::header::Header;
 pub use log::reader::Action;
 
 #[cfg(all(feature = "async", not(shmlog_loom)))]
 pub use api::async_rx::{AsyncReceiver, AsyncSender};
-#[cfg(all(feature = "serde", not(shmlog_loom)))]
-pub use api::codec::Postcard;
+#[cfg(not(shmlog_loom))]
+pub use api::codec;
+pub use api::idle;
 #[cfg(not(shmlog_loom))]
 pub use api::inspect;
 #[cfg(all(feature = "async", not(shmlog_loom)))]
@@ -184,13 +188,21 @@ pub use api::reactor::WakeFd;
 pub use api::{
     assembler::FragmentAssembler,
     handler::{ControlledFragmentHandler, FragmentHandler},
-    idle::{Backoff, BusySpin, IdleStrategy, NoOp, Sleeping, Yielding},
 };
+// The idle strategies and the codecs by their paths before they were grouped in `idle` and
+// `codec`: code written then still compiles; the docs show them in their modules.
+#[cfg(all(feature = "serde", not(shmlog_loom)))]
+#[doc(hidden)]
+pub use api::codec::Postcard;
+#[cfg(not(shmlog_loom))]
+#[doc(hidden)]
+pub use api::codec::{Bytes, Codec, PodCodec, WrongSize};
+#[doc(hidden)]
+pub use api::idle::{Backoff, BusySpin, IdleStrategy, NoOp, Sleeping, Yielding};
 #[cfg(not(shmlog_loom))]
 pub use api::{
     channel::{Receiver, RecvError, SendError, Sender},
     claim::{ClaimGuard, ClaimSource},
-    codec::{Bytes, Codec, PodCodec, WrongSize},
     concurrent::{ConcurrentClaim, ConcurrentPublication},
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Claim, Publication, PublicationBuilder},

@@ -1,5 +1,7 @@
 //! Helpers of the crate's own unit tests and of the fuzz targets (`--cfg shmlog_fuzz`): logs and
 //! slot tables over heap memory, the kernel's liveness as a model, temporary directories.
+// The fuzz build uses only part of it (claimed slots); the rest serves the unit tests.
+#![cfg_attr(not(test), allow(dead_code))]
 
 use crate::layout::log_meta::Geometry;
 use crate::layout::slots::{file_length, slot_offset};
@@ -10,11 +12,11 @@ use crate::stream::writer::Liveness;
 use std::sync::Arc;
 
 /// Heap memory shared by a writer and its readers, as a mapped file is.
-pub type Shared = Arc<HeapRegion>;
+pub(crate) type Shared = Arc<HeapRegion>;
 
 /// A fresh log of `geometry` over heap memory; readers open views of the same memory with
 /// `Log::open_any_term(Arc::clone(&region))`.
-pub fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (Shared, Log<Shared>) {
+pub(crate) fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (Shared, Log<Shared>) {
     let region = Arc::new(HeapRegion::new(geometry.file_length()));
     let init = LogInit {
         geometry,
@@ -32,13 +34,14 @@ pub fn heap_log(geometry: Geometry, initial_term_id: i32, session_id: i32) -> (S
 }
 
 /// A fresh slot table of `count` slots over heap memory.
-pub fn heap_slots(count: usize) -> (Shared, Slots<Shared>) {
+pub(crate) fn heap_slots(count: usize) -> (Shared, Slots<Shared>) {
     let region = Arc::new(HeapRegion::new(file_length(count)));
     let slots = Slots::initialize(Arc::clone(&region), count);
     (region, slots)
 }
 
 /// Slot `index` of the table in `region`, claimed for `pid` (its lock is the caller's model).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn claimed_slot(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> {
     let mut slot = SlotMut::new(Arc::clone(region), slot_offset(index), index);
     slot.claim(region, pid, 0);
@@ -47,7 +50,7 @@ pub fn claimed_slot(region: &Shared, index: usize, pid: i64) -> SlotMut<Shared> 
 
 /// Every reader is alive: no slot lock can be taken, and the writer never sweeps.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct AllAlive;
+pub(crate) struct AllAlive;
 
 impl SlotLocks for AllAlive {
     type Error = std::convert::Infallible;
@@ -68,11 +71,11 @@ impl Liveness for AllAlive {
 /// A fresh directory under the system temp dir, removed on drop.
 #[cfg(test)]
 #[derive(Debug)]
-pub struct TempDir(std::path::PathBuf);
+pub(crate) struct TempDir(std::path::PathBuf);
 
 #[cfg(test)]
 impl TempDir {
-    pub fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         #[allow(clippy::disallowed_types)] // a process-wide counter, not protocol state
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -82,7 +85,7 @@ impl TempDir {
         Self(p)
     }
 
-    pub fn path(&self) -> &std::path::Path {
+    pub(crate) fn path(&self) -> &std::path::Path {
         &self.0
     }
 }

@@ -28,7 +28,7 @@ pub(crate) struct Client {
 
 impl Client {
     /// Connects to the media driver whose directory is `dir`, retrying until `timeout`.
-    pub fn connect(dir: &str, timeout: Duration) -> Result<Client, String> {
+    pub(crate) fn connect(dir: &str, timeout: Duration) -> Result<Client, String> {
         let deadline = Instant::now() + timeout;
         loop {
             let driver_lost = Arc::new(AtomicBool::new(false));
@@ -54,7 +54,7 @@ impl Client {
 
     /// Adds an exclusive publication (one writer, its own session: two out bridges on one
     /// driver never share one) and waits until the driver has made it.
-    pub fn add_publication(
+    pub(crate) fn add_publication(
         &mut self,
         channel: &str,
         stream_id: i32,
@@ -69,7 +69,7 @@ impl Client {
     }
 
     /// Adds a subscription and waits until the driver has made it.
-    pub fn add_subscription(
+    pub(crate) fn add_subscription(
         &mut self,
         channel: &str,
         stream_id: i32,
@@ -101,7 +101,7 @@ impl Client {
 
     /// The conductor's duty cycle (driver keep-alives, new and lost images), at most once a
     /// millisecond however often it is called.
-    pub fn keep_alive(&mut self, now: Instant) {
+    pub(crate) fn keep_alive(&mut self, now: Instant) {
         if now.duration_since(self.last_duty) >= Duration::from_millis(1) {
             self.last_duty = now;
             self.aeron.conductor_agent_invoker().invoke();
@@ -111,7 +111,7 @@ impl Client {
     /// How far the driver's sender got with the publication registered as `registration_id`
     /// (its `snd-pos` counter): the bytes up to there were sent. Still readable after the driver
     /// died, since its counters stay mapped.
-    pub fn sender_position(&self, registration_id: i64) -> Option<i64> {
+    pub(crate) fn sender_position(&self, registration_id: i64) -> Option<i64> {
         // `None` when the counters cannot be read: the out bridge then offers nothing again,
         // and what the dead driver held is lost and reported by the far side as a gap.
         let reader = self.aeron.counters_reader().ok()?;
@@ -125,7 +125,7 @@ impl Client {
     }
 
     /// Whether the driver stopped answering (killed, or its directory was deleted).
-    pub fn driver_lost(&self) -> bool {
+    pub(crate) fn driver_lost(&self) -> bool {
         self.driver_lost.load(Ordering::Relaxed)
     }
 }

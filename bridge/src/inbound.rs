@@ -23,7 +23,9 @@ mod cycle;
 mod sources;
 
 pub(crate) use cycle::InCore;
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub use cycle::{Fragment, Next};
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub use sources::ImageInfo;
 // What only the fuzz target reaches (through `crate::__fuzz`).
 #[cfg(shmlog_fuzz)]

@@ -38,7 +38,9 @@
 // default member).
 #![cfg(not(shmlog_loom))]
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs, missing_debug_implementations)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// `pub` means reachable by users; what only the fuzz door (`__fuzz`) re-exports is `pub` for it
+// and marked `#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]`.
 // Only flags between threads of this process (stop, driver lost) and the resume file's words:
 // no protocol memory, nothing for a loom build to swap.
 #![allow(clippy::disallowed_types)]

@@ -5,7 +5,7 @@
 
 /// Whether a process with this pid exists (it may be another program if the pid was reused;
 /// callers pair this with a timestamp).
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
     if pid <= 0 {
         return false;
@@ -17,7 +17,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Milliseconds since the Unix epoch (0 for a clock set before it).
 #[cfg(feature = "aeron")]
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -27,7 +27,7 @@ pub fn now_ms() -> u64 {
 /// Makes the child get SIGTERM when the thread that spawned it exits, so a killed parent
 /// leaves no orphan behind.
 #[cfg(feature = "aeron")]
-pub fn die_with_parent(cmd: &mut std::process::Command) {
+pub(crate) fn die_with_parent(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent; the closure
     // captures nothing.
@@ -41,7 +41,7 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
 
 /// Sends SIGTERM to `pid`; false if there is no such process.
 #[cfg(feature = "aeron")]
-pub fn terminate(pid: u32) -> bool {
+pub(crate) fn terminate(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
     // SAFETY: kill(2) on a pid; no memory is passed.
     pid > 0 && unsafe { libc::kill(pid, libc::SIGTERM) } == 0
@@ -51,13 +51,13 @@ pub fn terminate(pid: u32) -> bool {
 /// session (offset 8), stored with atomics. Nobody else maps the file while this bridge lives;
 /// a successor reads it with read(2) once this process is gone.
 #[cfg(feature = "aeron")]
-pub struct ResumeMap(memmap2::MmapRaw);
+pub(crate) struct ResumeMap(memmap2::MmapRaw);
 
 #[cfg(feature = "aeron")]
 impl ResumeMap {
     /// Maps the first `len` bytes of `file` (the status format's `RESUME_LEN`: at least the two
     /// words, and the file at least that long).
-    pub fn map(file: &std::fs::File, len: usize) -> std::io::Result<ResumeMap> {
+    pub(crate) fn map(file: &std::fs::File, len: usize) -> std::io::Result<ResumeMap> {
         let short = |what| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
         if len < 16 {
             return Err(short("a resume map holds two 8-byte words"));
@@ -79,7 +79,7 @@ impl ResumeMap {
     }
 
     /// Stores the session word, then the position with release.
-    pub fn store(&self, session_word: i64, position: i64) {
+    pub(crate) fn store(&self, session_word: i64, position: i64) {
         use std::sync::atomic::Ordering;
         self.word(1).store(session_word, Ordering::Relaxed);
         self.word(0).store(position, Ordering::Release);

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A fresh directory under the system temp dir, removed on drop.
 #[derive(Debug)]
-pub struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new(tag: &str) -> Self {
+    pub(crate) fn new(tag: &str) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!("shmlog-bridge-unit-{tag}-{}-{n}", std::process::id()));
@@ -17,7 +17,7 @@ impl TempDir {
         Self(p)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

@@ -10,15 +10,18 @@ use std::cell::Cell;
 /// join (no predecessor to resume from) or of a new session of the source (its publisher
 /// restarted, positions start again). By itself no gap is implied: a loss the out bridge knows
 /// of is marked with [`LOST`] too.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const FRESH_START: i64 = 1;
 /// The out bridge dropped messages right before this one (policy `Drop`): the in bridge
 /// measures the gap from where it expected this message.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const AFTER_DROP: i64 = 2;
 /// The out bridge knows that messages of the source were lost before this one, before it could
 /// send them: its reader of the local stream reported a loss (`shmlog::Loss`), or its
 /// predecessor's resume position was no longer in the log. Its status holds the sessions and
 /// exact positions; the in bridge records an `Upstream` loss from where it expected this message
 /// (with [`FRESH_START`]: from this session's start) to this message.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const LOST: i64 = 4;
 
 /// Offered again by an out bridge that lost its media driver: the driver's sender may have sent
@@ -26,17 +29,19 @@ pub const LOST: i64 = 4;
 /// whoever reads the frames: the in bridge knows what it has by the frame's position in the out
 /// bridge's Aeron stream, which the new publication continues (`outbound/stream.rs`,
 /// `inbound/sources.rs`).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const SENT_AGAIN: i64 = 8;
 
 const FLAGS: i64 = 31;
 
 /// The reserved value for a message starting at `start` with `flags`.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn encode(start: i64, flags: i64) -> i64 {
     (start & !FLAGS) | (flags & FLAGS)
 }
 
 /// (start position, flags) of a reserved value.
-pub fn decode(value: i64) -> (i64, i64) {
+pub(crate) fn decode(value: i64) -> (i64, i64) {
     (value & !FLAGS, value & FLAGS)
 }
 

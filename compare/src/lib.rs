@@ -4,6 +4,7 @@
 //! ([`transport`]), and the Java media driver as a child process ([`aeron_driver`]).
 
 #![allow(clippy::disallowed_types, dead_code)]
+#![warn(unreachable_pub)]
 
 #[path = "../../benches/support/mod.rs"]
 pub mod support;

@@ -2,12 +2,11 @@
 //! reference model.
 
 use crate::input::{message_bytes, Input, STREAM};
-use shmlog::__fuzz::frame::{HeaderRest, CURRENT_VERSION, FRAME_ALIGNMENT, HEADER_LEN, TYPE_DATA};
-use shmlog::__fuzz::{align, header, header_rest};
-use shmlog::{
-    Action, ControlledFragmentHandler, FragmentAssembler, FragmentHandler, Header, BEGIN_FLAG, END_FLAG,
-    UNFRAGMENTED,
+use shmlog::__fuzz::frame::{
+    HeaderRest, BEGIN_FLAG, CURRENT_VERSION, END_FLAG, FRAME_ALIGNMENT, HEADER_LEN, TYPE_DATA, UNFRAGMENTED,
 };
+use shmlog::__fuzz::{align, header, header_rest};
+use shmlog::{Action, ControlledFragmentHandler, FragmentAssembler, FragmentHandler, Header};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;

@@ -237,7 +237,7 @@ pub fn bridge_in(data: &[u8]) {
 /// What a run did, for the seeds' depth checks.
 #[derive(Debug, Default)]
 #[cfg_attr(not(test), allow(dead_code))]
-pub struct InStats {
+pub(crate) struct InStats {
     pub delivered: u64,
     pub dropped: u64,
     pub duplicates: u64,
@@ -540,7 +540,7 @@ impl Run {
     }
 }
 
-pub fn run_bridge_in(data: &[u8]) -> InStats {
+pub(crate) fn run_bridge_in(data: &[u8]) -> InStats {
     let mut input = Input::new(data);
     let max = 1 + input.below(2048);
     let policy = if input.bool() { BackPressure::Hold } else { BackPressure::Drop };

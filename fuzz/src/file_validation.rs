@@ -28,7 +28,7 @@ pub fn file_validation(data: &[u8]) {
 }
 
 /// [`file_validation`]; returns whether the file was accepted.
-pub fn run_file_validation(data: &[u8]) -> bool {
+pub(crate) fn run_file_validation(data: &[u8]) -> bool {
     let mut input = Input::new(data);
     match input.below(4) {
         0 => {

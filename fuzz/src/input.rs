@@ -6,25 +6,25 @@ use shmlog::__fuzz::{meta_field, pack_tail, HeapRegion, Log, LogInit, Ordering, 
 use shmlog::Action;
 
 /// Session id of every log the targets make.
-pub const SESSION: i32 = 0x5e55;
+pub(crate) const SESSION: i32 = 0x5e55;
 /// Stream id of every log the targets make.
-pub const STREAM: i32 = 0x57e4;
+pub(crate) const STREAM: i32 = 0x57e4;
 
 /// Scenario choices read from the fuzzer's bytes; zeros once they run out.
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     data: &'a [u8],
 }
 
 impl<'a> Input<'a> {
-    pub fn new(data: &'a [u8]) -> Self {
+    pub(crate) fn new(data: &'a [u8]) -> Self {
         Self { data }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
 
-    pub fn byte(&mut self) -> u8 {
+    pub(crate) fn byte(&mut self) -> u8 {
         match self.data.split_first() {
             Some((&b, rest)) => {
                 self.data = rest;
@@ -34,37 +34,37 @@ impl<'a> Input<'a> {
         }
     }
 
-    pub fn bytes(&mut self, n: usize) -> &'a [u8] {
+    pub(crate) fn bytes(&mut self, n: usize) -> &'a [u8] {
         let (head, tail) = self.data.split_at(n.min(self.data.len()));
         self.data = tail;
         head
     }
 
-    pub fn array<const N: usize>(&mut self) -> [u8; N] {
+    pub(crate) fn array<const N: usize>(&mut self) -> [u8; N] {
         let mut out = [0u8; N];
         let got = self.bytes(N);
         out[..got.len()].copy_from_slice(got);
         out
     }
 
-    pub fn u16(&mut self) -> u16 {
+    pub(crate) fn u16(&mut self) -> u16 {
         u16::from_le_bytes(self.array())
     }
 
-    pub fn u32(&mut self) -> u32 {
+    pub(crate) fn u32(&mut self) -> u32 {
         u32::from_le_bytes(self.array())
     }
 
-    pub fn i64(&mut self) -> i64 {
+    pub(crate) fn i64(&mut self) -> i64 {
         i64::from_le_bytes(self.array())
     }
 
-    pub fn bool(&mut self) -> bool {
+    pub(crate) fn bool(&mut self) -> bool {
         self.byte() & 1 == 1
     }
 
     /// A value in `0..n` (0 when `n` is 0 or 1), using as few bytes as `n` needs.
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         match n {
             0 | 1 => 0,
             2..=256 => self.byte() as usize % n,
@@ -74,7 +74,7 @@ impl<'a> Input<'a> {
     }
 
     /// An `i32` that is often an edge value.
-    pub fn interesting_i32(&mut self) -> i32 {
+    pub(crate) fn interesting_i32(&mut self) -> i32 {
         const EDGES: [i32; 16] = [
             0,
             1,
@@ -102,7 +102,7 @@ impl<'a> Input<'a> {
     }
 
     /// An `i64` that is often an edge value.
-    pub fn interesting_i64(&mut self) -> i64 {
+    pub(crate) fn interesting_i64(&mut self) -> i64 {
         match self.byte() % 8 {
             0 => 0,
             1 => -1,
@@ -114,7 +114,7 @@ impl<'a> Input<'a> {
         }
     }
 
-    pub fn action(&mut self) -> Action {
+    pub(crate) fn action(&mut self) -> Action {
         match self.byte() % 8 {
             0 => Action::Abort,
             1 => Action::Break,
@@ -125,7 +125,7 @@ impl<'a> Input<'a> {
 }
 
 /// Deterministic message bytes: different sequence numbers give different bytes.
-pub fn message_bytes(seq: u64, len: usize) -> Vec<u8> {
+pub(crate) fn message_bytes(seq: u64, len: usize) -> Vec<u8> {
     let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -138,7 +138,7 @@ pub fn message_bytes(seq: u64, len: usize) -> Vec<u8> {
 }
 
 /// A small valid geometry: terms of 128 B to 4 KiB, so rotations are frequent.
-pub fn small_geometry(input: &mut Input<'_>) -> Geometry {
+pub(crate) fn small_geometry(input: &mut Input<'_>) -> Geometry {
     let term_length = 128usize << input.below(6);
     let max_mtu = max_message_len(term_length).max(2 * HEADER_LEN);
     let mtu =
@@ -150,7 +150,7 @@ pub fn small_geometry(input: &mut Input<'_>) -> Geometry {
 }
 
 /// A geometry that passes the file rules (64 or 128 KiB terms).
-pub fn file_geometry(input: &mut Input<'_>) -> Geometry {
+pub(crate) fn file_geometry(input: &mut Input<'_>) -> Geometry {
     let term_length = TERM_MIN_LENGTH << input.below(2);
     let mtu = [64, 1408, 4096, max_message_len(term_length)][input.below(4)];
     let window = [mtu, term_length / 4, term_length / 2][input.below(3)];
@@ -161,7 +161,7 @@ pub fn file_geometry(input: &mut Input<'_>) -> Geometry {
 }
 
 /// A freshly initialised log whose writer stands at the start of term `term_count`.
-pub fn fresh_log(g: Geometry, initial_term_id: i32, term_count: i32) -> Log<HeapRegion> {
+pub(crate) fn fresh_log(g: Geometry, initial_term_id: i32, term_count: i32) -> Log<HeapRegion> {
     let log = Log::initialize(
         HeapRegion::new(g.file_length()),
         &LogInit {
@@ -188,7 +188,7 @@ pub fn fresh_log(g: Geometry, initial_term_id: i32, term_count: i32) -> Log<Heap
 }
 
 /// Overwrites `bytes[at..]` with as much of `v` as fits.
-pub fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
+pub(crate) fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
     if at < bytes.len() {
         let n = v.len().min(bytes.len() - at);
         bytes[at..at + n].copy_from_slice(&v[..n]);
@@ -197,19 +197,19 @@ pub fn put(bytes: &mut [u8], at: usize, v: &[u8]) {
 
 /// `true` if every byte is zero (one `memcmp` per 4 KiB: a byte loop would spend the fuzzer's
 /// time in comparison tracing).
-pub fn is_zero(bytes: &[u8]) -> bool {
+pub(crate) fn is_zero(bytes: &[u8]) -> bool {
     const ZERO: [u8; 4096] = [0; 4096];
     bytes.chunks(ZERO.len()).all(|c| c == &ZERO[..c.len()])
 }
 
-pub fn heap_from(bytes: &[u8]) -> HeapRegion {
+pub(crate) fn heap_from(bytes: &[u8]) -> HeapRegion {
     let region = HeapRegion::new(bytes.len());
     // SAFETY: a fresh region nobody else can see yet.
     unsafe { region.copy_in(0, bytes) };
     region
 }
 
-pub fn bytes_of(region: &impl Region) -> Vec<u8> {
+pub(crate) fn bytes_of(region: &impl Region) -> Vec<u8> {
     let mut out = vec![0u8; region.len()];
     region.copy_out(0, &mut out);
     out

@@ -18,6 +18,7 @@
 //! - [`doorbell`]: the doorbell page's words as a hostile peer leaves them, under rings and sleeps.
 
 #![allow(clippy::disallowed_types)]
+#![warn(unreachable_pub)]
 
 mod assembler;
 mod bridge_in;

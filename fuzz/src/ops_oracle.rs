@@ -160,7 +160,7 @@ impl Liveness for Kernel {
 
 /// What a run of [`ops_oracle`] did, for tests of the seed corpus.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OpsStats {
+pub(crate) struct OpsStats {
     pub published: usize,
     pub fragments: usize,
     pub joins: usize,
@@ -807,7 +807,7 @@ pub fn ops_oracle(data: &[u8]) {
 }
 
 /// [`ops_oracle`]; returns what the run did.
-pub fn run_ops(data: &[u8]) -> OpsStats {
+pub(crate) fn run_ops(data: &[u8]) -> OpsStats {
     let mut input = Input::new(data);
     let mut m = Model::new(&mut input);
     let mut ops = 0;

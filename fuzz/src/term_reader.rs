@@ -23,7 +23,7 @@ pub fn term_reader(data: &[u8]) {
 }
 
 /// [`term_reader`]; returns how many fragments were delivered.
-pub fn run_term_reader(data: &[u8]) -> usize {
+pub(crate) fn run_term_reader(data: &[u8]) -> usize {
     let mut delivered = 0;
     let mut input = Input::new(data);
     let g = small_geometry(&mut input);
@@ -158,7 +158,7 @@ fn write_frames(dst: &mut [u8], term_id: i32, input: &mut Input<'_>) {
 }
 
 /// Runs `reader::read` and checks every delivery against the term image.
-pub fn check_read(
+pub(crate) fn check_read(
     log: &Log<HeapRegion>,
     image: &[u8],
     position: i64,

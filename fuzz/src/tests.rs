@@ -9,7 +9,7 @@ use crate::term_reader::run_term_reader;
 use crate::{
     assembler, bridge_in, bridge_status, doorbell, file_validation, journal, ops_oracle, term_reader, unblock,
 };
-use shmlog::{BEGIN_FLAG, UNFRAGMENTED};
+use shmlog::__fuzz::frame::{BEGIN_FLAG, UNFRAGMENTED};
 use std::path::{Path, PathBuf};
 
 type Target = fn(&[u8]);

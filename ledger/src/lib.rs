@@ -10,6 +10,8 @@
 //!   through the Python package (`ledger/python/role.py`), when it is installed.
 //! - [`oracle`]: the rules (`docs/reliability.md` lists them as promises).
 
+#![warn(unreachable_pub)]
+
 pub mod body;
 pub mod cli;
 pub mod controller;

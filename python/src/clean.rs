@@ -37,7 +37,7 @@ impl PyCleanReport {
 /// session as missed): clean while such readers are quiet, or at startup.
 #[pyfunction]
 #[pyo3(signature = (dir=None, *, dry_run=false))]
-pub fn clean(py: Python<'_>, dir: Option<PathBuf>, dry_run: bool) -> PyResult<PyCleanReport> {
+pub(crate) fn clean(py: Python<'_>, dir: Option<PathBuf>, dry_run: bool) -> PyResult<PyCleanReport> {
     let dir = dir.unwrap_or_else(shmlog::default_dir);
     let report = py.detach(|| shmlog::inspect::clean(&dir, dry_run)).map_err(|e| errors::error(py, e))?;
     let pairs = |entries: Vec<shmlog::inspect::CleanEntry>| {

@@ -18,7 +18,7 @@ use shmlog::{Error, OfferError};
 
 /// The exception classes, in the order of [`SPECS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     ShmlogError,
     BackPressured,
     NotConnected,
@@ -274,7 +274,7 @@ fn class(py: Python<'_>, kind: Kind) -> Bound<'_, PyType> {
 }
 
 /// An exception of class `kind` with `message` (and, for the `OSError` family, its errno).
-pub fn new_err(py: Python<'_>, kind: Kind, message: impl Into<String>) -> PyErr {
+pub(crate) fn new_err(py: Python<'_>, kind: Kind, message: impl Into<String>) -> PyErr {
     let message = message.into();
     match SPECS[kind as usize].errno {
         Some(errno) => PyErr::from_type(class(py, kind), (errno, message)),
@@ -283,7 +283,7 @@ pub fn new_err(py: Python<'_>, kind: Kind, message: impl Into<String>) -> PyErr 
 }
 
 /// `true` if `err` is of class `kind` (or a subclass).
-pub fn is(py: Python<'_>, err: &PyErr, kind: Kind) -> bool {
+pub(crate) fn is(py: Python<'_>, err: &PyErr, kind: Kind) -> bool {
     err.is_instance(py, class(py, kind).as_any())
 }
 
@@ -299,7 +299,7 @@ fn os_err(py: Python<'_>, kind: Kind, errno: Option<i32>, message: String, path:
 }
 
 /// The exception for an offer that did not append.
-pub fn offer_error(py: Python<'_>, e: OfferError) -> PyErr {
+pub(crate) fn offer_error(py: Python<'_>, e: OfferError) -> PyErr {
     let message = e.to_string();
     match e {
         OfferError::BackPressured => new_err(py, K::BackPressured, message),
@@ -316,7 +316,7 @@ pub fn offer_error(py: Python<'_>, e: OfferError) -> PyErr {
 }
 
 /// The exception for a failed setup, journal or wait.
-pub fn error(py: Python<'_>, e: Error) -> PyErr {
+pub(crate) fn error(py: Python<'_>, e: Error) -> PyErr {
     let message = e.to_string();
     match e {
         Error::InvalidName { .. } => new_err(py, K::InvalidName, message),
@@ -357,7 +357,7 @@ fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, i64)]) -> PyErr {
 }
 
 /// Makes the exception classes and adds each to the module.
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let classes = CLASSES.get_or_try_init(py, || make_classes(py))?;
     for (s, class) in SPECS.iter().zip(classes) {
@@ -367,6 +367,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// A setting out of range (an `InvalidConfig`, which is a `ValueError`).
-pub fn invalid(py: Python<'_>, message: impl Into<String>) -> PyErr {
+pub(crate) fn invalid(py: Python<'_>, message: impl Into<String>) -> PyErr {
     new_err(py, K::InvalidConfig, message)
 }

@@ -26,7 +26,7 @@ static FORKS: AtomicU64 = AtomicU64::new(0);
 
 /// Registered with `os.register_at_fork(after_in_child=...)` when the module is imported.
 #[pyfunction]
-pub fn _after_fork_in_child() {
+pub(crate) fn _after_fork_in_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -35,7 +35,7 @@ pub fn _after_fork_in_child() {
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// A stream end owned by one Python object.
-pub struct Handle<T> {
+pub(crate) struct Handle<T> {
     inner: Mutex<Option<T>>,
     /// `FORKS` when it was made, and the process it was made in.
     forks: u64,
@@ -47,7 +47,7 @@ pub struct Handle<T> {
 }
 
 impl<T: Send> Handle<T> {
-    pub fn new(value: T, what: String) -> Self {
+    pub(crate) fn new(value: T, what: String) -> Self {
         Self {
             inner: Mutex::new(Some(value)),
             forks: FORKS.load(Ordering::Relaxed),
@@ -58,7 +58,7 @@ impl<T: Send> Handle<T> {
     }
 
     /// `true` in a child made by `fork()` after this object was made.
-    pub fn forked(&self) -> bool {
+    pub(crate) fn forked(&self) -> bool {
         FORKS.load(Ordering::Relaxed) != self.forks
     }
 
@@ -77,13 +77,13 @@ impl<T: Send> Handle<T> {
         )
     }
 
-    pub fn closed_error(&self, py: Python<'_>) -> PyErr {
+    pub(crate) fn closed_error(&self, py: Python<'_>) -> PyErr {
         errors::new_err(py, Kind::Closed, format!("{} is closed", self.what))
     }
 
     /// The object for one call: `UsedAfterFork` in a forked child, `RuntimeError` while another
     /// thread uses it. `None` inside once closed.
-    pub fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Option<T>>> {
+    pub(crate) fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Option<T>>> {
         if self.forked() {
             return Err(self.fork_error(py));
         }
@@ -99,7 +99,7 @@ impl<T: Send> Handle<T> {
 
     /// Runs `f` on the open object (`Closed` once closed).
     #[inline]
-    pub fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut T) -> PyResult<R>) -> PyResult<R> {
+    pub(crate) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut T) -> PyResult<R>) -> PyResult<R> {
         let mut g = self.lock(py)?;
         match g.as_mut() {
             Some(v) => f(v),
@@ -108,7 +108,7 @@ impl<T: Send> Handle<T> {
     }
 
     /// `Closed` if `close()` was called meanwhile: what a blocking call checks between slices.
-    pub fn check_open(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn check_open(&self, py: Python<'_>) -> PyResult<()> {
         if self.closing.load(Ordering::Relaxed) {
             return Err(self.closed_error(py));
         }
@@ -116,7 +116,7 @@ impl<T: Send> Handle<T> {
     }
 
     /// `true` once closed (or being closed).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         if self.closing.load(Ordering::Relaxed) {
             return true;
         }
@@ -130,7 +130,7 @@ impl<T: Send> Handle<T> {
     /// Closes: takes the object (waiting, without the GIL, for a blocking call in another thread
     /// to give it up) and hands it to `close`. Twice does nothing. In a forked child the object
     /// is forgotten, never closed: it is the parent's.
-    pub fn close(&self, py: Python<'_>, close: impl FnOnce(T)) -> PyResult<()> {
+    pub(crate) fn close(&self, py: Python<'_>, close: impl FnOnce(T)) -> PyResult<()> {
         self.closing.store(true, Ordering::Relaxed);
         let taken = match self.inner.try_lock() {
             Ok(mut g) => g.take(),
@@ -167,7 +167,7 @@ impl<T: Send> Handle<T> {
     }
 
     /// The object, for `__repr__` (never waits; `None` while busy).
-    pub fn peek(&self) -> Option<MutexGuard<'_, Option<T>>> {
+    pub(crate) fn peek(&self) -> Option<MutexGuard<'_, Option<T>>> {
         match self.inner.try_lock() {
             Ok(g) => Some(g),
             Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),

@@ -110,7 +110,7 @@ impl PyRecording {
 /// Every recording in the catalog of journal directory `journal`, by id. A damaged catalog
 /// record raises `CorruptRecording`.
 #[pyfunction]
-pub fn recordings(py: Python<'_>, journal: PathBuf) -> PyResult<Vec<PyRecording>> {
+pub(crate) fn recordings(py: Python<'_>, journal: PathBuf) -> PyResult<Vec<PyRecording>> {
     let all = shmlog::journal::recordings(&journal).map_err(|e| errors::error(py, e))?;
     all.into_iter().map(|r| r.map(PyRecording).map_err(|e| errors::error(py, e))).collect()
 }

@@ -1,6 +1,8 @@
 //! Python bindings of shmlog (the extension module `shmlog._shmlog`; the package `shmlog` in
 //! `python/shmlog` adds the asyncio methods and the type stubs). Only the core's public API.
 
+#![warn(unreachable_pub)]
+
 mod clean;
 mod errors;
 mod handle;

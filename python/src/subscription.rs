@@ -12,8 +12,8 @@ mod loss;
 mod receive;
 mod wait;
 
-pub use loss::PyLoss;
-pub use wait::wait_any;
+pub(crate) use loss::PyLoss;
+pub(crate) use wait::wait_any;
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;

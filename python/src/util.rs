@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 /// The longest a blocking call sleeps without the GIL before it looks at Python's signals: a
 /// Ctrl-C raises `KeyboardInterrupt` within this (and within the default liveness interval,
 /// 100 ms).
-pub const SLICE: Duration = Duration::from_millis(50);
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
 
 /// A timeout argument in seconds: `None` is forever, else a finite number >= 0.
-pub fn deadline(what: &str, seconds: Option<f64>) -> PyResult<Option<Instant>> {
+pub(crate) fn deadline(what: &str, seconds: Option<f64>) -> PyResult<Option<Instant>> {
     let Some(seconds) = seconds else { return Ok(None) };
     let duration = seconds_arg(what, seconds, true)?;
     // A deadline past what the clock can hold is forever.
@@ -27,7 +27,7 @@ pub fn deadline(what: &str, seconds: Option<f64>) -> PyResult<Option<Instant>> {
 }
 
 /// A duration argument in seconds: finite and >= 0 (> 0 unless `zero_ok`).
-pub fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration> {
+pub(crate) fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration> {
     let ok = seconds.is_finite() && (seconds > 0.0 || (zero_ok && seconds == 0.0));
     if !ok {
         let rule = if zero_ok { ">= 0" } else { "> 0" };
@@ -41,12 +41,12 @@ pub fn seconds_arg(what: &str, seconds: f64, zero_ok: bool) -> PyResult<Duration
 
 /// A setting in seconds (a liveness interval, an fsync period): finite and > 0, else
 /// `InvalidConfig` (a `ValueError`), as the core's own range checks raise.
-pub fn setting_seconds(py: Python<'_>, what: &str, seconds: f64) -> PyResult<Duration> {
+pub(crate) fn setting_seconds(py: Python<'_>, what: &str, seconds: f64) -> PyResult<Duration> {
     seconds_arg(what, seconds, false).map_err(|e| errors::invalid(py, e.value(py).to_string()))
 }
 
 /// A positive integer setting that must fit a `usize`, else `InvalidConfig` (a `ValueError`).
-pub fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
+pub(crate) fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
     usize::try_from(n)
         .ok()
         .filter(|&n| n > 0)
@@ -54,7 +54,7 @@ pub fn positive(py: Python<'_>, what: &str, n: i64) -> PyResult<usize> {
 }
 
 /// Time left before `deadline` for one slice of waiting; `None` once it passed.
-pub fn slice(deadline: Option<Instant>) -> Option<Duration> {
+pub(crate) fn slice(deadline: Option<Instant>) -> Option<Duration> {
     match deadline {
         None => Some(SLICE),
         Some(d) => {
@@ -68,7 +68,7 @@ pub fn slice(deadline: Option<Instant>) -> Option<Duration> {
 /// the one into the log); a `bytearray`, `memoryview` or other buffer is copied once first (the
 /// buffer protocol is not part of the stable ABI before Python 3.11, and a mutable buffer could
 /// change under a wait that released the GIL).
-pub fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
+pub(crate) fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(b) = data.cast::<PyBytes>() {
         return Ok(f(b.as_bytes()));
     }
@@ -92,7 +92,7 @@ pub fn with_bytes<R>(data: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyR
 /// the GIL. Counts what it decoded, so that the subscription knows when the receiver's queue is
 /// empty.
 #[derive(Clone, Debug, Default)]
-pub struct PyBytesCodec {
+pub(crate) struct PyBytesCodec {
     pub decoded: Arc<AtomicU64>,
 }
 
@@ -119,11 +119,11 @@ impl Codec<Py<PyBytes>> for PyBytesCodec {
 /// itself, with no thread of ours in between; the core's waiter thread only writes to it for a
 /// liveness check (or on a kernel without the reactor path).
 #[derive(Default)]
-pub struct AsyncWake(Option<WakeFd>);
+pub(crate) struct AsyncWake(Option<WakeFd>);
 
 impl AsyncWake {
     /// The descriptor to watch (`_async_fd()`), made on first use.
-    pub fn fd(&mut self, py: Python<'_>) -> PyResult<i32> {
+    pub(crate) fn fd(&mut self, py: Python<'_>) -> PyResult<i32> {
         if self.0.is_none() {
             self.0 = Some(WakeFd::new().map_err(|e| errors::error(py, e))?);
         }
@@ -132,14 +132,14 @@ impl AsyncWake {
 
     /// Takes the wake-ups so far (`_drain_wakes()`, before a poll: a wake-up after it leaves the
     /// descriptor readable).
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         if let Some(w) = &self.0 {
             w.clear();
         }
     }
 
     /// The `WakeFd` the core's async receiver or sender sleeps through.
-    pub fn get(&self) -> PyResult<&WakeFd> {
+    pub(crate) fn get(&self) -> PyResult<&WakeFd> {
         self.0.as_ref().ok_or_else(|| PyRuntimeError::new_err("_async_fd() must be called first"))
     }
 }

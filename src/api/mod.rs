@@ -9,13 +9,13 @@ pub(crate) mod channel;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod claim;
 #[cfg(not(shmlog_loom))]
-pub(crate) mod codec;
+pub mod codec;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod concurrent;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod defaults;
 pub(crate) mod handler;
-pub(crate) mod idle;
+pub mod idle;
 #[cfg(not(shmlog_loom))]
 pub mod inspect;
 #[cfg(not(shmlog_loom))]

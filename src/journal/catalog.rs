@@ -29,11 +29,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// File name of the catalog in a journal directory.
-pub const FILE_NAME: &str = "catalog";
+pub(crate) const FILE_NAME: &str = "catalog";
 /// Bytes before the first record.
-pub const HEADER_LEN: usize = 4096;
+pub(crate) const HEADER_LEN: usize = 4096;
 /// Records of a new catalog (2 MiB).
-pub const DEFAULT_CAPACITY: usize = 4096;
+pub(crate) const DEFAULT_CAPACITY: usize = 4096;
 /// Catalog layout version written. Version 2 added two record words (checksum kind, cut
 /// count); version 3 the recording's id (records are reused), its origin, its purged base and
 /// retention policy, the `DELETING` state, and in the header the next id and the journal's
@@ -41,21 +41,21 @@ pub const DEFAULT_CAPACITY: usize = 4096;
 /// is the recording of its index), so it still opens: read-only as it is, and a process that
 /// opens it read-write (a recorder, an operation) upgrades it: the next id past its records,
 /// synced, then the version. Older builds then refuse it with `VersionMismatch`.
-pub const VERSION: i64 = 3;
+pub(crate) const VERSION: i64 = 3;
 /// Oldest catalog version read.
-pub const OLDEST_VERSION: i64 = 1;
+pub(crate) const OLDEST_VERSION: i64 = 1;
 const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOGJ\0");
 
 /// Header words.
 mod header {
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const RECORD_LEN: usize = 16;
-    pub const CAPACITY: usize = 24;
+    pub(super) const MAGIC: usize = 0;
+    pub(super) const VERSION: usize = 8;
+    pub(super) const RECORD_LEN: usize = 16;
+    pub(super) const CAPACITY: usize = 24;
     /// Version 3: the id the next recording gets (ids are never reused).
-    pub const NEXT_ID: usize = 32;
+    pub(super) const NEXT_ID: usize = 32;
     /// Version 3: the journal's retention policy (`policy::Retention`'s three words).
-    pub const RETAIN: usize = 40;
+    pub(super) const RETAIN: usize = 40;
 }
 
 /// Byte locked (exclusively) while a record is being allocated (or the catalog upgraded).
@@ -68,6 +68,7 @@ const MAINTENANCE_WAIT: Duration = Duration::from_secs(10);
 
 /// A mapped catalog: read-write for recorders, read-only for replays and tools.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Catalog<R> {
     path: PathBuf,
     file: File,
@@ -95,7 +96,7 @@ fn lock_until(file: &File, path: &Path, at: u64, deadline: Instant) -> Result<bo
 
 /// The maintenance lock of one record, released on drop.
 #[derive(Debug)]
-pub struct Maintenance<'a> {
+pub(crate) struct Maintenance<'a> {
     file: &'a File,
     at: u64,
 }
@@ -111,7 +112,7 @@ fn file_length(capacity: usize) -> usize {
 }
 
 /// Creates `dir` (0700) if missing; refuses a symlink or a non-directory.
-pub fn ensure_dir(dir: &Path) -> Result<(), Error> {
+pub(crate) fn ensure_dir(dir: &Path) -> Result<(), Error> {
     match DirBuilder::new().recursive(true).mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -127,6 +128,7 @@ pub fn ensure_dir(dir: &Path) -> Result<(), Error> {
 impl Catalog<MmapRegion> {
     /// Opens the catalog of `dir` read-write, creating the directory and a catalog of
     /// `capacity` records if there is none.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn open_or_create(dir: &Path, capacity: usize) -> Result<Self, Error> {
         ensure_dir(dir)?;
         let path = dir.join(FILE_NAME);
@@ -213,6 +215,7 @@ impl Catalog<MmapRegion> {
     /// deleted), gives the recording the next id, publishes `fields` and takes the record's
     /// recorder lock (released by [`Catalog::release`] or by our death). Returns the id and the
     /// record's index.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn allocate(&self, fields: &Fields<'_>) -> Result<(u32, u32), Error> {
         let deadline = Instant::now() + Duration::from_secs(10);
         if !lock_until(&self.file, &self.path, ALLOCATION_LOCK, deadline)? {
@@ -249,64 +252,67 @@ impl Catalog<MmapRegion> {
     }
 
     /// Takes record `slot`'s recorder lock: `false` if a live recorder holds it.
-    pub fn take(&self, slot: u32) -> Result<bool, Error> {
+    pub(crate) fn take(&self, slot: u32) -> Result<bool, Error> {
         lock::try_lock(&self.file, Kind::Exclusive, record_base(slot) as u64, 1)
             .map_err(|e| Error::io("lock catalog record", &self.path, e))
     }
 
     /// Releases record `slot`'s recorder lock.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn release(&self, slot: u32) {
         let _ = lock::unlock(&self.file, record_base(slot) as u64, 1);
     }
 
     /// Takes record `slot`'s maintenance lock, waiting up to 10 s for another holder (`wait`),
     /// or not at all: `None` if it is held.
-    pub fn maintain(&self, slot: u32, wait: bool) -> Result<Option<Maintenance<'_>>, Error> {
+    pub(crate) fn maintain(&self, slot: u32, wait: bool) -> Result<Option<Maintenance<'_>>, Error> {
         let at = record_base(slot) as u64 + MAINTENANCE_LOCK;
         let deadline = if wait { Instant::now() + MAINTENANCE_WAIT } else { Instant::now() };
         Ok(lock_until(&self.file, &self.path, at, deadline)?.then_some(Maintenance { file: &self.file, at }))
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn set_recorded(&self, slot: u32, position: i64) {
         record::set_recorded(&self.region, record_base(slot), position);
     }
 
-    pub fn set_durable(&self, slot: u32, position: i64) {
+    pub(crate) fn set_durable(&self, slot: u32, position: i64) {
         record::set_durable(&self.region, record_base(slot), position);
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn stop(&self, slot: u32, stop: i64, reason: record::StopReason) {
         record::stop(&self.region, record_base(slot), stop, reason, crate::sys::clock::now_ns());
     }
 
     /// Lowers record `slot`'s positions to `stop` and counts a cut: before recovery zeroes past
     /// it.
-    pub fn cut_back(&self, slot: u32, stop: i64) {
+    pub(crate) fn cut_back(&self, slot: u32, stop: i64) {
         record::cut_back(&self.region, record_base(slot), stop);
     }
 
-    pub fn resume(&self, slot: u32, stop: i64) {
+    pub(crate) fn resume(&self, slot: u32, stop: i64) {
         record::resume(&self.region, record_base(slot), stop, std::process::id() as i32);
     }
 
     /// Moves record `slot`'s start up to `start` and its purged base to `purged`, then calls
     /// `then` (which removes files below them): see `record::move_start`.
-    pub fn move_start<T>(&self, slot: u32, start: i64, purged: i64, then: impl FnOnce() -> T) -> T {
+    pub(crate) fn move_start<T>(&self, slot: u32, start: i64, purged: i64, then: impl FnOnce() -> T) -> T {
         record::move_start(&self.region, record_base(slot), start, purged, then)
     }
 
     /// Marks record `slot`'s recording as being deleted.
-    pub fn retire(&self, slot: u32) {
+    pub(crate) fn retire(&self, slot: u32) {
         record::retire(&self.region, record_base(slot));
     }
 
     /// Frees record `slot` for reuse (its recording's files are gone).
-    pub fn free(&self, slot: u32) {
+    pub(crate) fn free(&self, slot: u32) {
         record::free(&self.region, record_base(slot));
     }
 
     /// Sets the journal's retention policy, synced.
-    pub fn set_retention(&self, policy: Retention) -> Result<(), Error> {
+    pub(crate) fn set_retention(&self, policy: Retention) -> Result<(), Error> {
         for (i, w) in policy.to_words().into_iter().enumerate() {
             self.region.store_i64(header::RETAIN + i * 8, w, Ordering::Release);
         }
@@ -314,7 +320,7 @@ impl Catalog<MmapRegion> {
     }
 
     /// Writes record `slot` back to the disk and waits.
-    pub fn sync(&self, slot: u32) -> Result<(), Error> {
+    pub(crate) fn sync(&self, slot: u32) -> Result<(), Error> {
         if super::segment::trace::failing("sync catalog") {
             return Err(Error::io("sync catalog", &self.path, std::io::Error::other("injected by a test")));
         }
@@ -328,7 +334,7 @@ impl Catalog<MmapRegion> {
 
 impl Catalog<ReadOnlyRegion> {
     /// Opens the catalog of `dir` read-only.
-    pub fn open(dir: &Path) -> Result<Self, Error> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, Error> {
         let path = dir.join(FILE_NAME);
         let file = open_existing(&path, false).map_err(|e| Error::io("open catalog", &path, e))?;
         let capacity = check_file(&path, &file)?;
@@ -354,13 +360,13 @@ fn check_file(path: &Path, file: &File) -> Result<usize, Error> {
 
 impl<R: Region> Catalog<R> {
     /// The catalog's layout version now (an older one may be upgraded while we have it open).
-    pub fn version(&self) -> i64 {
+    pub(crate) fn version(&self) -> i64 {
         self.region.load_i64(header::VERSION, Ordering::Acquire)
     }
 
     /// The journal's retention policy ([`Retention::none`] in a catalog older than version 3, or
     /// if the words are not a policy).
-    pub fn retention(&self) -> Retention {
+    pub(crate) fn retention(&self) -> Retention {
         if self.version() < 3 {
             return Retention::none();
         }
@@ -369,7 +375,7 @@ impl<R: Region> Catalog<R> {
     }
 
     /// The directory the catalog is in (the journal's).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.path.parent().unwrap_or(Path::new("."))
     }
 
@@ -390,12 +396,12 @@ impl<R: Region> Catalog<R> {
     }
 
     /// `true` if a live recorder holds record `slot`.
-    pub fn recorder_alive(&self, slot: u32) -> bool {
+    pub(crate) fn recorder_alive(&self, slot: u32) -> bool {
         lock::is_held(&self.file, Kind::Exclusive, record_base(slot) as u64, 1).unwrap_or(false)
     }
 
     /// The record that holds recording `id`, if any.
-    pub fn find(&self, id: u32) -> Option<u32> {
+    pub(crate) fn find(&self, id: u32) -> Option<u32> {
         if self.version() < 3 {
             return ((id as usize) < self.capacity).then_some(id);
         }
@@ -406,7 +412,7 @@ impl<R: Region> Catalog<R> {
     }
 
     /// Recording `id`, or [`Error::NoSuchRecording`].
-    pub fn get(&self, id: u32) -> Result<Recording, Error> {
+    pub(crate) fn get(&self, id: u32) -> Result<Recording, Error> {
         let Some(slot) = self.find(id) else { return Err(Error::NoSuchRecording { id }) };
         match self.read(slot) {
             Ok(Some(recording)) if recording.id == id => Ok(recording),
@@ -417,7 +423,7 @@ impl<R: Region> Catalog<R> {
 
     /// The recording record `slot` holds (`None` if free or being deleted): a snapshot whose id
     /// and state are loaded again after it, taken again if either moved meanwhile.
-    pub fn read(&self, slot: u32) -> Result<Option<Recording>, Error> {
+    pub(crate) fn read(&self, slot: u32) -> Result<Option<Recording>, Error> {
         let base = record_base(slot);
         let mut attempts = 0;
         loop {
@@ -443,26 +449,26 @@ impl<R: Region> Catalog<R> {
 
     /// Recording `id`'s progress in record `slot` (a recording [`Catalog::get`] returned): for
     /// a replay following it as it grows, and noticing a cut, a purge or its deletion.
-    pub fn progress(&self, slot: u32, id: u32) -> record::Progress {
+    pub(crate) fn progress(&self, slot: u32, id: u32) -> record::Progress {
         record::progress(&self.region, record_base(slot), slot, id)
     }
 
     /// After reading bytes of recording `id` below a position [`Catalog::progress`] gave with
     /// `cuts`: `true` if recovery began no cut since (and the recording is still there), so the
     /// bytes are the recorded ones.
-    pub fn uncut(&self, slot: u32, id: u32, cuts: i64) -> bool {
+    pub(crate) fn uncut(&self, slot: u32, id: u32, cuts: i64) -> bool {
         record::uncut(&self.region, record_base(slot), cuts, slot, id)
     }
 
     /// The records whose recording is being deleted.
-    pub fn deleting(&self) -> Vec<u32> {
+    pub(crate) fn deleting(&self) -> Vec<u32> {
         (0..self.capacity as u32)
             .filter(|&slot| self.region.load_i64(record_base(slot), Ordering::Acquire) == record::DELETING)
             .collect()
     }
 
     /// The id of the recording record `slot` holds (or held, while being deleted).
-    pub fn id_in(&self, slot: u32) -> u32 {
+    pub(crate) fn id_in(&self, slot: u32) -> u32 {
         record::id_in(
             self.region.load_i64(record_base(slot) + record::word::PID * 8, Ordering::Acquire),
             slot,
@@ -470,13 +476,13 @@ impl<R: Region> Catalog<R> {
     }
 
     /// Record `slot`'s start position, loaded after finding a segment file missing.
-    pub fn start_of(&self, slot: u32) -> i64 {
+    pub(crate) fn start_of(&self, slot: u32) -> i64 {
         record::start(&self.region, record_base(slot))
     }
 
     /// Every recording in the catalog, by id; a record that fails validation is an error naming
     /// it (listed where its index falls among the ids).
-    pub fn list(&self) -> Vec<Result<Recording, Error>> {
+    pub(crate) fn list(&self) -> Vec<Result<Recording, Error>> {
         let mut found: Vec<(u32, Result<Recording, Error>)> = (0..self.capacity as u32)
             .filter(|&slot| self.region.load_i64(record_base(slot), Ordering::Acquire) != record::FREE)
             .filter_map(|slot| match self.read(slot) {

@@ -26,32 +26,32 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// File name of the durable readers' positions in a journal directory.
-pub const FILE_NAME: &str = "readers";
+pub(super) const FILE_NAME: &str = "readers";
 const HEADER_LEN: usize = 4096;
 const RECORD_LEN: usize = 256;
 /// Readers a journal can register.
-pub const CAPACITY: usize = 256;
+pub(super) const CAPACITY: usize = 256;
 const VERSION: i64 = 1;
 const MAGIC: i64 = i64::from_le_bytes(*b"SHMLOGR\0");
 /// Longest durable reader name.
-pub const NAME_MAX: usize = 64;
+pub(super) const NAME_MAX: usize = 64;
 /// Longest stream name (as in the catalog).
 const STREAM_MAX: usize = super::record::NAME_MAX;
 
 mod header {
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const RECORD_LEN: usize = 16;
-    pub const CAPACITY: usize = 24;
+    pub(super) const MAGIC: usize = 0;
+    pub(super) const VERSION: usize = 8;
+    pub(super) const RECORD_LEN: usize = 16;
+    pub(super) const CAPACITY: usize = 24;
 }
 
 /// Record words: the state (0), then `reader_position`'s (1..=3), then these.
 mod word {
-    pub const UPDATED_NS: usize = 4;
+    pub(super) const UPDATED_NS: usize = 4;
     /// The name's length (bits 0..32) and the stream name's (bits 32..64).
-    pub const LENGTHS: usize = 5;
-    pub const NAME: usize = 6;
-    pub const STREAM: usize = 14;
+    pub(super) const LENGTHS: usize = 5;
+    pub(super) const NAME: usize = 6;
+    pub(super) const STREAM: usize = 14;
 }
 
 const FREE: i64 = 0;

@@ -7,6 +7,7 @@ use crate::log::position::Terms;
 
 /// What every frame of one recording must say about itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Expect {
     pub terms: Terms,
     pub session_id: i32,
@@ -15,6 +16,7 @@ pub struct Expect {
 
 /// A frame that passed the checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Frame {
     /// Header plus payload.
     pub len: usize,
@@ -24,12 +26,12 @@ pub struct Frame {
 }
 
 impl Frame {
-    pub fn is_padding(&self) -> bool {
+    pub(crate) fn is_padding(&self) -> bool {
         self.rest.frame_type == TYPE_PAD
     }
 
     /// `true` if a message ends with this frame (a last fragment, or padding).
-    pub fn ends_message(&self) -> bool {
+    pub(crate) fn ends_message(&self) -> bool {
         self.is_padding() || self.rest.flags & END_FLAG != 0
     }
 }
@@ -37,6 +39,7 @@ impl Frame {
 /// The frame at the start of `bytes`, which hold the recording from stream `position` on:
 /// `Ok(None)` if nothing was written there (a zero length word). `bytes` may end before the
 /// frame does; the caller compares `aligned` with what it holds.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn frame_at(bytes: &[u8], position: i64, expect: &Expect) -> Result<Option<Frame>, &'static str> {
     let Some(header) = bytes.get(..HEADER_LEN) else { return Err("a frame header is cut short") };
     let raw = i32::from_le_bytes([header[0], header[1], header[2], header[3]]);
@@ -55,12 +58,13 @@ pub fn frame_at(bytes: &[u8], position: i64, expect: &Expect) -> Result<Option<F
 }
 
 /// Offset of the reserved value in a frame header: where a recorded frame's checksum goes.
-pub const RESERVED_OFFSET: usize = 24;
+pub(crate) const RESERVED_OFFSET: usize = 24;
 
 /// The CRC32C of a recorded frame, `frame` being exactly the bytes it covers: the header with
 /// its reserved value taken as zero, then the payload (`frame_length` bytes in all for a data
 /// frame; the 32-byte header alone for padding, whose body is not data). The alignment bytes
 /// after a frame are not covered: nobody reads them.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn checksum(frame: &[u8]) -> u32 {
     use crc32c::{crc32c, crc32c_append};
     let (head, rest) = frame.split_at(RESERVED_OFFSET.min(frame.len()));
@@ -69,6 +73,7 @@ pub fn checksum(frame: &[u8]) -> u32 {
 }
 
 /// Stores the checksum of `frame` (the bytes [`checksum`] covers) in its reserved value.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn seal(frame: &mut [u8]) {
     let crc = checksum(frame) as u64;
     if let Some(reserved) = frame.get_mut(RESERVED_OFFSET..HEADER_LEN) {
@@ -77,13 +82,14 @@ pub fn seal(frame: &mut [u8]) {
 }
 
 /// `true` if `frame`'s reserved value is the checksum of the bytes it covers.
-pub fn sealed(frame: &[u8], rest: &HeaderRest) -> bool {
+pub(crate) fn sealed(frame: &[u8], rest: &HeaderRest) -> bool {
     rest.reserved_value == checksum(frame) as i64
 }
 
 /// The 32 bytes of a padding frame of `len` bytes (32-aligned, within the term) at `position`,
 /// as a recorder writes it where the log had padding (which live reads skip and so never hand
 /// over). Its body is not data: nothing is written there.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn padding_header(position: i64, len: usize, expect: &Expect) -> [u8; HEADER_LEN] {
     let offset = expect.terms.term_offset(position);
     let rest = HeaderRest {

@@ -14,14 +14,14 @@ use crate::sync::protocol;
 use crate::sync::{fence, Ordering};
 
 /// Word indices within a reader's record.
-pub mod word {
-    pub const SEQUENCE: usize = 1;
-    pub const RECORDING: usize = 2;
-    pub const POSITION: usize = 3;
+pub(crate) mod word {
+    pub(crate) const SEQUENCE: usize = 1;
+    pub(crate) const RECORDING: usize = 2;
+    pub(crate) const POSITION: usize = 3;
 }
 
 /// The recording word of a reader that has read nothing yet.
-pub const NOTHING_READ: i64 = -1;
+pub(crate) const NOTHING_READ: i64 = -1;
 
 fn at(base: usize, word: usize) -> usize {
     base + word * 8
@@ -29,7 +29,7 @@ fn at(base: usize, word: usize) -> usize {
 
 /// Stores the reader's position: `position` in recording `recording` (only its one writer
 /// calls this).
-pub fn store<R: RegionMut>(region: &R, base: usize, recording: i64, position: i64) {
+pub(crate) fn store<R: RegionMut>(region: &R, base: usize, recording: i64, position: i64) {
     // The next odd number (a writer that died mid-store left one: never reused).
     let sequence = region.load_i64(at(base, word::SEQUENCE), Ordering::Relaxed);
     let odd = sequence.wrapping_add(if sequence & 1 == 1 { 2 } else { 1 });
@@ -43,7 +43,7 @@ pub fn store<R: RegionMut>(region: &R, base: usize, recording: i64, position: i6
 }
 
 /// One attempt at loading the reader's position: `None` if its writer was storing it meanwhile.
-pub fn try_load<R: Region>(region: &R, base: usize) -> Option<(i64, i64)> {
+pub(crate) fn try_load<R: Region>(region: &R, base: usize) -> Option<(i64, i64)> {
     let before = region.load_i64(at(base, word::SEQUENCE), Ordering::Acquire);
     let recording = region.load_i64(at(base, word::RECORDING), Ordering::Relaxed);
     let position = region.load_i64(at(base, word::POSITION), Ordering::Relaxed);

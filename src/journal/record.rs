@@ -31,13 +31,15 @@ use crate::sync::protocol;
 use crate::sync::{fence, Ordering};
 
 /// Bytes of one record.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const RECORD_LEN: usize = 512;
 /// Words of one record.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const WORDS: usize = RECORD_LEN / 8;
 /// Longest stream name a record holds.
-pub const NAME_MAX: usize = 128;
+pub(crate) const NAME_MAX: usize = 128;
 /// Largest segment file.
-pub const SEGMENT_MAX: u64 = 1 << 40;
+pub(crate) const SEGMENT_MAX: u64 = 1 << 40;
 
 /// Word indices. Loaded in index order but for four: the state first, then `PURGED`, `START` and
 /// `ORIGIN` (which retention stores in the opposite order) before the positions, and `durable`
@@ -47,48 +49,48 @@ pub const SEGMENT_MAX: u64 = 1 << 40;
 /// checksum, never cut. Version 3 added the recording's id (bits 32..64 of `PID`, for the same
 /// reason) and `ORIGIN` to `RETAIN_SEGMENTS`, which only retention writes (zero in a record that
 /// no purge touched, and in older records: no id bits means the id is the record's index).
-pub mod word {
-    pub const STATE: usize = 0;
-    pub const STOP_REASON: usize = 1;
-    pub const STOP_NS: usize = 2;
-    pub const DURABLE: usize = 3;
-    pub const RECORDED: usize = 4;
-    pub const START: usize = 5;
-    pub const SESSION_ID: usize = 6;
-    pub const STREAM_ID: usize = 7;
-    pub const TERM_LENGTH: usize = 8;
-    pub const SEGMENT_LENGTH: usize = 9;
-    pub const MTU: usize = 10;
-    pub const INITIAL_TERM_ID: usize = 11;
-    pub const START_NS: usize = 12;
-    pub const BOOT_ID: usize = 13;
-    pub const PID: usize = 14;
-    pub const GAP_BEFORE: usize = 15;
-    pub const PREVIOUS: usize = 16;
+pub(crate) mod word {
+    pub(crate) const STATE: usize = 0;
+    pub(crate) const STOP_REASON: usize = 1;
+    pub(crate) const STOP_NS: usize = 2;
+    pub(crate) const DURABLE: usize = 3;
+    pub(crate) const RECORDED: usize = 4;
+    pub(crate) const START: usize = 5;
+    pub(crate) const SESSION_ID: usize = 6;
+    pub(crate) const STREAM_ID: usize = 7;
+    pub(crate) const TERM_LENGTH: usize = 8;
+    pub(crate) const SEGMENT_LENGTH: usize = 9;
+    pub(crate) const MTU: usize = 10;
+    pub(crate) const INITIAL_TERM_ID: usize = 11;
+    pub(crate) const START_NS: usize = 12;
+    pub(crate) const BOOT_ID: usize = 13;
+    pub(crate) const PID: usize = 14;
+    pub(crate) const GAP_BEFORE: usize = 15;
+    pub(crate) const PREVIOUS: usize = 16;
     /// The name's length (bits 0..32) and the checksum kind (bits 32..40).
-    pub const NAME_LEN: usize = 17;
-    pub const NAME: usize = 18;
+    pub(crate) const NAME_LEN: usize = 17;
+    pub(crate) const NAME: usize = 18;
     /// After the 16 words of the name: how many times recovery cut the recording back.
-    pub const CUTS: usize = 34;
+    pub(crate) const CUTS: usize = 34;
     /// Where the recording began, with bit 0 set, once retention first moved `START` (zero
     /// before: the origin is the start).
-    pub const ORIGIN: usize = 35;
+    pub(crate) const ORIGIN: usize = 35;
     /// A segment base: the recording's segment files below it are removed, or being removed.
-    pub const PURGED: usize = 36;
+    pub(crate) const PURGED: usize = 36;
     /// The recording's own retention policy (`policy::Retention`'s three words).
-    pub const RETAIN_AGE_NS: usize = 37;
-    pub const RETAIN_BYTES: usize = 38;
-    pub const RETAIN_SEGMENTS: usize = 39;
+    pub(crate) const RETAIN_AGE_NS: usize = 37;
+    pub(crate) const RETAIN_BYTES: usize = 38;
+    pub(crate) const RETAIN_SEGMENTS: usize = 39;
 }
 
 /// The `PID` word's bits 32..64 for recording `id`: `id + 1` (0 in an older record, whose id is
 /// its index). Ids are below `u32::MAX`.
-pub fn id_bits(id: u32) -> i64 {
+pub(crate) fn id_bits(id: u32) -> i64 {
     ((u64::from(id) + 1) << 32) as i64
 }
 
 /// The id of the recording a record at index `slot` whose `PID` word is `pid_word` holds.
-pub fn id_in(pid_word: i64, slot: u32) -> u32 {
+pub(crate) fn id_in(pid_word: i64, slot: u32) -> u32 {
     match (pid_word as u64 >> 32) as u32 {
         0 => slot,
         bits => bits - 1,
@@ -99,16 +101,17 @@ pub fn id_in(pid_word: i64, slot: u32) -> u32 {
 const NAME_LEN_MASK: i64 = 0xffff_ffff;
 
 /// Record states.
-pub const FREE: i64 = 0;
-pub const RECORDING: i64 = 1;
-pub const STOPPED: i64 = 2;
+pub(crate) const FREE: i64 = 0;
+pub(crate) const RECORDING: i64 = 1;
+pub(crate) const STOPPED: i64 = 2;
 /// Its recording is being deleted: its files go, then the record is freed.
-pub const DELETING: i64 = 3;
+pub(crate) const DELETING: i64 = 3;
 
 /// Why a recording stopped. The discriminant is the code stored in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 #[repr(u8)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum StopReason {
     /// The publisher closed its session (end of stream): everything it offered is recorded.
     EndOfStream = 1,
@@ -170,6 +173,7 @@ pub enum RecordingState {
 /// What a recording's frames carry to detect damage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Checksum {
     /// Nothing: only the structural checks of every frame (length, place, type, session). A
     /// flipped payload bit, or a length that still fits its term, replays as data. Frames keep
@@ -275,6 +279,7 @@ impl Recording {
 
 /// What a recorder writes once when it starts a recording.
 #[derive(Clone, Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Fields<'a> {
     pub stream: &'a str,
     pub session_id: i32,
@@ -299,6 +304,7 @@ fn at(base: usize, word: usize) -> usize {
 
 /// Writes recording `id`'s fields into the free record at `base` (one never used, or one whose
 /// last recording was deleted: every word is written), then publishes it.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn publish<R: RegionMut>(region: &R, base: usize, id: u32, f: &Fields<'_>) {
     // Readers of the record's last recording may still load its words: one that loads any word
     // written from here on, and then fences, sees the state that freed the record, not the
@@ -344,17 +350,17 @@ pub fn publish<R: RegionMut>(region: &R, base: usize, id: u32, f: &Fields<'_>) {
 }
 
 /// Moves the recorded position (after the bytes before it were written).
-pub fn set_recorded<R: RegionMut>(region: &R, base: usize, position: i64) {
+pub(crate) fn set_recorded<R: RegionMut>(region: &R, base: usize, position: i64) {
     region.store_i64(at(base, word::RECORDED), position, Ordering::Release);
 }
 
 /// Moves the durable position (after the bytes before it were synced to the disk).
-pub fn set_durable<R: RegionMut>(region: &R, base: usize, position: i64) {
+pub(crate) fn set_durable<R: RegionMut>(region: &R, base: usize, position: i64) {
     region.store_i64(at(base, word::DURABLE), position, Ordering::Release);
 }
 
 /// Closes the recording at `stop` (at or below its recorded position).
-pub fn stop<R: RegionMut>(region: &R, base: usize, stop: i64, reason: StopReason, unix_ns: i64) {
+pub(crate) fn stop<R: RegionMut>(region: &R, base: usize, stop: i64, reason: StopReason, unix_ns: i64) {
     let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
     // Lowered in the order readers load them (durable, then recorded): never durable > recorded.
     region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
@@ -365,7 +371,7 @@ pub fn stop<R: RegionMut>(region: &R, base: usize, stop: i64, reason: StopReason
 }
 
 /// Takes an interrupted recording over to extend it (a resumed recorder), cut back to `stop`.
-pub fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
+pub(crate) fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
     let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
     region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
     region.store_i64(at(base, word::RECORDED), stop, Ordering::Release);
@@ -376,7 +382,7 @@ pub fn resume<R: RegionMut>(region: &R, base: usize, stop: i64, pid: i32) {
 /// Lowers the recorded (and durable) position to `stop` and counts a cut, then fences: called by
 /// recovery before it zeroes anything past `stop`, so a replay that read bytes being zeroed sees
 /// the count move ([`uncut`]).
-pub fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
+pub(crate) fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
     let durable = region.load_i64(at(base, word::DURABLE), Ordering::Relaxed);
     let recorded = region.load_i64(at(base, word::RECORDED), Ordering::Relaxed);
     region.store_i64(at(base, word::DURABLE), durable.min(stop), Ordering::Release);
@@ -393,7 +399,7 @@ pub fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
 
 /// Where a recording stands for a replay following it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Cuts so far: bytes read while this stays the same are recorded bytes.
     pub cuts: i64,
     /// `true` once stopped: `recorded` is final.
@@ -407,7 +413,7 @@ pub struct Progress {
 }
 
 /// `true` if the record at index `slot` whose `PID` word is `pid_word` holds recording `id`.
-pub fn holds(pid_word: i64, slot: u32, id: u32) -> bool {
+pub(crate) fn holds(pid_word: i64, slot: u32, id: u32) -> bool {
     id_in(pid_word, slot) == id
 }
 
@@ -415,7 +421,7 @@ pub fn holds(pid_word: i64, slot: u32, id: u32) -> bool {
 /// start and recorded positions (each acquire: a count seen comes with the positions lowered
 /// before it), then, after an acquire fence, the id and state again: a record deleted or reused
 /// under the loads is seen.
-pub fn progress<R: Region>(region: &R, base: usize, slot: u32, id: u32) -> Progress {
+pub(crate) fn progress<R: Region>(region: &R, base: usize, slot: u32, id: u32) -> Progress {
     let pid_word = region.load_i64(at(base, word::PID), Ordering::Acquire);
     let state = region.load_i64(at(base, word::STATE), Ordering::Acquire);
     let cuts = region.load_i64(at(base, word::CUTS), Ordering::Acquire);
@@ -431,7 +437,7 @@ pub fn progress<R: Region>(region: &R, base: usize, slot: u32, id: u32) -> Progr
 /// still does, in that state, so the words loaded were that recording's (an acquire fence, then
 /// the id and state again: a seqlock whose sequence is the pair; the deleter changes the state
 /// before anything else, and whoever reuses the record fences before writing it).
-pub fn same_recording<R: Region>(region: &R, base: usize, slot: u32, id: u32, state: i64) -> bool {
+pub(crate) fn same_recording<R: Region>(region: &R, base: usize, slot: u32, id: u32, state: i64) -> bool {
     fence(Ordering::Acquire);
     holds(region.load_i64(at(base, word::PID), Ordering::Relaxed), slot, id)
         && region.load_i64(at(base, word::STATE), Ordering::Relaxed) == state
@@ -440,7 +446,7 @@ pub fn same_recording<R: Region>(region: &R, base: usize, slot: u32, id: u32, st
 /// After reading bytes below a recorded position loaded with `cuts`: `true` if no cut began
 /// since, so they are the bytes recorded there (none was zeroed under the read), and record
 /// `slot` still holds recording `id`.
-pub fn uncut<R: Region>(region: &R, base: usize, cuts: i64, slot: u32, id: u32) -> bool {
+pub(crate) fn uncut<R: Region>(region: &R, base: usize, cuts: i64, slot: u32, id: u32) -> bool {
     fence(Ordering::Acquire);
     region.load_i64(at(base, word::CUTS), Ordering::Relaxed) == cuts
         && holds(region.load_i64(at(base, word::PID), Ordering::Relaxed), slot, id)
@@ -453,7 +459,7 @@ pub fn uncut<R: Region>(region: &R, base: usize, cuts: i64, slot: u32, id: u32) 
 /// each release (a reader loads them the other way round). Then calls `then`, which removes
 /// segment files: a replay that finds one missing and then loads the start ([`start`]) sees it
 /// past what was removed (a mutant removes first and loom model j4 fails).
-pub fn move_start<R: RegionMut, T>(
+pub(crate) fn move_start<R: RegionMut, T>(
     region: &R,
     base: usize,
     start: i64,
@@ -480,19 +486,19 @@ pub fn move_start<R: RegionMut, T>(
 }
 
 /// The start position (acquire): after finding a segment file missing, whether it was purged.
-pub fn start<R: Region>(region: &R, base: usize) -> i64 {
+pub(crate) fn start<R: Region>(region: &R, base: usize) -> i64 {
     region.load_i64(at(base, word::START), Ordering::Acquire)
 }
 
 /// Marks the record's recording as being deleted, before any of its files goes (a replay that
 /// finds one missing then sees the recording gone, not damaged).
-pub fn retire<R: RegionMut>(region: &R, base: usize) {
+pub(crate) fn retire<R: RegionMut>(region: &R, base: usize) {
     region.store_i64(at(base, word::STATE), DELETING, Ordering::Release);
 }
 
 /// Frees the record once its recording's files are gone (it is marked deleting): zeroes the
 /// words a new recording does not write, then marks it free. It may be reused from then on.
-pub fn free<R: RegionMut>(region: &R, base: usize) {
+pub(crate) fn free<R: RegionMut>(region: &R, base: usize) {
     // As the reuser does: a reader that loads a zero written here and then fences sees the
     // record marked deleting, at least.
     if protocol::reuse_fence() {
@@ -510,6 +516,7 @@ pub fn free<R: RegionMut>(region: &R, base: usize) {
 /// of the name reads as zero), then the words version 3 added. The cut count is read by
 /// [`progress`]. A caller that must know the words are one recording's checks
 /// [`same_recording`] after.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
     let mut words = [0i64; WORDS];
     let load =
@@ -530,6 +537,7 @@ pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
 /// Decodes the words of record `slot`: `Ok(None)` for a free record (or one being deleted),
 /// an error naming the first field that cannot be true. `alive` says whether a recorder holds
 /// the record. A record without an id (catalog version 2 or older) is recording `slot`.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn decode(slot: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recording>, &'static str> {
     let state = match w[word::STATE] {
         FREE | DELETING => return Ok(None),

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Default segment file length.
-pub const DEFAULT_SEGMENT_LENGTH: u64 = 128 << 20;
+pub(super) const DEFAULT_SEGMENT_LENGTH: u64 = 128 << 20;
 
 /// Settings for a new recorder. Obtained from [`Recorder::builder`].
 #[derive(Clone, Debug)]
@@ -45,7 +45,7 @@ pub struct RecorderBuilder {
 }
 
 /// How long an idle recorder sleeps between looks unless woken on commit.
-pub const IDLE_SLEEP: Duration = Duration::from_millis(1);
+pub(super) const IDLE_SLEEP: Duration = Duration::from_millis(1);
 
 impl RecorderBuilder {
     /// Directory of the stream's live files (default: [`crate::default_dir`]).

@@ -18,6 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// This boot of the machine, as a number (0 where the kernel does not say).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn boot_id() -> i64 {
     let Ok(text) = fs::read_to_string("/proc/sys/kernel/random/boot_id") else { return 0 };
     let hex: String = text.chars().filter(char::is_ascii_hexdigit).take(16).collect();
@@ -27,7 +28,7 @@ pub fn boot_id() -> i64 {
 /// Closes the interrupted recordings of `stream` at their last complete message, except the
 /// latest, which is cut the same way and returned with its new stop position and its recorder
 /// lock held (the caller resumes it, or stops it and releases the lock).
-pub fn close_interrupted(
+pub(crate) fn close_interrupted(
     catalog: &Catalog<MmapRegion>,
     dir: &Path,
     stream: &str,
@@ -58,6 +59,7 @@ pub fn close_interrupted(
 /// recorder finished writing (the durable one after a reboot). Calls `lower` with it (the
 /// catalog lowers the record's positions and counts the cut, so replays following the
 /// recording stop trusting what they read past it), then zeroes what lies past it.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn cut(dir: &Path, r: &Recording, lower: impl FnOnce(i64)) -> Result<i64, Error> {
     let trusted = if r.boot_id == boot_id() { r.stop_position } else { r.durable_position };
     let mut reader = SegmentReader::new(dir, r);

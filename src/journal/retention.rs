@@ -233,7 +233,7 @@ pub(crate) struct RetentionThread {
 }
 
 impl RetentionThread {
-    pub fn spawn(journal: PathBuf, interval: Duration) -> Result<Self, Error> {
+    pub(super) fn spawn(journal: PathBuf, interval: Duration) -> Result<Self, Error> {
         let (stop, stopped) = mpsc::channel::<()>();
         let error = Arc::new(Mutex::new(None));
         let errors = error.clone();
@@ -262,7 +262,7 @@ impl RetentionThread {
     }
 
     /// The last error a pass met, once.
-    pub fn take_error(&self) -> Option<Error> {
+    pub(super) fn take_error(&self) -> Option<Error> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }

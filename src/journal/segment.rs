@@ -19,26 +19,27 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Largest block written at once (Aeron Archive's default file I/O length).
-pub const BLOCK_LEN: usize = 1 << 20;
+pub(crate) const BLOCK_LEN: usize = 1 << 20;
 
 /// The path of recording `id`'s segment starting at stream position `base`.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn path(dir: &Path, id: u32, base: i64) -> PathBuf {
     dir.join(format!("{id}-{base}.seg"))
 }
 
 /// Base position of the segment holding `position`.
-pub fn base_of(position: i64, segment_length: u64) -> i64 {
+pub(crate) fn base_of(position: i64, segment_length: u64) -> i64 {
     position & !(segment_length as i64 - 1)
 }
 
 /// The recording id and base position a segment file's name says, if it is one's.
-pub fn parse_name(name: &str) -> Option<(u32, i64)> {
+pub(crate) fn parse_name(name: &str) -> Option<(u32, i64)> {
     let (id, base) = name.strip_suffix(".seg")?.split_once('-')?;
     Some((id.parse().ok()?, base.parse().ok()?))
 }
 
 /// The segment files of recording `id` in `dir`, as (base, path), sorted by base.
-pub fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
+pub(crate) fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -54,14 +55,14 @@ pub fn list(dir: &Path, id: u32) -> io::Result<Vec<(i64, PathBuf)>> {
 
 /// Syncs the directory `dir` itself (`fsync` of the directory), so the names created in or
 /// removed from it survive a power loss.
-pub fn sync_dir(dir: &Path) -> Result<(), Error> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("sync journal directory", dir, e))?;
     trace::note(|| "sync dir".into());
     Ok(())
 }
 
 /// An allocation failure that means "the disk is full" as a typed error.
-pub fn space_error(path: &Path, needed: u64, e: io::Error) -> Error {
+pub(crate) fn space_error(path: &Path, needed: u64, e: io::Error) -> Error {
     if matches!(crate::sys::fs::cause(&e), Cause::NoSpace | Cause::TooLarge) {
         let dir = path.parent().unwrap_or(path);
         let available = crate::sys::fs::available_space(dir).unwrap_or(0);
@@ -81,7 +82,7 @@ pub(crate) mod trace {
 
     /// Notes an event (compiled away outside tests).
     #[inline(always)]
-    pub fn note(event: impl FnOnce() -> String) {
+    pub(crate) fn note(event: impl FnOnce() -> String) {
         #[cfg(test)]
         EVENTS.with(|e| e.borrow_mut().push(event()));
         #[cfg(not(test))]
@@ -90,7 +91,7 @@ pub(crate) mod trace {
 
     /// The events noted on this thread since the last call.
     #[cfg(test)]
-    pub fn take() -> Vec<String> {
+    pub(crate) fn take() -> Vec<String> {
         EVENTS.with(|e| std::mem::take(&mut *e.borrow_mut()))
     }
 
@@ -101,13 +102,13 @@ pub(crate) mod trace {
 
     /// Makes the next `what` on this thread fail (tests of errors the OS rarely gives).
     #[cfg(test)]
-    pub fn fail_next(what: &'static str) {
+    pub(crate) fn fail_next(what: &'static str) {
         FAIL.with(|f| f.set(Some(what)));
     }
 
     /// `true` once, for the `what` a test asked to fail (always `false` outside tests).
     #[inline(always)]
-    pub fn failing(what: &'static str) -> bool {
+    pub(crate) fn failing(what: &'static str) -> bool {
         #[cfg(test)]
         return FAIL.with(|f| f.get() == Some(what) && f.take().is_some());
         #[cfg(not(test))]
@@ -120,7 +121,7 @@ pub(crate) mod trace {
 
 /// How a new segment file gets its space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Space {
+pub(crate) enum Space {
     /// The file grows as it is written: a segment costs what it holds.
     Grow,
     /// The segment's whole length is reserved when it is created (`posix_fallocate`): a full
@@ -130,7 +131,7 @@ pub enum Space {
 
 /// A segment open for writing.
 #[derive(Debug)]
-pub struct Segment {
+pub(crate) struct Segment {
     pub base: i64,
     pub file: File,
     pub path: PathBuf,
@@ -142,7 +143,7 @@ impl Segment {
     /// Creates the segment of recording `id` at `base` (its whole `length` reserved if `space`
     /// says so), or opens it if it exists (a resumed recording). `durable`: sync the directory
     /// after creating it.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         id: u32,
         base: i64,
@@ -181,7 +182,7 @@ impl Segment {
     /// Writes `bytes` at stream `position`. A full disk (or file size limit) is
     /// [`Error::InsufficientSpace`]; a write cut short leaves bytes past the recorded position,
     /// which nothing reads.
-    pub fn write_at(&mut self, bytes: &[u8], position: i64) -> Result<(), Error> {
+    pub(crate) fn write_at(&mut self, bytes: &[u8], position: i64) -> Result<(), Error> {
         let offset = (position - self.base) as u64;
         if trace::failing("write segment") {
             let e = io::Error::from_raw_os_error(libc::ENOSPC);
@@ -195,7 +196,7 @@ impl Segment {
     /// Writes the padding header `pad` at stream `position`, for a padding frame that ends at
     /// `end`. Its body is not data and is not written: if the file ends before `end`, it is
     /// extended there (a hole), so that the file holds every position below the recorded one.
-    pub fn write_padding(&mut self, pad: &[u8], position: i64, end: i64) -> Result<(), Error> {
+    pub(crate) fn write_padding(&mut self, pad: &[u8], position: i64, end: i64) -> Result<(), Error> {
         debug_assert!(position + pad.len() as i64 <= end);
         self.write_at(pad, position)?;
         let end = (end - self.base) as u64;
@@ -207,7 +208,7 @@ impl Segment {
     }
 
     /// Writes the segment's data to the disk itself and waits (`fdatasync`).
-    pub fn sync(&self) -> Result<(), Error> {
+    pub(crate) fn sync(&self) -> Result<(), Error> {
         self.file.sync_data().map_err(|e| Error::io("sync segment", &self.path, e))
     }
 }

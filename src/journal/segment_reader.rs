@@ -20,7 +20,7 @@ const READ_LEN: usize = 256 << 10;
 
 /// Reads frames of one recording from its segment files.
 #[derive(Debug)]
-pub struct SegmentReader {
+pub(crate) struct SegmentReader {
     dir: PathBuf,
     id: u32,
     segment_length: u64,
@@ -36,7 +36,7 @@ pub struct SegmentReader {
 }
 
 impl SegmentReader {
-    pub fn new(dir: &Path, r: &Recording) -> Self {
+    pub(crate) fn new(dir: &Path, r: &Recording) -> Self {
         Self {
             dir: dir.to_path_buf(),
             id: r.id,
@@ -55,12 +55,12 @@ impl SegmentReader {
         }
     }
 
-    pub fn terms(&self) -> Terms {
+    pub(crate) fn terms(&self) -> Terms {
         self.expect.terms
     }
 
     /// The valid frame at `position` (below `limit`, the recorded end), its bytes in the buffer.
-    pub fn frame(&mut self, position: i64, limit: i64) -> Result<Frame, Error> {
+    pub(crate) fn frame(&mut self, position: i64, limit: i64) -> Result<Frame, Error> {
         self.cover(position, HEADER_LEN, limit)?;
         let at = (position - self.buf_position) as usize;
         let frame = match frames::frame_at(&self.buf[at..self.buf_len], position, &self.expect) {
@@ -83,17 +83,17 @@ impl SegmentReader {
     }
 
     /// `true` if the buffer was read from a file since the last call.
-    pub fn take_fresh(&mut self) -> bool {
+    pub(crate) fn take_fresh(&mut self) -> bool {
         std::mem::take(&mut self.fresh)
     }
 
     /// Drops what the buffer holds: the next frame is read from the file again.
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.buf_len = 0;
     }
 
     /// The `len` bytes at `position`, which [`SegmentReader::frame`] just covered.
-    pub fn bytes(&self, position: i64, len: usize) -> &[u8] {
+    pub(crate) fn bytes(&self, position: i64, len: usize) -> &[u8] {
         let at = (position - self.buf_position) as usize;
         &self.buf[at..at + len]
     }
@@ -161,7 +161,12 @@ impl SegmentReader {
 
     /// Walks the frames from `walk_start` (where a message starts) to the first message start at
     /// or after `from` (or `to`, the recorded end): whether `from` is one, and the one found.
-    pub fn message_start(&mut self, walk_start: i64, from: i64, to: i64) -> Result<(bool, i64), Error> {
+    pub(crate) fn message_start(
+        &mut self,
+        walk_start: i64,
+        from: i64,
+        to: i64,
+    ) -> Result<(bool, i64), Error> {
         let mut at = walk_start;
         let mut boundary = true;
         while at < to {

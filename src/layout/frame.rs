@@ -15,35 +15,45 @@
 use super::align;
 
 /// Length of a frame header, and offset of the payload in a frame.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const HEADER_LEN: usize = 32;
 /// Every frame starts at a multiple of this.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const FRAME_ALIGNMENT: usize = 32;
 /// Bytes after the length word that make up the rest of the header.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const REST_OFFSET: usize = 4;
 /// Length of the rest of the header, copied in and out as bytes.
-pub const REST_LEN: usize = HEADER_LEN - REST_OFFSET;
+pub(crate) const REST_LEN: usize = HEADER_LEN - REST_OFFSET;
 
 /// First fragment of a message.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const BEGIN_FLAG: u8 = 0x80;
 /// Last fragment of a message.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const END_FLAG: u8 = 0x40;
 /// A message that fits in one frame.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const UNFRAGMENTED: u8 = BEGIN_FLAG | END_FLAG;
 
 /// Frame type of padding, which readers skip.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const TYPE_PAD: u16 = 0;
 /// Frame type of application data.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const TYPE_DATA: u16 = 1;
 /// Frame header version written and accepted.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const CURRENT_VERSION: u8 = 0;
 
 /// Aeron caps a message at 16 MiB whatever the term length.
-pub const MAX_MESSAGE_CAP: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_CAP: usize = 16 * 1024 * 1024;
 
 /// What [`check_length`] says of a negative length.
-pub const NEGATIVE_LENGTH: &str = "negative frame length";
+pub(crate) const NEGATIVE_LENGTH: &str = "negative frame length";
 
 /// Largest message for a term length: `min(T / 8, 16 MiB)`.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const fn max_message_len(term_length: usize) -> usize {
     let eighth = term_length / 8;
     if eighth < MAX_MESSAGE_CAP {
@@ -54,7 +64,7 @@ pub const fn max_message_len(term_length: usize) -> usize {
 }
 
 /// Log space taken by a message of `len` bytes cut into fragments of at most `max_payload` bytes.
-pub const fn fragmented_length(len: usize, max_payload: usize) -> usize {
+pub(crate) const fn fragmented_length(len: usize, max_payload: usize) -> usize {
     let full = len / max_payload;
     let rest = len % max_payload;
     let tail = if rest > 0 { align(rest + HEADER_LEN, FRAME_ALIGNMENT) } else { 0 };
@@ -62,6 +72,7 @@ pub const fn fragmented_length(len: usize, max_payload: usize) -> usize {
 }
 
 /// Log space a message takes: one aligned frame up to `max_payload`, fragments above.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const fn framed_length(len: usize, max_payload: usize) -> usize {
     if len <= max_payload {
         align(len + HEADER_LEN, FRAME_ALIGNMENT)
@@ -76,7 +87,7 @@ pub const fn framed_length(len: usize, max_payload: usize) -> usize {
 /// A negative length is [`NEGATIVE_LENGTH`]: a fault in an exclusive log, a frame still being
 /// written in a concurrent one (the reader tells them apart).
 #[inline(always)]
-pub fn check_length(raw: i32, room: usize) -> Result<Option<(usize, usize)>, &'static str> {
+pub(crate) fn check_length(raw: i32, room: usize) -> Result<Option<(usize, usize)>, &'static str> {
     if raw <= 0 {
         return if raw == 0 { Ok(None) } else { Err(NEGATIVE_LENGTH) };
     }
@@ -94,7 +105,7 @@ pub fn check_length(raw: i32, room: usize) -> Result<Option<(usize, usize)>, &'s
 /// Checks that a header names the place it sits in (`offset` of term `term_id`) and is a frame
 /// this build knows.
 #[inline(always)]
-pub fn check_rest(rest: &HeaderRest, offset: usize, term_id: i32) -> Result<(), &'static str> {
+pub(crate) fn check_rest(rest: &HeaderRest, offset: usize, term_id: i32) -> Result<(), &'static str> {
     if rest.term_offset as i64 != offset as i64 || rest.term_id != term_id {
         return Err("frame header does not match its place in the log");
     }
@@ -109,6 +120,7 @@ pub fn check_rest(rest: &HeaderRest, offset: usize, term_id: i32) -> Result<(), 
 
 /// The header fields after the length word, decoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct HeaderRest {
     pub version: u8,
     pub flags: u8,
@@ -123,6 +135,7 @@ pub struct HeaderRest {
 impl HeaderRest {
     /// Encodes into the 28 bytes that follow the length word.
     #[inline]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn encode(&self) -> [u8; REST_LEN] {
         let mut b = [0u8; REST_LEN];
         b[0] = self.version;
@@ -138,6 +151,7 @@ impl HeaderRest {
 
     /// Decodes the 28 bytes that follow the length word.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn decode(b: &[u8; REST_LEN]) -> Self {
         let i32_at = |o: usize| i32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let mut reserved = [0u8; 8];
@@ -157,11 +171,11 @@ impl HeaderRest {
 
 /// Offsets inside the encoded rest (relative to `REST_OFFSET`), for patching a template.
 pub(crate) mod rest {
-    pub const FLAGS: usize = 1;
-    pub const TYPE: usize = 2;
-    pub const TERM_OFFSET: usize = 4;
-    pub const TERM_ID: usize = 16;
-    pub const RESERVED_VALUE: usize = 20;
+    pub(crate) const FLAGS: usize = 1;
+    pub(crate) const TYPE: usize = 2;
+    pub(crate) const TERM_OFFSET: usize = 4;
+    pub(crate) const TERM_ID: usize = 16;
+    pub(crate) const RESERVED_VALUE: usize = 20;
 }
 
 #[cfg(test)]

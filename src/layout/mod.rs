@@ -10,6 +10,7 @@ pub(crate) mod slots;
 
 /// Rounds `value` up to a multiple of `alignment` (a power of two).
 #[inline(always)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const fn align(value: usize, alignment: usize) -> usize {
     (value + alignment - 1) & !(alignment - 1)
 }

@@ -23,10 +23,12 @@ use crate::sync::{fence, Ordering};
 /// The message does not fit in the rest of the term: the term was padded to its end and the
 /// caller must [`Appender::rotate`] and retry.
 #[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Tripped;
 
 /// The stream reached `term_length * 2^31`.
 #[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct MaxPosition;
 
 /// A reserved, uncommitted frame: readers stop at it until it is committed or aborted.
@@ -34,7 +36,7 @@ pub struct MaxPosition;
 /// Move-only: [`Appender::commit`] and [`Appender::abort`] consume it, so no copy can lend the
 /// payload of a frame after it was committed.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ClaimedFrame {
+pub(crate) struct ClaimedFrame {
     /// Region offset of the frame.
     base: usize,
     /// Header plus payload bytes.
@@ -44,7 +46,7 @@ pub struct ClaimedFrame {
 }
 
 impl ClaimedFrame {
-    pub fn payload_len(&self) -> usize {
+    pub(crate) fn payload_len(&self) -> usize {
         self.frame_length - HEADER_LEN
     }
 }
@@ -131,6 +133,7 @@ pub(crate) fn rest_from(
 
 /// The writer's private state over a log it owns.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Appender<R> {
     log: Log<R>,
     term_length: usize,
@@ -153,6 +156,7 @@ pub struct Appender<R> {
 
 impl<R: RegionMut> Appender<R> {
     /// Takes over a log where its tail counters say the writer stopped (a fresh log: position 0).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new(log: Log<R>) -> Result<Self, crate::error::Invalid> {
         let terms = log.terms();
         let count = log.active_term_count();
@@ -181,17 +185,18 @@ impl<R: RegionMut> Appender<R> {
         })
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn log(&self) -> &Log<R> {
         &self.log
     }
 
     /// Position after the last reserved frame.
     #[inline(always)]
-    pub fn position(&self) -> i64 {
+    pub(crate) fn position(&self) -> i64 {
         self.term_begin + self.term_offset as i64
     }
 
-    pub fn max_payload(&self) -> usize {
+    pub(crate) fn max_payload(&self) -> usize {
         self.max_payload
     }
 
@@ -200,6 +205,7 @@ impl<R: RegionMut> Appender<R> {
     ///
     /// The caller checked `len` against the max message length and admission against the limit.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn append(&mut self, parts: &[&[u8]], len: usize) -> Result<i64, Tripped> {
         debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
         match parts {
@@ -212,7 +218,7 @@ impl<R: RegionMut> Appender<R> {
     /// payload copy, one commit, then this frame's share of zeroing the next partition (as in
     /// `reserve`, but behind the commit). Admission is the caller's, as for `append`.
     #[inline(always)]
-    pub fn append_unfragmented(&mut self, message: &[u8]) -> Result<i64, Tripped> {
+    pub(crate) fn append_unfragmented(&mut self, message: &[u8]) -> Result<i64, Tripped> {
         let start = self.term_offset;
         let end = start + align(message.len() + HEADER_LEN, FRAME_ALIGNMENT);
         if end > self.term_length {
@@ -278,7 +284,7 @@ impl<R: RegionMut> Appender<R> {
 
     /// Reserves one frame of `len` payload bytes (at most the max payload) and writes its header;
     /// the length word stays zero until [`Appender::commit`] or [`Appender::abort`].
-    pub fn claim(&mut self, len: usize) -> Result<ClaimedFrame, Tripped> {
+    pub(crate) fn claim(&mut self, len: usize) -> Result<ClaimedFrame, Tripped> {
         debug_assert!(len <= self.max_payload);
         let start = self.term_offset;
         let end = start + align(len + HEADER_LEN, FRAME_ALIGNMENT);
@@ -298,7 +304,7 @@ impl<R: RegionMut> Appender<R> {
     /// Gives `f` the payload bytes of a claimed frame (the closure form works on every backend,
     /// loom's included; `claim_slice` lends them for longer on real memory).
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
-    pub fn with_claim_payload<T>(&self, frame: &ClaimedFrame, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    pub(crate) fn with_claim_payload<T>(&self, frame: &ClaimedFrame, f: impl FnOnce(&mut [u8]) -> T) -> T {
         // SAFETY: the frame was reserved by this single writer and its length word is still zero
         // (a `ClaimedFrame` exists only until `commit` or `abort` consumes it), so no reader reads
         // these bytes (readers stop at a zero length, I1), cleaning never touches the active
@@ -307,20 +313,20 @@ impl<R: RegionMut> Appender<R> {
     }
 
     /// Sets the reserved value of a claimed frame.
-    pub fn set_claim_reserved_value(&self, frame: &ClaimedFrame, value: i64) {
+    pub(crate) fn set_claim_reserved_value(&self, frame: &ClaimedFrame, value: i64) {
         let at = frame.base + REST_OFFSET + rest::RESERVED_VALUE;
         // SAFETY: the header of an uncommitted frame (as in `with_claim_payload`).
         unsafe { self.log.region().copy_in(at, &value.to_le_bytes()) };
     }
 
     /// Publishes a claimed frame to readers.
-    pub fn commit(&self, frame: ClaimedFrame) {
+    pub(crate) fn commit(&self, frame: ClaimedFrame) {
         let r = self.log.region();
         r.store_i32(frame.base, frame.frame_length as i32, protocol::commit());
     }
 
     /// Turns a claimed frame into padding that readers skip.
-    pub fn abort(&self, frame: ClaimedFrame) {
+    pub(crate) fn abort(&self, frame: ClaimedFrame) {
         let r = self.log.region();
         // SAFETY: the header of an uncommitted frame (as in `with_claim_payload`).
         unsafe { r.copy_in(frame.base + REST_OFFSET + rest::TYPE, &TYPE_PAD.to_le_bytes()) };
@@ -328,6 +334,7 @@ impl<R: RegionMut> Appender<R> {
     }
 
     /// Moves to the next partition after a trip. Fails at the stream's maximum position.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn rotate(&mut self) -> Result<(), MaxPosition> {
         let next_begin = self.term_begin + self.term_length as i64;
         if next_begin >= self.log.terms().max_position() {
@@ -437,7 +444,7 @@ impl<R: DirectRegion> Appender<R> {
     ///
     /// `frame` must be the claim most recently made and neither committed nor aborted; the
     /// publication's `Claim` guard guarantees it by owning the frame.
-    pub fn claim_slice(&mut self, frame: &ClaimedFrame) -> &mut [u8] {
+    pub(crate) fn claim_slice(&mut self, frame: &ClaimedFrame) -> &mut [u8] {
         // SAFETY: as in `with_claim_payload`: the frame is reserved and uncommitted, so no reader
         // touches it; the slice borrows `self` mutably, so no append, commit or abort (the only
         // writes near it) can happen while it lives, and it cannot outlive the mapping.

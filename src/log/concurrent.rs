@@ -37,7 +37,7 @@ use crate::sync::{fence, Ordering};
 
 /// Why a reservation was not made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The tail stands at or past the caller's limit: recompute it, or report back pressure.
     Limit { position: i64 },
     /// The stream reached `term_length * 2^31`.
@@ -55,7 +55,7 @@ pub enum Refused {
 /// Move-only: [`ConcurrentAppender::write`], [`ConcurrentAppender::commit`] and
 /// [`ConcurrentAppender::abort`] consume it.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     /// The active partition's index, and where it lies.
     index: usize,
     partition: Span,
@@ -71,7 +71,7 @@ pub struct Reservation {
 
 impl Reservation {
     /// Log bytes reserved.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.end - self.start
     }
 }
@@ -81,7 +81,7 @@ const BAD_TAIL_TRIES: usize = if cfg!(shmlog_loom) { 64 } else { 1 << 20 };
 
 /// One writer of a concurrent log: its slot in the writers table and the header template.
 #[derive(Debug)]
-pub struct ConcurrentAppender<R> {
+pub(crate) struct ConcurrentAppender<R> {
     log: Log<R>,
     /// This writer's slot in the writers table (its pending word).
     slot: usize,
@@ -109,7 +109,7 @@ struct KnownTerm {
 
 impl<R: RegionMut> ConcurrentAppender<R> {
     /// A writer of `log` through writer slot `slot` (claimed by the caller).
-    pub fn new(log: Log<R>, slot: usize) -> Self {
+    pub(crate) fn new(log: Log<R>, slot: usize) -> Self {
         debug_assert!(log.is_concurrent() && slot < meta::MAX_WRITERS);
         let template = data_template(&log, 0);
         Self {
@@ -124,23 +124,23 @@ impl<R: RegionMut> ConcurrentAppender<R> {
         }
     }
 
-    pub fn log(&self) -> &Log<R> {
+    pub(crate) fn log(&self) -> &Log<R> {
         &self.log
     }
 
-    pub fn max_payload(&self) -> usize {
+    pub(crate) fn max_payload(&self) -> usize {
         self.max_payload
     }
 
     /// Log space a message of `len` bytes takes.
-    pub fn framed_length(&self, len: usize) -> usize {
+    pub(crate) fn framed_length(&self, len: usize) -> usize {
         framed_length(len, self.max_payload)
     }
 
     /// Reserves the frames of a message of `len` payload bytes (at most a term / 8) at the tail
     /// if the tail stands below `limit`; pads and rotates at a term's end on the way.
     #[inline(always)]
-    pub fn reserve(&mut self, len: usize, limit: i64) -> Result<Reservation, Refused> {
+    pub(crate) fn reserve(&mut self, len: usize, limit: i64) -> Result<Reservation, Refused> {
         let framed = self.framed_length(len);
         if let Some(reservation) = self.reserve_in_known_term(len, framed, limit) {
             return Ok(reservation);
@@ -152,7 +152,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// where `reserve` goes on to its general loop. Inline in the caller, so the reservation's
     /// payload length is the caller's own `len` to the optimiser.
     #[inline(always)]
-    pub fn reserve_fast(&self, len: usize, limit: i64) -> Option<Reservation> {
+    pub(crate) fn reserve_fast(&self, len: usize, limit: i64) -> Option<Reservation> {
         self.reserve_in_known_term(len, self.framed_length(len), limit)
     }
 
@@ -355,7 +355,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// and commits it. `parts` must hold the payload length `r` was reserved for: bytes past it
     /// are not copied, and too few panic (leaving the reservation a hole, as a dead writer's).
     #[inline(always)]
-    pub fn write(&mut self, r: Reservation, parts: &[&[u8]]) {
+    pub(crate) fn write(&mut self, r: Reservation, parts: &[&[u8]]) {
         match parts {
             // The one slice is exactly the payload reserved for: its length is the copy's.
             [message] if message.len() == r.payload && r.payload <= self.max_payload => {
@@ -406,7 +406,7 @@ impl<R: RegionMut> ConcurrentAppender<R> {
     /// Writes the header of a one-frame claim (a reservation of at most the max payload); the
     /// caller writes the payload (through [`ConcurrentAppender::claim_payload`]) and commits or
     /// aborts.
-    pub fn start_claim(&mut self, r: &Reservation) {
+    pub(crate) fn start_claim(&mut self, r: &Reservation) {
         debug_assert!(r.payload <= self.max_payload && r.len() == self.framed_length(r.payload));
         self.enter_term(r);
         let rest = self.rest_for(r.start, UNFRAGMENTED, TYPE_DATA);
@@ -417,14 +417,14 @@ impl<R: RegionMut> ConcurrentAppender<R> {
 
     /// Region offset and length of a claim's payload: the payload it was reserved for, which
     /// lies in its first frame.
-    pub fn claim_payload(&self, r: &Reservation) -> (usize, usize) {
+    pub(crate) fn claim_payload(&self, r: &Reservation) -> (usize, usize) {
         (r.partition.base() + r.start + HEADER_LEN, r.payload.min(r.len() - HEADER_LEN))
     }
 
     /// Gives `f` the payload of claim `r` (the closure form of `claim_slice`, for backends that
     /// cannot lend a slice: loom's).
     #[cfg(shmlog_loom)]
-    pub fn with_claim_payload<T>(&mut self, r: &Reservation, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    pub(crate) fn with_claim_payload<T>(&mut self, r: &Reservation, f: impl FnOnce(&mut [u8]) -> T) -> T {
         let (at, len) = self.claim_payload(r);
         // SAFETY: as in `claim_slice`: our reservation, uncommitted, which nobody else reads or
         // writes while we live; `&mut self` excludes our own commit or abort while `f` runs.
@@ -433,13 +433,13 @@ impl<R: RegionMut> ConcurrentAppender<R> {
 
     /// Commits a claim: its first frame's length is its payload's plus the header, inside the
     /// reservation.
-    pub fn commit(&self, r: Reservation) {
+    pub(crate) fn commit(&self, r: Reservation) {
         let frame = (r.payload + HEADER_LEN).min(r.len());
         self.finish(r, frame);
     }
 
     /// Turns a claim into padding that readers skip.
-    pub fn abort(&mut self, r: Reservation) {
+    pub(crate) fn abort(&mut self, r: Reservation) {
         self.pad(r);
     }
 
@@ -459,7 +459,7 @@ impl<R: crate::region::DirectRegion> ConcurrentAppender<R> {
     /// Lends the payload of claim `r` (the payload length it was reserved for).
     ///
     /// The caller's `Claim` guard owns `r` and borrows this appender mutably while the slice lives.
-    pub fn claim_slice(&mut self, r: &Reservation) -> &mut [u8] {
+    pub(crate) fn claim_slice(&mut self, r: &Reservation) -> &mut [u8] {
         let (at, len) = self.claim_payload(r);
         // SAFETY: our reservation, uncommitted (its first length word is negative), so no reader
         // reads it and no other writer or unblocker writes it while we live; the slice borrows

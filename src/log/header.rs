@@ -21,7 +21,8 @@ impl Header {
         self.frame_length
     }
 
-    /// Fragment flags: [`crate::BEGIN_FLAG`], [`crate::END_FLAG`], both for a whole message.
+    /// Fragment flags as Aeron's format has them: `0x80` begins a message, `0x40` ends it, both
+    /// for a whole message ([`Header::is_begin`], [`Header::is_end`] test them).
     pub fn flags(&self) -> u8 {
         self.rest.flags
     }

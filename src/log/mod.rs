@@ -23,6 +23,7 @@ use position::{pack_tail, tail_offset, tail_term_id, Terms};
 
 /// Events the writer counts in the metadata, for tools (`stat`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Counter {
     /// Offers refused because the slowest reader was a window behind or nobody read.
     BackPressureEvents,
@@ -47,6 +48,7 @@ impl Counter {
 
 /// Values the writer keeps up to date in the metadata.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Gauge {
     /// The limit of the last recompute: the writer starts no message at or past it.
     PublisherLimit,
@@ -65,6 +67,7 @@ impl Gauge {
 
 /// What a publisher writes into a fresh log's metadata.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct LogInit<'a> {
     pub geometry: Geometry,
     pub initial_term_id: i32,
@@ -81,6 +84,7 @@ pub struct LogInit<'a> {
 
 /// A log buffer in a region: the three partitions and the metadata after them.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Log<R> {
     region: R,
     geometry: Geometry,
@@ -103,7 +107,7 @@ fn partition_spans(g: &Geometry) -> Option<[Span; PARTITION_COUNT]> {
 impl<R: RegionMut> Log<R> {
     /// Publishes partition `index`'s tail counter (release). The writer's per-message store.
     #[inline(always)]
-    pub fn store_tail(&self, index: usize, raw: i64) {
+    pub(crate) fn store_tail(&self, index: usize, raw: i64) {
         let at = self.tail_field(index);
         // SAFETY: in bounds and 8-aligned (`tail_field`).
         unsafe { self.region.store_i64_unchecked(at, raw, Ordering::Release) }
@@ -112,7 +116,7 @@ impl<R: RegionMut> Log<R> {
     /// Swaps partition `index`'s tail counter from `current` to `new` (AcqRel): a concurrent
     /// writer's reservation.
     #[inline(always)]
-    pub fn swap_tail(&self, index: usize, current: i64, new: i64) -> Result<i64, i64> {
+    pub(crate) fn swap_tail(&self, index: usize, current: i64, new: i64) -> Result<i64, i64> {
         let at = self.tail_field(index);
         // SAFETY: in bounds and 8-aligned (`tail_field`).
         unsafe { self.region.compare_exchange_i64_unchecked(at, current, new) }
@@ -120,7 +124,7 @@ impl<R: RegionMut> Log<R> {
 
     /// Stores concurrent writer `slot`'s pending word (release).
     #[inline(always)]
-    pub fn store_writer_pending(&self, slot: usize, position: i64) {
+    pub(crate) fn store_writer_pending(&self, slot: usize, position: i64) {
         const { assert!(meta::W_PENDING % 8 == 0 && meta::WRITERS % 8 == 0) };
         const { assert!(meta::writer_field(meta::MAX_WRITERS - 1, meta::W_PENDING) + 8 <= META_LEN) };
         if slot >= meta::MAX_WRITERS {
@@ -135,6 +139,7 @@ impl<R: RegionMut> Log<R> {
     /// Writes the metadata of a fresh, zeroed log and marks it ready (release, last).
     ///
     /// Panics if the region is not exactly `geometry.file_length()` bytes: the caller sized it.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn initialize(region: R, init: &LogInit<'_>) -> Self {
         let g = init.geometry;
         assert_eq!(region.len(), g.file_length(), "region sized for this geometry");
@@ -192,25 +197,25 @@ impl<R: RegionMut> Log<R> {
     }
 
     /// Stores the end-of-stream position: readers drain to it and then report end of stream.
-    pub fn set_eos_position(&self, position: i64) {
+    pub(crate) fn set_eos_position(&self, position: i64) {
         self.region.store_i64(self.meta + meta::EOS_POSITION, position, Ordering::Release);
     }
 
     /// Marks a closed log as left in place for readers that owe its session (see
     /// `layout::log_meta::LEFT_FOR_READERS`).
-    pub fn set_left_for_readers(&self) {
+    pub(crate) fn set_left_for_readers(&self) {
         self.region.store_i32(self.meta + meta::LEFT_FOR_READERS, 1, Ordering::Release);
     }
 
     /// Stores a gauge (release: a reader that acquires a later frame sees at least this value).
-    pub fn set_gauge(&self, gauge: Gauge, value: i64) {
+    pub(crate) fn set_gauge(&self, gauge: Gauge, value: i64) {
         self.region.store_i64(self.meta + gauge.field(), value, Ordering::Release);
     }
 
     /// Claims writer slot `index` for process `pid` (the caller holds its kernel lock): a slot
     /// whose previous owner died with a frame pending is not claimable until that frame is
     /// resolved (`log::unblock`), so its pending word stays where the unblocker finds it.
-    pub fn claim_writer_slot(&self, index: usize, pid: i64, now_ns: i64) -> bool {
+    pub(crate) fn claim_writer_slot(&self, index: usize, pid: i64, now_ns: i64) -> bool {
         let r = &self.region;
         if index >= meta::MAX_WRITERS || self.writer_pending(index) != meta::NO_PENDING {
             return false;
@@ -232,7 +237,7 @@ impl<R: RegionMut> Log<R> {
     /// count in the same words at once (a load then a store lost increments); with a load and a
     /// store in an exclusive one, whose one writer is the only process that counts. Never on an
     /// offer's fast path: the counters count recomputes, sweeps and refusals.
-    pub fn count(&self, counter: Counter, n: u64) {
+    pub(crate) fn count(&self, counter: Counter, n: u64) {
         let (r, at) = (&self.region, self.meta + counter.field());
         let mut v = r.load_i64(at, Ordering::Relaxed);
         if !self.concurrent || !crate::sync::protocol::exact_count() {
@@ -246,12 +251,14 @@ impl<R: RegionMut> Log<R> {
 
 impl<R: Region> Log<R> {
     /// Validates a log file's bytes; term lengths must be the file range (64 KiB..1 GiB).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn open(region: R) -> Result<Self, Invalid> {
         Self::open_checked(region, true)
     }
 
     /// Like [`Log::open`], but accepts any power-of-two term length (in-process models).
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn open_any_term(region: R) -> Result<Self, Invalid> {
         Self::open_checked(region, false)
     }
@@ -313,49 +320,53 @@ impl<R: Region> Log<R> {
         })
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn region(&self) -> &R {
         &self.region
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn geometry(&self) -> Geometry {
         self.geometry
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn terms(&self) -> Terms {
         self.terms
     }
 
-    pub fn term_length(&self) -> usize {
+    pub(crate) fn term_length(&self) -> usize {
         self.geometry.term_length
     }
 
-    pub fn session_id(&self) -> i32 {
+    pub(crate) fn session_id(&self) -> i32 {
         self.session_id
     }
 
-    pub fn stream_id(&self) -> i32 {
+    pub(crate) fn stream_id(&self) -> i32 {
         self.stream_id
     }
 
     /// `true` if several writers share the log (`ConcurrentPublication`).
     #[inline(always)]
-    pub fn is_concurrent(&self) -> bool {
+    pub(crate) fn is_concurrent(&self) -> bool {
         self.concurrent
     }
 
     /// Writer slot `index`'s pending word: where its owner reserves or writes a frame, or
     /// `NO_PENDING`. Untrusted: callers bound it.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn writer_pending(&self, index: usize) -> i64 {
         self.region.load_i64(self.meta + meta::writer_field(index, meta::W_PENDING), Ordering::Acquire)
     }
 
     /// Writer slot `index`'s process id as its owner wrote it (0: never claimed).
-    pub fn writer_pid(&self, index: usize) -> i64 {
+    pub(crate) fn writer_pid(&self, index: usize) -> i64 {
         self.region.load_i64(self.meta + meta::writer_field(index, meta::W_PID), Ordering::Relaxed)
     }
 
     /// Writer slots that were ever claimed: `0..writers_high_water()` (clamped to the table).
-    pub fn writers_high_water(&self) -> usize {
+    pub(crate) fn writers_high_water(&self) -> usize {
         let hw = self.region.load_i32(self.meta + meta::WRITERS_HIGH_WATER, Ordering::Acquire);
         usize::try_from(hw).unwrap_or(0).min(if self.concurrent { meta::MAX_WRITERS } else { 0 })
     }
@@ -363,7 +374,7 @@ impl<R: Region> Log<R> {
     /// The lowest pending word of the writer slots whose frame there is still uncommitted: what
     /// flow control holds every writer within a window of (see `unblock::pending_holds` for the
     /// words it passes over).
-    pub fn min_writer_pending(&self, producer: i64) -> Option<i64> {
+    pub(crate) fn min_writer_pending(&self, producer: i64) -> Option<i64> {
         (0..self.writers_high_water())
             .map(|i| self.writer_pending(i))
             .filter(|&p| unblock::pending_holds(self, p, producer))
@@ -372,7 +383,7 @@ impl<R: Region> Log<R> {
 
     /// Where partition `index` lies.
     #[inline(always)]
-    pub fn partition(&self, index: usize) -> Span {
+    pub(crate) fn partition(&self, index: usize) -> Span {
         self.partitions[index]
     }
 
@@ -380,7 +391,7 @@ impl<R: Region> Log<R> {
     /// exactly its geometry's length (checked in `open` and `initialize`, and a region's length
     /// never changes), which holds all three partitions. The writer's per-message path.
     #[inline(always)]
-    pub fn term_window(&self, index: usize) -> Window<'_, R> {
+    pub(crate) fn term_window(&self, index: usize) -> Window<'_, R> {
         let span = self.partitions[index];
         // SAFETY: `span` is one of this log's partitions, inside the region (above).
         unsafe { Window::new_unchecked(&self.region, span) }
@@ -388,47 +399,53 @@ impl<R: Region> Log<R> {
 
     /// Byte offset of partition `index` in the region.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn partition_base(&self, index: usize) -> usize {
         index * self.geometry.term_length
     }
 
     /// Byte offset of a metadata field.
     #[inline(always)]
-    pub fn meta_field(&self, field: usize) -> usize {
+    pub(crate) fn meta_field(&self, field: usize) -> usize {
         self.meta + field
     }
 
     /// End-of-stream position; `i64::MAX` while the publisher has not closed.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn eos_position(&self) -> i64 {
         self.region.load_i64(self.meta + meta::EOS_POSITION, Ordering::Acquire)
     }
 
     /// A writer's counter.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn counter(&self, counter: Counter) -> i64 {
         self.region.load_i64(self.meta + counter.field(), Ordering::Relaxed)
     }
 
     /// A writer's gauge.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn gauge(&self, gauge: Gauge) -> i64 {
         self.region.load_i64(self.meta + gauge.field(), Ordering::Acquire)
     }
 
     /// Creation time, ns since the Unix epoch.
     /// The session's number among its stream's sessions, as the publisher wrote it.
-    pub fn session_seq(&self) -> i32 {
+    pub(crate) fn session_seq(&self) -> i32 {
         self.region.load_i32(self.meta + meta::SESSION_SEQ, Ordering::Relaxed)
     }
 
-    pub fn created_ns(&self) -> i64 {
+    pub(crate) fn created_ns(&self) -> i64 {
         self.region.load_i64(self.meta + meta::CREATED_NS, Ordering::Relaxed)
     }
 
     /// The publisher's process id as it wrote it.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn publisher_pid(&self) -> i32 {
         self.region.load_i32(self.meta + meta::PUBLISHER_PID, Ordering::Relaxed)
     }
 
     /// The stream name stored in the metadata (lossy if a peer wrote invalid UTF-8).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn name(&self) -> String {
         let len = self.region.load_i32(self.meta + meta::NAME_LEN, Ordering::Relaxed);
         let len = usize::try_from(len).unwrap_or(0).min(meta::NAME_MAX);
@@ -439,6 +456,7 @@ impl<R: Region> Log<R> {
 
     /// The raw tail counter of partition `index`.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn raw_tail(&self, index: usize) -> i64 {
         let at = self.tail_field(index);
         // SAFETY: in bounds and 8-aligned (`tail_field`).
@@ -458,6 +476,7 @@ impl<R: Region> Log<R> {
     }
 
     /// Terms since the initial one, as the writer last published it.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn active_term_count(&self) -> i32 {
         self.region.load_i32(self.meta + meta::ACTIVE_TERM_COUNT, Ordering::Acquire)
     }
@@ -466,6 +485,7 @@ impl<R: Region> Log<R> {
     ///
     /// Retries when a rotation races with the read; a tail that never matches its term count is
     /// corruption.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn producer_position(&self) -> Result<i64, Invalid> {
         for _ in 0..16 {
             let count = self.active_term_count();

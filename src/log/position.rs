@@ -5,6 +5,7 @@ use crate::layout::log_meta::PARTITION_COUNT;
 
 /// The constants that turn positions into (term, offset, partition) and back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Terms {
     pub term_length: usize,
     pub bits: u32,
@@ -12,6 +13,7 @@ pub struct Terms {
 }
 
 impl Terms {
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new(term_length: usize, initial_term_id: i32) -> Self {
         debug_assert!(term_length.is_power_of_two());
         Self { term_length, bits: term_length.trailing_zeros(), initial_term_id }
@@ -19,42 +21,48 @@ impl Terms {
 
     /// Terms since the initial one; wrapping `i32` arithmetic as in Aeron.
     #[inline(always)]
-    pub fn term_count(&self, term_id: i32) -> i64 {
+    pub(crate) fn term_count(&self, term_id: i32) -> i64 {
         term_id.wrapping_sub(self.initial_term_id) as i64
     }
 
     /// Position of `offset` inside term `term_id`.
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn position(&self, term_id: i32, offset: usize) -> i64 {
         (self.term_count(term_id) << self.bits) + offset as i64
     }
 
     /// Position at which the term holding `position` begins.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn term_begin(&self, position: i64) -> i64 {
         position & !(self.term_length as i64 - 1)
     }
 
     /// Offset of `position` inside its term.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn term_offset(&self, position: i64) -> usize {
         (position & (self.term_length as i64 - 1)) as usize
     }
 
     /// Term id of the term holding `position`.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn term_id(&self, position: i64) -> i32 {
         self.initial_term_id.wrapping_add((position >> self.bits) as i32)
     }
 
     /// Partition index of the term holding `position`.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn partition(&self, position: i64) -> usize {
         ((position >> self.bits) as u64 % PARTITION_COUNT as u64) as usize
     }
 
     /// Positions stop at `T * 2^31`: the term count is a non-negative `i32`.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn max_position(&self) -> i64 {
         (self.term_length as i64) << 31
     }
@@ -62,19 +70,20 @@ impl Terms {
 
 /// Packs a tail counter: `term_id << 32 | offset`.
 #[inline(always)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn pack_tail(term_id: i32, offset: usize) -> i64 {
     ((term_id as i64) << 32) | (offset as u32 as i64)
 }
 
 /// Term id of a raw tail counter.
 #[inline(always)]
-pub fn tail_term_id(raw: i64) -> i32 {
+pub(crate) fn tail_term_id(raw: i64) -> i32 {
     (raw >> 32) as i32
 }
 
 /// Offset of a raw tail counter, clamped to the term length.
 #[inline(always)]
-pub fn tail_offset(raw: i64, term_length: usize) -> usize {
+pub(crate) fn tail_offset(raw: i64, term_length: usize) -> usize {
     ((raw & 0xFFFF_FFFF) as usize).min(term_length)
 }
 

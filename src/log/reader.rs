@@ -34,6 +34,7 @@ pub enum Action {
 
 /// Where a read stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Scan {
     /// Position after the last consumed frame (padding included).
     pub position: i64,
@@ -55,6 +56,7 @@ struct Frame {
 /// Where a reader stands: a position, with the term it falls in worked out once per term rather
 /// than on every poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Cursor {
     term_begin: i64,
     term_id: i32,
@@ -63,6 +65,7 @@ pub struct Cursor {
 }
 
 impl Cursor {
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new<R: Region>(log: &Log<R>, position: i64) -> Self {
         let terms = log.terms();
         Self {
@@ -74,14 +77,14 @@ impl Cursor {
     }
 
     #[inline(always)]
-    pub fn position(&self) -> i64 {
+    pub(crate) fn position(&self) -> i64 {
         self.term_begin + self.offset as i64
     }
 
     /// Moves to `position` if it lies in the cursor's term; `false` (and no move) if it does not,
     /// for the caller to make a new cursor there.
     #[inline(always)]
-    pub fn move_within_term(&mut self, position: i64) -> bool {
+    pub(crate) fn move_within_term(&mut self, position: i64) -> bool {
         match usize::try_from(position - self.term_begin) {
             Ok(offset) if offset < self.partition.len() => {
                 self.offset = offset;
@@ -121,6 +124,7 @@ fn being_written<R: Region>(log: &Log<R>, what: &'static str) -> bool {
 }
 
 /// How a frame's payload reaches a handler.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub trait Delivery {
     /// Calls `f` with the `len` payload bytes of the committed frame at `offset` of `term`.
     ///
@@ -151,6 +155,7 @@ pub trait Delivery {
 /// Lends the handler a slice of the log itself: zero-copy. Sound while every peer keeps to the
 /// protocol (see the crate's trust model).
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct InPlace;
 
 impl Delivery for InPlace {
@@ -186,6 +191,7 @@ impl Delivery for InPlace {
 /// breaks the protocol (writes a frame after committing it) can change neither what the handler
 /// holds nor the bounds it checked.
 #[derive(Debug, Default)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Copied(pub Vec<u8>);
 
 impl Delivery for Copied {
@@ -232,7 +238,7 @@ fn term_window<'a, R: Region>(log: &'a Log<R>, at: &Cursor) -> Window<'a, R> {
 /// writer can neither overwrite nor clean the frames handed to `handler` while it runs.
 #[cfg(test)]
 #[inline]
-pub unsafe fn read<R: Region>(
+pub(crate) unsafe fn read<R: Region>(
     log: &Log<R>,
     position: i64,
     fragment_limit: usize,
@@ -249,6 +255,7 @@ pub unsafe fn read<R: Region>(
 /// # Safety
 /// As [`read`], at `cursor`'s position.
 #[inline]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub unsafe fn read_at<R: Region>(
     log: &Log<R>,
     cursor: &Cursor,
@@ -310,6 +317,7 @@ pub unsafe fn read_at<R: Region>(
 ///
 /// # Safety
 /// As [`read`].
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub unsafe fn read_block<R: Region>(
     log: &Log<R>,
     position: i64,
@@ -359,7 +367,7 @@ pub unsafe fn read_block<R: Region>(
 
 /// A frame an untethered reader copied out of the log ([`copy_frames`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CopiedFrame {
+pub(crate) struct CopiedFrame {
     /// Term offset of the frame.
     pub offset: usize,
     /// Frame length (header included), as validated.
@@ -374,7 +382,7 @@ pub struct CopiedFrame {
 }
 
 impl CopiedFrame {
-    pub fn is_pad(&self) -> bool {
+    pub(crate) fn is_pad(&self) -> bool {
         self.rest.frame_type == TYPE_PAD
     }
 }
@@ -389,7 +397,7 @@ impl CopiedFrame {
 /// fits the log's MTU (padding is listed, not copied), so it never holds more than `max_bytes`
 /// and one frame: what a poll may deliver, whatever a garbage length word says.
 /// Returns the validation failure that stopped the copy, if any (a fault only if not lapped).
-pub fn copy_frames<R: Region>(
+pub(crate) fn copy_frames<R: Region>(
     log: &Log<R>,
     cursor: &Cursor,
     max_data: usize,
@@ -465,7 +473,7 @@ pub fn copy_frames<R: Region>(
 /// before) or of term `n + 2` short of that proves the copy intact. Anything else is lapped.
 /// (`docs/untethered.md` has the proof.)
 #[inline]
-pub fn lapped<R: Region>(log: &Log<R>, cursor: &Cursor) -> bool {
+pub(crate) fn lapped<R: Region>(log: &Log<R>, cursor: &Cursor) -> bool {
     if !protocol::copy_check() {
         return false; // the mutant: trust the copy
     }
@@ -486,7 +494,7 @@ pub fn lapped<R: Region>(log: &Log<R>, cursor: &Cursor) -> bool {
 
 /// `true` if a frame length word at `position` reads positive, read as an untethered reader
 /// reads (racily: a hint, not a proof).
-pub fn frame_committed_racy_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub(crate) fn frame_committed_racy_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     term_window(log, &at).load_i32_racy(at.offset, Ordering::Acquire) > 0
 }
@@ -495,19 +503,21 @@ pub fn frame_committed_racy_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// concurrent log): below the producer position this is the frame a writer is still writing (an
 /// open claim, or an offer caught mid-copy), where a reader that caught up stands and waits.
 /// `position` must be 32-aligned.
-pub fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub(crate) fn frame_pending_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     let len = term_window(log, &at).load_i32(at.offset, Ordering::Acquire);
     len == 0 || (len < 0 && log.is_concurrent())
 }
 
 /// `true` if a frame is committed at `position` (its length word is positive; not validated).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn frame_committed_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     term_window(log, &at).load_i32(at.offset, Ordering::Acquire) > 0
 }
 
 /// `true` if a valid, committed frame (data or padding) starts at `position`.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     matches!(next_frame(log, &term_window(log, &at), at.offset, at.term_id), Ok(Some(_)))
@@ -517,7 +527,7 @@ pub fn frame_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// committed frames of its term from the term's start lands on it. For a position whose length
 /// word is zero, which could as well be inside a frame's payload (a stray reader position): one
 /// walk over at most a term, on the cold path of a join.
-pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
+pub(crate) fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
     let mut at = log.terms().term_begin(position);
     while at < position {
         let cursor = Cursor::new(log, at);
@@ -531,6 +541,7 @@ pub fn frame_boundary<R: Region>(log: &Log<R>, position: i64) -> bool {
 
 /// `true` if a committed frame that starts a message (the first fragment, or padding between
 /// messages) starts at `position`: where an explicit join may land.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
     let at = Cursor::new(log, position);
     match next_frame(log, &term_window(log, &at), at.offset, at.term_id) {
@@ -543,6 +554,7 @@ pub fn message_starts_at<R: Region>(log: &Log<R>, position: i64) -> bool {
 /// committed message starts, found by walking the frames from the start of `from`'s term;
 /// `newest` if there is none. For refused joins: a position a retry at an explicit position can
 /// use. Reads only length words and headers, never lends bytes.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
     first_message_start(log, from, newest, false)
 }
@@ -551,7 +563,7 @@ pub fn message_start_at_or_after<R: Region>(log: &Log<R>, from: i64, newest: i64
 /// counts too (a message, or padding, starts there once it is committed): where a join at the
 /// oldest message lands when the writer is writing it (a session's first message, with its
 /// writer held at the start by the readers it is owed to).
-pub fn oldest_message_start<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
+pub(crate) fn oldest_message_start<R: Region>(log: &Log<R>, from: i64, newest: i64) -> i64 {
     first_message_start(log, from, newest, true)
 }
 

@@ -31,6 +31,7 @@ use crate::sync::{fence, Ordering};
 
 /// What an unblocker did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Unblocked {
     /// Holes padded.
     pub padded: usize,
@@ -42,7 +43,7 @@ pub struct Unblocked {
 
 /// The length word at `position`, if the position is one a pending word may hold (at most a
 /// term behind `producer`, not past it).
-pub fn length_at<R: Region>(log: &Log<R>, position: i64, producer: i64) -> Option<i32> {
+pub(crate) fn length_at<R: Region>(log: &Log<R>, position: i64, producer: i64) -> Option<i32> {
     if position > producer || position < producer - log.term_length() as i64 || position < 0 {
         return None;
     }
@@ -58,12 +59,13 @@ pub fn length_at<R: Region>(log: &Log<R>, position: i64, producer: i64) -> Optio
 /// the word is a position in the log and the frame there is not committed. A committed frame
 /// there means the writer's CAS at that position failed or its commit is done, and its next
 /// reservation will be at the tail.
-pub fn pending_holds<R: Region>(log: &Log<R>, pending: i64, producer: i64) -> bool {
+pub(crate) fn pending_holds<R: Region>(log: &Log<R>, pending: i64, producer: i64) -> bool {
     pending != meta::NO_PENDING && length_at(log, pending, producer).is_some_and(|len| len <= 0)
 }
 
 /// Pads the holes of dead writers: `alive(slot)` tells whether writer slot `slot`'s owner lives.
 /// The caller holds the log's unblock lock.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn resolve_dead<R: RegionMut>(log: &Log<R>, alive: impl Fn(usize) -> bool) -> Unblocked {
     let mut done = Unblocked::default();
     // The tail first: every reservation below it has its pending word visible to the loads

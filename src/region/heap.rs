@@ -8,6 +8,7 @@ use super::raw::{Backing, RawRegion, WritableBacking};
 use std::sync::atomic::AtomicU64;
 
 /// Zeroed, 8-byte aligned heap memory that threads may share (e.g. in an `Arc`).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub type HeapRegion = RawRegion<HeapMemory>;
 
 /// The words behind a [`HeapRegion`].

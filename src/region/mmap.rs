@@ -6,16 +6,20 @@ use std::fs::File;
 use std::io;
 
 /// A shared read-write mapping of a file (or of a page-aligned range of it).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub type MmapRegion = RawRegion<SharedMap>;
 /// A shared read-only mapping: a reader can never corrupt what it maps, whatever its bugs.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub type ReadOnlyRegion = RawRegion<ReadOnlyMap>;
 
 /// The mapping behind an [`MmapRegion`].
 #[derive(Debug)]
+#[cfg_attr(not(any(shmlog_fuzz, feature = "async")), allow(unreachable_pub))]
 pub struct SharedMap(MmapRaw);
 
 /// The mapping behind a [`ReadOnlyRegion`].
 #[derive(Debug)]
+#[cfg_attr(not(any(shmlog_fuzz, feature = "async")), allow(unreachable_pub))]
 pub struct ReadOnlyMap(MmapRaw);
 
 // SAFETY: a mapping is page-aligned, `len()` bytes long, readable and writable (mapped with
@@ -49,7 +53,7 @@ unsafe impl Backing for ReadOnlyMap {
 impl MmapRegion {
     /// Maps `len` bytes of `file` from `offset` (a multiple of the page size) read-write and
     /// shared, pre-faulting the pages (`MAP_POPULATE`) so the hot path never page-faults.
-    pub fn map(file: &File, offset: u64, len: usize) -> io::Result<Self> {
+    pub(crate) fn map(file: &File, offset: u64, len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().offset(offset).len(len).populate().map_raw(file)?;
         Ok(Self::over(SharedMap(map)))
     }
@@ -58,7 +62,7 @@ impl MmapRegion {
 impl MmapRegion {
     /// Writes the mapping's dirty pages of `off..off + len` back to its file and waits
     /// (`msync`), for a file on a disk whose words must survive a power loss.
-    pub fn flush(&self, off: usize, len: usize) -> io::Result<()> {
+    pub(crate) fn flush(&self, off: usize, len: usize) -> io::Result<()> {
         self.backing().0.flush_range(off, len)
     }
 }
@@ -76,7 +80,7 @@ impl ReadOnlyRegion {
     /// Maps the first `len` bytes of `file` read-only, pre-faulting them if `populate`: readers
     /// of a log do, tools reading a few metadata words of a possibly huge log do not
     /// (populating a 3 GiB log costs about a second).
-    pub fn map(file: &File, len: usize, populate: bool) -> io::Result<Self> {
+    pub(crate) fn map(file: &File, len: usize, populate: bool) -> io::Result<Self> {
         let mut options = MmapOptions::new();
         options.len(len);
         if populate {

@@ -36,12 +36,14 @@ mod raw;
 mod window;
 
 #[cfg(all(any(test, shmlog_fuzz), not(shmlog_loom)))]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub use heap::HeapRegion;
 #[cfg(shmlog_loom)]
 pub(crate) use loom::LoomRegion;
 #[cfg(not(shmlog_loom))]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub use mmap::{MmapRegion, ReadOnlyRegion};
-pub use window::{Span, Window};
+pub(crate) use window::{Span, Window};
 
 /// Read access to a region of possibly shared memory.
 ///
@@ -49,6 +51,7 @@ pub use window::{Span, Window};
 /// `len()` bytes from offset 0 stay valid for the accesses below for as long as `&self` lives,
 /// and `len()` returns the same value every time: [`Window`] checks a span against it once and
 /// then accesses the region without checks.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub unsafe trait Region {
     /// Length in bytes.
     fn len(&self) -> usize;
@@ -140,6 +143,7 @@ pub unsafe trait Region {
 /// Write access to a region. Only the single writer of a log, or a reader on its own slot, has it.
 /// Atomic stores are safe; non-atomic writes are `unsafe fn`s, because a reader in this process
 /// or another may hold a slice over the bytes they write unless the protocol rules that out.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub trait RegionMut: Region {
     /// Atomic store of the `i32` at `off`.
     fn store_i32(&self, off: usize, value: i32, order: Ordering);
@@ -242,6 +246,7 @@ pub trait RegionMut: Region {
 
 /// Backends whose bytes are real memory, so a claimed frame can be lent out as a slice whose
 /// lifetime the borrow checker tracks (the loom backend cannot, and does not implement this).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub trait DirectRegion: RegionMut {
     /// An exclusive slice of `len` bytes at `off`, borrowed from `self`.
     ///
@@ -253,7 +258,7 @@ pub trait DirectRegion: RegionMut {
 
 /// Panics unless `[off, off + size)` lies inside `len` and `off` is a multiple of `align`.
 #[inline(always)]
-pub fn check_range(len: usize, off: usize, size: usize, align: usize) {
+pub(crate) fn check_range(len: usize, off: usize, size: usize, align: usize) {
     debug_assert!(align.is_power_of_two());
     if size > len || off > len - size || off & (align - 1) != 0 {
         range_violation(len, off, size);

@@ -24,7 +24,7 @@ pod!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64);
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 
 /// The bytes of `value`.
-pub fn as_bytes<T: Pod>(value: &T) -> &[u8] {
+pub(crate) fn as_bytes<T: Pod>(value: &T) -> &[u8] {
     // SAFETY: `T: Pod` has no padding, so all `size_of::<T>()` bytes behind the reference are
     // initialised; the slice borrows `value` and cannot outlive it.
     unsafe { std::slice::from_raw_parts(value as *const T as *const u8, std::mem::size_of::<T>()) }
@@ -32,7 +32,7 @@ pub fn as_bytes<T: Pod>(value: &T) -> &[u8] {
 
 /// A value read from `bytes`, which must be exactly `size_of::<T>()` long (`None` otherwise).
 /// Copies: the result never points into `bytes` (which may be a log another process writes).
-pub fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
+pub(crate) fn read<T: Pod>(bytes: &[u8]) -> Option<T> {
     if bytes.len() != std::mem::size_of::<T>() {
         return None;
     }

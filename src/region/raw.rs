@@ -18,6 +18,7 @@ use std::ptr;
 /// # Safety
 /// `base()` is 8-aligned and valid for reads of `len()` bytes (and for writes if `WRITABLE`) for
 /// as long as the value lives, wherever it is moved to; both return the same values every time.
+#[cfg_attr(not(any(shmlog_fuzz, feature = "async")), allow(unreachable_pub))]
 pub unsafe trait Backing {
     /// Whether the memory may be written: [`RegionMut`] exists only for writable backings, and
     /// loads from the others take the form std allows on read-only memory.
@@ -31,11 +32,13 @@ pub unsafe trait Backing {
 /// # Safety
 /// `Backing::WRITABLE` is `true` (checked at compile time), and `base()` is valid
 /// for writes of `len()` bytes for as long as the value lives.
+#[cfg_attr(not(any(shmlog_fuzz, feature = "async")), allow(unreachable_pub))]
 pub unsafe trait WritableBacking: Backing {}
 
 /// A region over backing memory `B`. The base pointer is asked of the backing at every access
 /// rather than kept: a pointer derived before the backing moved (a `Box` moved into the region
 /// is retagged as unique) would no longer be valid for it (Miri, stacked borrows).
+#[cfg_attr(not(any(shmlog_fuzz, feature = "async")), allow(unreachable_pub))]
 pub struct RawRegion<B> {
     len: usize,
     backing: B,

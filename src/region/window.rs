@@ -11,13 +11,13 @@ use super::{range_violation, Region, RegionMut};
 use crate::sync::Ordering;
 
 /// Grid of frame starts, and the bytes at each grid point that accesses reach without a check.
-pub const GRID: usize = 32;
+pub(super) const GRID: usize = 32;
 
 /// Where a window lies: `[base, base + len)` with `len` a power of two of at least [`GRID`] bytes
 /// and `base` on the grid. Validated once when made (a log makes its three when it opens), so
 /// that laying it over a region costs a single compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Span {
+pub(crate) struct Span {
     base: usize,
     mask: usize,
 }
@@ -25,7 +25,7 @@ pub struct Span {
 impl Span {
     /// `None` unless `len` is a power of two of at least `GRID` bytes, `base` is on the grid and
     /// the end is representable.
-    pub fn new(base: usize, len: usize) -> Option<Self> {
+    pub(crate) fn new(base: usize, len: usize) -> Option<Self> {
         let valid =
             len.is_power_of_two() && len >= GRID && base % GRID == 0 && base.checked_add(len).is_some();
         valid.then_some(Self { base, mask: len - 1 })
@@ -33,19 +33,20 @@ impl Span {
 
     /// Offset of the first byte.
     #[inline(always)]
-    pub fn base(&self) -> usize {
+    pub(crate) fn base(&self) -> usize {
         self.base
     }
 
     /// Length in bytes.
     #[inline(always)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.mask + 1
     }
 }
 
 /// A [`Span`] laid over a region whose length it was checked against.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Window<'r, R> {
     region: &'r R,
     base: usize,
@@ -56,7 +57,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// `span` of `region`. Panics (a bug in this crate, as for any out-of-bounds access) if the
     /// span runs past the region.
     #[inline(always)]
-    pub fn new(region: &'r R, span: Span) -> Self {
+    pub(crate) fn new(region: &'r R, span: Span) -> Self {
         if span.len() > region.len() || span.base > region.len() - span.len() {
             range_violation(region.len(), span.base, span.len());
         }
@@ -70,14 +71,14 @@ impl<'r, R: Region> Window<'r, R> {
     /// # Safety
     /// `span` lies inside `region`.
     #[inline(always)]
-    pub unsafe fn new_unchecked(region: &'r R, span: Span) -> Self {
+    pub(crate) unsafe fn new_unchecked(region: &'r R, span: Span) -> Self {
         debug_assert!(span.len() <= region.len() && span.base <= region.len() - span.len());
         Self { region, base: span.base, mask: span.mask }
     }
 
     /// Length in bytes.
     #[inline(always)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.mask + 1
     }
 
@@ -124,7 +125,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Atomic load of the `i32` at grid point `at`.
     #[inline(always)]
-    pub fn load_i32(&self, at: usize, order: Ordering) -> i32 {
+    pub(crate) fn load_i32(&self, at: usize, order: Ordering) -> i32 {
         // SAFETY: `point` is inside the window with GRID bytes after it, the window inside the
         // region (checked in `new`); grid points are 4-aligned.
         unsafe { self.region.load_i32_unchecked(self.point(at), order) }
@@ -132,7 +133,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Copies `dst.len()` bytes from `rel` bytes past grid point `at`, inside its cell.
     #[inline(always)]
-    pub fn copy_out_cell(&self, at: usize, rel: usize, dst: &mut [u8]) {
+    pub(crate) fn copy_out_cell(&self, at: usize, rel: usize, dst: &mut [u8]) {
         self.check_cell(rel, dst.len());
         // SAFETY: within the GRID bytes after a point inside the window (checked above).
         unsafe { self.region.copy_out_unchecked(self.point(at) + rel, dst) }
@@ -141,7 +142,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// Copies the `dst.len()` bytes after the cell at grid point `at` (a frame's body), checked
     /// to end inside the window.
     #[inline(always)]
-    pub fn copy_out_body(&self, at: usize, dst: &mut [u8]) {
+    pub(crate) fn copy_out_body(&self, at: usize, dst: &mut [u8]) {
         let start = self.body(at, dst.len());
         // SAFETY: in bounds (checked in `body`).
         unsafe { self.region.copy_out_unchecked(start, dst) }
@@ -149,7 +150,7 @@ impl<'r, R: Region> Window<'r, R> {
 
     /// Copies `dst.len()` bytes from grid point `at`, checked to end inside the window.
     #[inline(always)]
-    pub fn copy_out(&self, at: usize, dst: &mut [u8]) {
+    pub(crate) fn copy_out(&self, at: usize, dst: &mut [u8]) {
         let start = self.run_of(self.point(at), dst.len());
         // SAFETY: in bounds (checked in `run_of`).
         unsafe { self.region.copy_out_unchecked(start, dst) }
@@ -158,7 +159,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// [`Window::load_i32`] of a word the writer may be zeroing meanwhile (see
     /// [`Region::load_i32_racy_unchecked`]): an untethered reader's.
     #[inline(always)]
-    pub fn load_i32_racy(&self, at: usize, order: Ordering) -> i32 {
+    pub(crate) fn load_i32_racy(&self, at: usize, order: Ordering) -> i32 {
         // SAFETY: as in `load_i32`.
         unsafe { self.region.load_i32_racy_unchecked(self.point(at), order) }
     }
@@ -166,7 +167,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// [`Window::copy_out`] of bytes the writer may be writing meanwhile (see
     /// [`Region::copy_out_racy_unchecked`]): an untethered reader's.
     #[inline(always)]
-    pub fn copy_out_racy(&self, at: usize, dst: &mut [u8]) {
+    pub(crate) fn copy_out_racy(&self, at: usize, dst: &mut [u8]) {
         let start = self.run_of(self.point(at), dst.len());
         // SAFETY: in bounds (checked in `run_of`).
         unsafe { self.region.copy_out_racy_unchecked(start, dst) }
@@ -177,7 +178,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// # Safety
     /// As [`Region::with_bytes`].
     #[inline(always)]
-    pub unsafe fn with_bytes<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
+    pub(crate) unsafe fn with_bytes<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         let start = self.run_of(self.point(at), len);
         // SAFETY: in bounds (checked in `run_of`); the rest is the caller's contract.
         unsafe { self.region.with_bytes_unchecked(start, len, f) }
@@ -188,7 +189,7 @@ impl<'r, R: Region> Window<'r, R> {
     /// # Safety
     /// As [`Region::with_bytes`].
     #[inline(always)]
-    pub unsafe fn with_body<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
+    pub(crate) unsafe fn with_body<T>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> T) -> T {
         let start = self.body(at, len);
         // SAFETY: in bounds (checked in `body`); the rest is the caller's contract.
         unsafe { self.region.with_bytes_unchecked(start, len, f) }
@@ -198,7 +199,7 @@ impl<'r, R: Region> Window<'r, R> {
 impl<R: RegionMut> Window<'_, R> {
     /// Atomic store of the `i32` at grid point `at`.
     #[inline(always)]
-    pub fn store_i32(&self, at: usize, value: i32, order: Ordering) {
+    pub(crate) fn store_i32(&self, at: usize, value: i32, order: Ordering) {
         // SAFETY: as in `load_i32`.
         unsafe { self.region.store_i32_unchecked(self.point(at), value, order) }
     }
@@ -208,7 +209,7 @@ impl<R: RegionMut> Window<'_, R> {
     /// # Safety
     /// As [`RegionMut::copy_in`].
     #[inline(always)]
-    pub unsafe fn copy_in_cell(&self, at: usize, rel: usize, src: &[u8]) {
+    pub(crate) unsafe fn copy_in_cell(&self, at: usize, rel: usize, src: &[u8]) {
         self.check_cell(rel, src.len());
         // SAFETY: in bounds as in `copy_out_cell`; the rest is the caller's contract.
         unsafe { self.region.copy_in_unchecked(self.point(at) + rel, src) }
@@ -219,7 +220,7 @@ impl<R: RegionMut> Window<'_, R> {
     /// # Safety
     /// As [`RegionMut::copy_in`].
     #[inline(always)]
-    pub unsafe fn copy_in_body(&self, at: usize, src: &[u8]) {
+    pub(crate) unsafe fn copy_in_body(&self, at: usize, src: &[u8]) {
         let start = self.body(at, src.len());
         // SAFETY: in bounds (checked in `body`); the rest is the caller's contract.
         unsafe { self.region.copy_in_unchecked(start, src) }

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// A concurrent log this process writes through one writer slot: the writers' read lock and the
 /// slot's write lock are held on `file`.
 #[derive(Debug)]
-pub struct WriterLog {
+pub(crate) struct WriterLog {
     pub file: File,
     pub path: PathBuf,
     pub log: Log<MmapRegion>,
@@ -43,7 +43,7 @@ enum Found {
 
 /// Joins the concurrent log of the stream `opts` names, creating it (a new session) if there is
 /// none or its writers are gone. [`Error::AlreadyExists`] if an exclusive publisher owns the stream.
-pub fn open_concurrent(opts: &NewLog<'_>) -> Result<WriterLog, Error> {
+pub(crate) fn open_concurrent(opts: &NewLog<'_>) -> Result<WriterLog, Error> {
     let path = super::name::log_path(opts.dir, opts.name);
     for attempt in 0..1000 {
         match join(&path)? {
@@ -167,7 +167,7 @@ fn try_slots(file: &File, path: &Path, log: &Log<MmapRegion>) -> Result<Result<u
 /// still see the other's read lock, and neither would end the stream. Under it, a leaver that
 /// is not the last drops its read lock before the next leaver looks. The lock is held for a few
 /// system calls, and goes with a leaver that dies.
-pub fn leave(file: &File, slot: usize) -> bool {
+pub(crate) fn leave(file: &File, slot: usize) -> bool {
     let _ = lock::unlock(file, WRITER_LOCKS + slot as u64, 1);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !matches!(lock::try_lock(file, Kind::Exclusive, CLOSE_LOCK, 1), Ok(true)) {
@@ -188,7 +188,10 @@ pub fn leave(file: &File, slot: usize) -> bool {
 /// read-only), for padding dead writers' holes. Reopened through `/proc/self/fd`, so it is the
 /// same file even when the stream's name leads to a newer session by now (its writers all died,
 /// and a new one started): the old session's readers can still read past the holes.
-pub fn open_for_unblock(path: &Path, current: &File) -> Result<Option<(File, Log<MmapRegion>)>, Error> {
+pub(crate) fn open_for_unblock(
+    path: &Path,
+    current: &File,
+) -> Result<Option<(File, Log<MmapRegion>)>, Error> {
     use std::os::unix::io::AsRawFd;
     let same = PathBuf::from(format!("/proc/self/fd/{}", current.as_raw_fd()));
     let file = match std::fs::OpenOptions::new().read(true).write(true).open(&same) {

@@ -20,7 +20,7 @@ use crate::region::{DirectRegion, RegionMut};
 use crate::sync::protocol;
 
 /// Who of the writers is alive, and the one-at-a-time lock of the unblocker.
-pub trait WriterLiveness {
+pub(crate) trait WriterLiveness {
     /// `true` while writer slot `slot`'s owner lives (an error reads as alive: never call a live
     /// owner dead).
     fn writer_alive(&self, slot: usize) -> bool;
@@ -30,7 +30,7 @@ pub trait WriterLiveness {
 }
 
 /// Pads the holes of dead writers of `log`, if no other unblocker is at it.
-pub fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Unblocked {
+pub(crate) fn unblock<R: RegionMut>(log: &Log<R>, liveness: &impl WriterLiveness) -> Unblocked {
     let resolve = || unblock::resolve_dead(log, |slot| liveness.writer_alive(slot));
     if !protocol::unblock_under_lock() {
         return resolve(); // the loom models' mutant: two unblockers pad one hole at once
@@ -46,7 +46,7 @@ fn room_now<S: RegionMut, L: RegionMut>(flow: &mut FlowControl, slots: &Slots<S>
 
 /// A writer of a concurrent log, with its flow control over the stream's reader slots.
 #[derive(Debug)]
-pub struct ConcurrentWriter<L, S, K> {
+pub(crate) struct ConcurrentWriter<L, S, K> {
     appender: ConcurrentAppender<L>,
     /// The stream's readers: slots, liveness, flow control, doorbell.
     core: WriterCore<S, K>,
@@ -56,7 +56,7 @@ pub struct ConcurrentWriter<L, S, K> {
 
 impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<L, S, K> {
     /// A writer of `log` through writer slot `slot` (claimed by the caller).
-    pub fn new(log: Log<L>, slot: usize, slots: Slots<S>, liveness: K) -> Self {
+    pub(crate) fn new(log: Log<L>, slot: usize, slots: Slots<S>, liveness: K) -> Self {
         let window = log.geometry().window;
         let max_message = max_message_len(log.term_length());
         let start = log.producer_position().unwrap_or(0);
@@ -66,14 +66,14 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     /// Rings the stream's doorbell after every commit from now on, and at once.
-    pub fn with_doorbell(mut self) -> Self {
+    pub(crate) fn with_doorbell(mut self) -> Self {
         self.core.start_ringing();
         self
     }
 
     /// Appends `message`; returns the position after it.
     #[inline(always)]
-    pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
+    pub(crate) fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, a reservation in the known term
         // (anything else, a refusal included, takes the general path, which tries again).
         if message.len() <= self.appender.max_payload()
@@ -97,7 +97,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     /// Appends one message gathered from `parts`, in order.
-    pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
+    pub(crate) fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
         let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
         let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.core.max_message })?;
         self.offer_parts(parts, len)
@@ -118,7 +118,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
 
     /// Reserves a frame of `len` payload bytes (at most the max payload) to be written in place
     /// and committed or aborted later; returns the position after it.
-    pub fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
+    pub(crate) fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
         let max = self.appender.max_payload();
         if len > max {
             return Err(OfferError::MessageTooLarge { len, max });
@@ -132,7 +132,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     /// Commits the pending claim; returns the position after it.
-    pub fn commit_claim(&mut self) -> Option<i64> {
+    pub(crate) fn commit_claim(&mut self) -> Option<i64> {
         let reservation = self.claim.take()?;
         let position = reservation.position;
         self.appender.commit(reservation);
@@ -141,7 +141,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     /// Turns the pending claim, if any, into padding that readers skip.
-    pub fn abort_claim(&mut self) {
+    pub(crate) fn abort_claim(&mut self) {
         if let Some(reservation) = self.claim.take() {
             self.appender.abort(reservation);
         }
@@ -197,7 +197,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
     /// `claim_buffer`, for backends that cannot lend a slice (loom's).
     #[cfg(shmlog_loom)]
-    pub fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    pub(crate) fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
         match &self.claim {
             Some(reservation) => self.appender.with_claim_payload(reservation, f),
             None => f(&mut []),
@@ -213,7 +213,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     }
 
     /// Sweeps and recomputes the limit; returns the readers counted.
-    pub fn check_readers(&mut self) -> SessionReaders {
+    pub(crate) fn check_readers(&mut self) -> SessionReaders {
         self.sweep();
         self.recompute_limit();
         self.core.readers()
@@ -224,7 +224,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// would rather not spin. `Ready` if there is room now; without a doorbell, `TimedOut` at
     /// once. A dead writer's hole is not a reader's move: the caller's next offer, within the
     /// liveness interval, pads it.
-    pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
+    pub(crate) fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
         if !self.core.rings() {
             return Rung::TimedOut;
         }
@@ -237,50 +237,50 @@ impl<L: RegionMut, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<
     /// shared tail in: what a back-pressured writer re-checks after arming its bell (the async
     /// sender's).
     #[cfg(feature = "async")]
-    pub fn has_room(&mut self) -> bool {
+    pub(crate) fn has_room(&mut self) -> bool {
         let WriterCore { slots, flow, .. } = &mut self.core;
         room_now(flow, slots, self.appender.log())
     }
 
     /// The shared tail: the position after the last space any writer reserved.
-    pub fn position(&self) -> i64 {
+    pub(crate) fn position(&self) -> i64 {
         self.appender.log().producer_position().unwrap_or(0)
     }
 
-    pub fn limit(&self) -> i64 {
+    pub(crate) fn limit(&self) -> i64 {
         self.core.limit()
     }
 
-    pub fn max_message_len(&self) -> usize {
+    pub(crate) fn max_message_len(&self) -> usize {
         self.core.max_message_len()
     }
 
-    pub fn max_payload_len(&self) -> usize {
+    pub(crate) fn max_payload_len(&self) -> usize {
         self.appender.max_payload()
     }
 
-    pub fn log(&self) -> &Log<L> {
+    pub(crate) fn log(&self) -> &Log<L> {
         self.appender.log()
     }
 
-    pub fn liveness(&self) -> &K {
+    pub(crate) fn liveness(&self) -> &K {
         self.core.liveness()
     }
 
     /// The stream's reader slots.
-    pub fn slots(&self) -> &Slots<S> {
+    pub(crate) fn slots(&self) -> &Slots<S> {
         self.core.slots()
     }
 
     /// Rings the readers' doorbell unconditionally (after end of stream).
-    pub fn ring_readers_always(&self) {
+    pub(crate) fn ring_readers_always(&self) {
         self.core.ring_readers_always();
     }
 }
 
 impl<L: DirectRegion, S: RegionMut, K: Liveness + WriterLiveness> ConcurrentWriter<L, S, K> {
     /// Lends the payload of the pending claim (none: an empty slice).
-    pub fn claim_buffer(&mut self) -> &mut [u8] {
+    pub(crate) fn claim_buffer(&mut self) -> &mut [u8] {
         match &self.claim {
             Some(reservation) => self.appender.claim_slice(reservation),
             None => &mut [],

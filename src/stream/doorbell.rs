@@ -55,10 +55,11 @@ use crate::sync::{LightBarrier, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use fanout::Fanout;
+pub(crate) use fanout::Fanout;
 
 /// How a wait on a bell ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Rung {
     /// What the caller waits for was there when it checked after arming: it did not sleep.
     Ready,
@@ -71,16 +72,17 @@ pub enum Rung {
 /// The longest a sleeper sleeps when the kernel refused its half of the barrier (a hot side that
 /// relies on it may miss the sleeper), when it cannot sleep on several bells at once, and the nap
 /// of a [`WakeBudget`] spent.
-pub const NAP: Duration = Duration::from_millis(1);
+pub(crate) const NAP: Duration = Duration::from_millis(1);
 
 /// The most reactor sleepers a ring wakes through the wake FIFO itself when no thread sleeps on
 /// the bell: past it, the ring wakes one thread (a reactor process's waiter, if one keeps the
 /// door) and leaves the FIFO to it, so the ringer does not pay for many wake-ups.
-pub const DIRECT_FD_WAKE: i32 = 8;
+pub(crate) const DIRECT_FD_WAKE: i32 = 8;
 
 /// One side's view of a stream's doorbell page, at offset `base` of `region`, with the stream's
 /// wake FIFO where this side may have to ring it (see [`Fanout`]).
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Doorbell<R> {
     region: R,
     base: usize,
@@ -90,6 +92,7 @@ pub struct Doorbell<R> {
 /// A bell a sleeper armed: which one, and the value its sleep must expect. Made by
 /// [`Doorbell::arm_readers`] or [`Doorbell::arm_writer`], spent by [`sleep`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Armed {
     bell: usize,
     seen: i32,
@@ -99,12 +102,13 @@ pub struct Armed {
 /// to [`finish_reactor_sleep`] once the task runs again (or is dropped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-pub struct ReactorArmed(Armed);
+pub(crate) struct ReactorArmed(Armed);
 
 impl<R: RegionMut> Doorbell<R> {
     /// The doorbell page at `base` of `region` (the whole slot file: `layout::slots::DOORBELL`; a
     /// mapping of the page alone: 0).
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new(region: R, base: usize) -> Self {
         assert!(
             region.len() >= base && region.len() - base >= DOORBELL_LEN && base % 4 == 0,
@@ -115,14 +119,14 @@ impl<R: RegionMut> Doorbell<R> {
 
     /// This doorbell with the stream's wake FIFO, which it rings (passing a ring on, waking a
     /// back-pressured writer) when reactor sleepers are counted.
-    pub fn with_fanout(mut self, fanout: Arc<Fanout>) -> Self {
+    pub(crate) fn with_fanout(mut self, fanout: Arc<Fanout>) -> Self {
         self.fanout = Some(fanout);
         self
     }
 
     /// The stream's wake FIFO, if this doorbell was given it.
     #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-    pub fn fanout(&self) -> Option<&Arc<Fanout>> {
+    pub(crate) fn fanout(&self) -> Option<&Arc<Fanout>> {
         self.fanout.as_ref()
     }
 
@@ -131,7 +135,7 @@ impl<R: RegionMut> Doorbell<R> {
     /// # Safety
     /// `region` holds a whole doorbell page at `base`, and `base` is 4-aligned.
     #[inline(always)]
-    pub unsafe fn new_unchecked(region: R, base: usize) -> Self {
+    pub(crate) unsafe fn new_unchecked(region: R, base: usize) -> Self {
         debug_assert!(region.len() >= base + DOORBELL_LEN && base % 4 == 0);
         Self { region, base, fanout: None }
     }
@@ -149,6 +153,7 @@ impl<R: RegionMut> Doorbell<R> {
 
     /// A reader, after publishing a new position: wakes a writer waiting for room, if any.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn ring_writer(&self) {
         let barrier = crate::sync::light_barrier_kind();
         // SAFETY: as in `ring_readers`.
@@ -156,6 +161,7 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     /// Wakes the readers whatever *armed* says (end of stream, a new session): cold paths.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn ring_readers_always(&self, fanout: Option<&Fanout>) {
         self.region.store_i32(self.base + READERS_ARMED, 0, Ordering::SeqCst);
         let now = self.region.fetch_add_i32(self.base + READERS_BELL, 1).wrapping_add(1);
@@ -169,13 +175,13 @@ impl<R: RegionMut> Doorbell<R> {
     /// A reader: sleeps until `ready()` (is a frame committed at my position? did the session
     /// end?) or the writer rings, at most `timeout` ([`sleep_until`] on this bell alone).
     #[cfg(any(test, shmlog_loom))]
-    pub fn wait_for_writer(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
+    pub(crate) fn wait_for_writer(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
         sleep_until(&[Some(self)], ready, timeout).rung
     }
 
     /// The writer: sleeps until `ready()` (is there room now?) or a reader rings, at most
     /// `timeout`.
-    pub fn wait_for_readers(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
+    pub(crate) fn wait_for_readers(&self, ready: impl FnOnce() -> bool, timeout: Duration) -> Rung {
         match prepare_sleep(self, Doorbell::arm_writer, ready, timeout) {
             Some((armed, timeout)) => sleep(&[(self, armed)], &[], timeout),
             None => Rung::Ready,
@@ -184,11 +190,13 @@ impl<R: RegionMut> Doorbell<R> {
 
     /// A reader's first step of a sleep: arms the readers' bell for the writer's next ring. Then
     /// [`barrier`], a last look at what the reader waits for, and [`sleep`].
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn arm_readers(&self) -> Armed {
         self.arm(READERS_ARMED, READERS_BELL)
     }
 
     /// The writer's first step of a sleep: arms the writer's bell for the next reader that moves.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn arm_writer(&self) -> Armed {
         self.arm(WRITER_ARMED, WRITER_BELL)
     }
@@ -211,12 +219,13 @@ impl<R: RegionMut> Doorbell<R> {
     }
 
     /// `true` if the bell `armed` was armed on rang since (its sleep would not sleep).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn rang(&self, armed: Armed) -> bool {
         self.region.load_i32(self.base + armed.bell, Ordering::Acquire) != armed.seen
     }
 
     /// The futex word of `armed` and the value to expect, for a sleep on several words.
-    pub fn word(&self, armed: Armed) -> (&R, usize, i32) {
+    pub(crate) fn word(&self, armed: Armed) -> (&R, usize, i32) {
         (&self.region, self.base + armed.bell, armed.seen)
     }
 
@@ -403,7 +412,7 @@ impl Armed {
 
 /// How a [`sleep_until`] ended, and which bells rang.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Slept {
+pub(crate) struct Slept {
     pub rung: Rung,
     /// Bit `i` for bell `i` that rang while armed (bit 63 also stands for every bell past it).
     pub rang: u64,
@@ -415,7 +424,7 @@ pub struct Slept {
 /// refused, or if no bell is there at all). Every blocking way for a reader to wait goes
 /// through here; the async receiver takes the same first steps ([`prepare_sleep`]) and leaves
 /// the sleep to its waiter thread.
-pub fn sleep_until<R: RegionMut>(
+pub(crate) fn sleep_until<R: RegionMut>(
     bells: &[Option<&Doorbell<R>>],
     ready: impl FnOnce() -> bool,
     timeout: Duration,
@@ -456,7 +465,7 @@ pub fn sleep_until<R: RegionMut>(
 /// (do not sleep); otherwise the armed bell and how long the sleep may last (`timeout`, or
 /// [`NAP`] if the barrier was refused). The caller then [`sleep`]s, or hands the armed bell to
 /// a thread that sleeps for it.
-pub fn prepare_sleep<R: RegionMut>(
+pub(crate) fn prepare_sleep<R: RegionMut>(
     bell: &Doorbell<R>,
     arm: impl FnOnce(&Doorbell<R>) -> Armed,
     ready: impl FnOnce() -> bool,
@@ -480,7 +489,7 @@ pub fn prepare_sleep<R: RegionMut>(
 /// it runs again. The caller must have registered its interest in the FIFO (its readiness
 /// cleared, its waker stored) before this: a write after the count is then an event it sees.
 #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-pub fn prepare_reactor_sleep<R: RegionMut>(
+pub(crate) fn prepare_reactor_sleep<R: RegionMut>(
     bell: &Doorbell<R>,
     arm: impl FnOnce(&Doorbell<R>) -> Armed,
     ready: impl FnOnce() -> bool,
@@ -506,7 +515,7 @@ pub fn prepare_reactor_sleep<R: RegionMut>(
 /// the readers' bell rang since it armed, passes the ring on to the threads asleep on the bell
 /// (the ringer may have written only the FIFO). Returns whether the bell rang.
 #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-pub fn finish_reactor_sleep<R: RegionMut>(bell: &Doorbell<R>, armed: ReactorArmed) -> bool {
+pub(crate) fn finish_reactor_sleep<R: RegionMut>(bell: &Doorbell<R>, armed: ReactorArmed) -> bool {
     let armed = armed.0;
     if protocol::doorbell_count_reactor_sleepers() {
         bell.region.fetch_add_i32(bell.base + armed.side().fd_sleeping, -1);
@@ -523,7 +532,7 @@ pub fn finish_reactor_sleep<R: RegionMut>(bell: &Doorbell<R>, armed: ReactorArme
 /// wake-up) and leaves the FIFO write, which wakes them all, to it. Returns the bell's value, to
 /// sleep on.
 #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-pub fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
+pub(crate) fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
     Armed { bell: READERS_BELL, seen: bell.region.load_i32(bell.base + READERS_BELL, Ordering::Acquire) }
 }
 
@@ -531,7 +540,7 @@ pub fn door<R: RegionMut>(bell: &Doorbell<R>) -> Armed {
 /// reactor sleepers (and to threads asleep on the bell, which a ring reaching a doorkeeper
 /// did not reach). Returns the value to sleep on next.
 #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-pub fn keep_door<R: RegionMut>(bell: &Doorbell<R>, door: Armed) -> Armed {
+pub(crate) fn keep_door<R: RegionMut>(bell: &Doorbell<R>, door: Armed) -> Armed {
     if bell.rang(door) {
         let threads = bell.thread_sleepers() > 0;
         let reactors = fd_sleepers(&bell.region, bell.base, &READERS_SIDE) > 0;
@@ -556,7 +565,7 @@ fn count_fence() {
 /// The sleeper's barrier, after arming every bell it will sleep on and before its last look at
 /// what it waits for. `false` if the kernel refused the part that makes a hot side's light
 /// barrier enough: then the caller sleeps at most [`NAP`] and looks again.
-pub fn barrier() -> bool {
+pub(crate) fn barrier() -> bool {
     !protocol::doorbell_barrier() || crate::sync::heavy_barrier()
 }
 
@@ -565,6 +574,7 @@ pub fn barrier() -> bool {
 /// async waiter keeps) until one rings or `timeout` passes. A sleeper on a readers' bell counts itself in while it sleeps
 /// and, if the bell rang, passes the ring on to the other sleepers (see the module docs). The
 /// caller armed each bell, issued [`barrier`] and looked once more before calling this.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn sleep<R: RegionMut>(
     bells: &[(&Doorbell<R>, Armed)],
     extra: &[(&R, usize, i32)],
@@ -619,6 +629,7 @@ mod fanout {
     use std::sync::Mutex;
 
     #[derive(Debug)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub struct Fanout {
         #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
         slot_file: PathBuf,
@@ -629,7 +640,7 @@ mod fanout {
     impl Fanout {
         /// The wake FIFO of the stream whose slot file is `slot_file`: `NAME.wake` beside
         /// `NAME.readers`.
-        pub fn of(slot_file: &Path) -> Self {
+        pub(crate) fn of(slot_file: &Path) -> Self {
             Self {
                 slot_file: slot_file.into(),
                 path: slot_file.with_extension("wake"),
@@ -637,19 +648,19 @@ mod fanout {
             }
         }
 
-        pub fn path(&self) -> &Path {
+        pub(crate) fn path(&self) -> &Path {
             &self.path
         }
 
         /// The stream's slot file, whose permissions the FIFO takes.
         #[cfg_attr(not(feature = "async"), allow(dead_code))] // used by the reactor path
-        pub fn slot_file(&self) -> &Path {
+        pub(crate) fn slot_file(&self) -> &Path {
             &self.slot_file
         }
 
         /// Writes the FIFO (opening it first if need be): every reactor watching it wakes.
         /// `false` if there is none or it cannot be written.
-        pub fn ring(&self) -> bool {
+        pub(crate) fn ring(&self) -> bool {
             let mut fifo = self.fifo.lock().unwrap_or_else(|e| e.into_inner());
             if fifo.is_none() {
                 *fifo = crate::sys::fanout::open(&self.path).ok();
@@ -668,13 +679,13 @@ mod fanout {
     use loom::sync::{Condvar, Mutex};
 
     #[derive(Debug, Default)]
-    pub struct Fanout {
+    pub(crate) struct Fanout {
         writes: Mutex<u64>,
         written: Condvar,
     }
 
     impl Fanout {
-        pub fn ring(&self) -> bool {
+        pub(crate) fn ring(&self) -> bool {
             *self.writes.lock().unwrap() += 1;
             self.written.notify_all();
             true
@@ -698,6 +709,7 @@ mod fanout {
 /// (the bell is not watched meanwhile). Honest wake-ups without news (a new session, a ring
 /// passed on to a reader on another session) are rare and single.
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct WakeBudget {
     last_empty: Option<Instant>,
 }
@@ -705,6 +717,7 @@ pub struct WakeBudget {
 impl WakeBudget {
     /// After a wake-up: `news` says whether it brought any. Returns how long to nap instead of
     /// sleeping on the bell next time (or `None`).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn after_wake(&mut self, news: bool) -> Option<Duration> {
         if news {
             self.last_empty = None;

@@ -14,7 +14,7 @@ use crate::log::{Log, LogInit};
 use crate::region::{MmapRegion, ReadOnlyRegion, Region};
 use crate::stream::slots::Slots;
 use crate::sys::clock::{now_ns, random_u64};
-pub use crate::sys::fs::open_existing;
+pub(crate) use crate::sys::fs::open_existing;
 use crate::sys::fs::{available_space, cause, create_new, euid, is_same_file, reserve, Cause};
 use crate::sys::lock::{self, Kind};
 use std::fs::{self, File};
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 /// Checks the settings every stream participant shares and prepares the directory; returns it.
 ///
 /// `dir: None` means the per-user default directory, which must also belong to us.
-pub fn prepare(
+pub(crate) fn prepare(
     stream: &str,
     dir: Option<&PathBuf>,
     file_mode: u32,
@@ -44,12 +44,12 @@ pub fn prepare(
 }
 
 /// Largest file we agree to map as a log (1 GiB terms with 1 GiB pages).
-pub const MAX_LOG_FILE: u64 = 4 << 30;
+pub(crate) const MAX_LOG_FILE: u64 = 4 << 30;
 
 /// Refuses files that are not plain files of ours, or that anyone but us may write (a writer of
 /// the log writes every reader's messages, a writer of the slot file moves flow control).
 /// Returns the length.
-pub fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
+pub(crate) fn check_owner(file: &File, path: &Path) -> Result<u64, Error> {
     let m = file.metadata().map_err(|e| Error::io("inspect file", path, e))?;
     if !m.is_file() {
         return Err(Error::Corrupt { path: path.into(), what: "not a regular file" });
@@ -79,7 +79,7 @@ fn check_space(dir: &Path, needed: u64) -> Result<(), Error> {
 /// none yet, its reader-slot file of `slots` slots. Checked before either is created, so a full
 /// file system leaves nothing behind (the slot file, once created, is shared and not ours to
 /// remove again).
-pub fn check_space_for_stream(
+pub(crate) fn check_space_for_stream(
     dir: &Path,
     stream: &str,
     geometry: Geometry,
@@ -120,7 +120,7 @@ impl Drop for TempGuard<'_> {
 
 /// Options for a new log.
 #[derive(Clone, Copy)]
-pub struct NewLog<'a> {
+pub(crate) struct NewLog<'a> {
     pub dir: &'a Path,
     pub name: &'a str,
     pub geometry: Geometry,
@@ -146,14 +146,14 @@ impl std::fmt::Debug for NewLog<'_> {
 
 /// A log we created and own: the publisher lock is held on `file`.
 #[derive(Debug)]
-pub struct OwnedLog {
+pub(crate) struct OwnedLog {
     pub file: File,
     pub path: PathBuf,
     pub log: Log<MmapRegion>,
 }
 
 /// Creates, initialises and publishes a new session's log under the stream's name.
-pub fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
+pub(crate) fn create_log(opts: &NewLog<'_>) -> Result<OwnedLog, Error> {
     let g = opts.geometry;
     let len = g.file_length() as u64;
     let nonce = random_u64();
@@ -249,6 +249,7 @@ fn looks_like_log(file: &File) -> bool {
 
 /// A log opened for reading: read-only mapping, reader lock held.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct ReadLog {
     pub file: File,
     pub log: Log<ReadOnlyRegion>,
@@ -256,6 +257,7 @@ pub struct ReadLog {
 
 /// What is under the stream's log name for a reader.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Found {
     /// No log: no publisher has created one, or the last one closed.
     Nothing,
@@ -272,6 +274,7 @@ pub enum Found {
 /// Opens the stream's log for reading if its publisher is alive and `current` (the log being
 /// read) is not that same file; only then maps it. A log being removed (its reader lock refused:
 /// `clean` holds the file) reads as `Nothing` for now.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
     let file = match open_existing(path, false) {
         Ok(f) => f,
@@ -296,6 +299,7 @@ pub fn open_log(path: &Path, current: Option<&File>) -> Result<Found, Error> {
 
 /// A log whose publisher is gone, as [`open_log`] found it.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct DeadLog {
     file: File,
     len: u64,
@@ -306,7 +310,7 @@ pub struct DeadLog {
 /// Maps a log whose publisher is gone for a reader that owes its session (it began while the
 /// reader waited): what it committed is all there is, and stays until the last reader leaves.
 /// `None` if it is being removed.
-pub fn map_finished(dead: DeadLog, path: &Path) -> Result<Option<ReadLog>, Error> {
+pub(crate) fn map_finished(dead: DeadLog, path: &Path) -> Result<Option<ReadLog>, Error> {
     map_for_reading(dead.file, dead.len, path)
 }
 
@@ -326,7 +330,7 @@ fn map_for_reading(file: File, len: u64, path: &Path) -> Result<Option<ReadLog>,
 /// if nobody else uses it; the log goes unless a live reader waits for a session or still reads
 /// an earlier one: that reader owes this session, so the log stays, marked for the stream's last
 /// user to remove ([`remove_finished_log`]).
-pub fn leave_session_files(
+pub(crate) fn leave_session_files(
     log: &Log<MmapRegion>,
     log_file: &File,
     path: &Path,
@@ -347,7 +351,7 @@ pub fn leave_session_files(
 /// Removes the stream's log at `path` if its publisher left it for readers that owed its session
 /// (`LEFT_FOR_READERS`; a log kept on purpose stays), and it has no live publisher and no reader
 /// maps it: the stream's last user leaving. Returns whether it did.
-pub fn remove_finished_log(path: &Path) -> bool {
+pub(crate) fn remove_finished_log(path: &Path) -> bool {
     let Ok(file) = open_existing(path, true) else { return false };
     if !matches!(super::liveness::lock_log_owners(&file), Ok(true)) {
         return false;
@@ -410,16 +414,21 @@ fn open_for_tools<T>(
 }
 
 /// A log as tools see it (see `open_for_tools`).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn inspect_log(path: &Path, write: bool) -> Result<Option<(File, Log<ReadOnlyRegion>)>, Error> {
     open_for_tools(path, write, log_length_possible, Log::open)
 }
 
 /// A reader-slot file as tools see it (see `open_for_tools`).
-pub fn inspect_slots(path: &Path, write: bool) -> Result<Option<(File, Slots<ReadOnlyRegion>)>, Error> {
+pub(crate) fn inspect_slots(
+    path: &Path,
+    write: bool,
+) -> Result<Option<(File, Slots<ReadOnlyRegion>)>, Error> {
     open_for_tools(path, write, slots_length_possible, Slots::open)
 }
 
 /// How a process maps a stream's reader-slot file.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub trait SlotsMapping: Region + Sized {
     fn map_slots(file: &File, len: usize) -> io::Result<Self>;
 }
@@ -441,6 +450,7 @@ impl SlotsMapping for ReadOnlyRegion {
 /// Opens the stream's reader-slot file, creating it with `count` slots if it does not exist, and
 /// maps it as `R`. A file with fewer slots than `count` is refused unless `count` only applies to
 /// a file this call creates (`at_least: false`).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn open_readers<R: SlotsMapping>(
     dir: &Path,
     stream: &str,

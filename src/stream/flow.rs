@@ -32,6 +32,7 @@ use crate::sync::{fence, Ordering};
 
 /// Flow-control state private to the publication.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct FlowControl {
     window: i64,
     /// The cached limit: `allowed`, or the next checkpoint if that comes first.
@@ -51,6 +52,7 @@ pub struct FlowControl {
 
 impl FlowControl {
     /// Starts with no reader: the limit is the initial position, so offers report NotConnected.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new(window: usize, position: i64) -> Self {
         Self {
             window: window as i64,
@@ -66,47 +68,48 @@ impl FlowControl {
     /// Counts, from now on, the readers the session numbered `seq` (starting at position 0) is
     /// owed to: tethered readers that wait for a later session or still read an older one hold
     /// the writer at the session's start until they join it.
-    pub fn owe_to_waiting_readers(&mut self, seq: i32) {
+    pub(crate) fn owe_to_waiting_readers(&mut self, seq: i32) {
         self.owed = Some(Owed { seq, start: 0 });
     }
 
     /// The cached limit: offers starting below it are admitted.
     #[inline(always)]
-    pub fn limit(&self) -> i64 {
+    pub(crate) fn limit(&self) -> i64 {
         self.limit
     }
 
     /// `true` if the cached limit stopped a writer at `position` short of what the readers
     /// allowed at the last recompute: a checkpoint, not back pressure.
     #[inline]
-    pub fn at_checkpoint(&self, position: i64) -> bool {
+    pub(crate) fn at_checkpoint(&self, position: i64) -> bool {
         position < self.allowed
     }
 
     /// Sets how far past the writer's position checkpoints lie from now on (positive).
-    pub fn set_step(&mut self, step: i64) {
+    pub(crate) fn set_step(&mut self, step: i64) {
         self.step = step.max(1);
     }
 
     /// Moves the cached limit to the next checkpoint past `position`, within what the readers
     /// allowed at the last recompute (no slot is read: positions only rise, and a joiner's
     /// proof holds within the window of that recompute).
-    pub fn next_checkpoint(&mut self, position: i64) {
+    pub(crate) fn next_checkpoint(&mut self, position: i64) {
         self.limit = self.allowed.min(position.saturating_add(self.step));
     }
 
     /// Readers counted at the last recompute.
-    pub fn readers(&self) -> SessionReaders {
+    pub(crate) fn readers(&self) -> SessionReaders {
         self.readers
     }
 
     /// `true` if the last recompute counted a reader, tethered or not.
-    pub fn connected(&self) -> bool {
+    pub(crate) fn connected(&self) -> bool {
         self.readers.count > 0 || self.readers.untethered > 0
     }
 
     /// Re-reads the slots of `session` and sets the limit from the slowest reader that is not
     /// ahead of `producer`, the writer's position.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn recompute<R: Region>(&mut self, slots: &Slots<R>, session: i32, producer: i64) -> i64 {
         self.recompute_with(slots, session, producer, || producer, || None)
     }
@@ -120,7 +123,7 @@ impl FlowControl {
     /// [`Slots::scan_rising`]), not with `producer`: an honest reader always counts. The limit
     /// still stays within a window of `producer` (the join proof bounds the writer by the tail it
     /// loaded before the fence, as it bounds the exclusive writer by its own position).
-    pub fn recompute_concurrent<R: Region, L: Region>(
+    pub(crate) fn recompute_concurrent<R: Region, L: Region>(
         &mut self,
         slots: &Slots<R>,
         log: &Log<L>,

@@ -50,7 +50,7 @@ pub(crate) type SessionReader = Reader<ReadOnlyRegion, MmapRegion>;
 
 /// How a follower goes on: where to join sessions, how to read them.
 #[derive(Clone, Copy, Debug)]
-pub struct Rules {
+pub(crate) struct Rules {
     /// The first session joined, if running when the follower opened (or explicit).
     pub join: JoinAt,
     /// Sessions that begin while the follower waits for one.
@@ -64,7 +64,7 @@ pub struct Rules {
 
 /// A session a follower left: which, how it ended, and where the follower stood in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ended {
+pub(crate) struct Ended {
     pub session_id: i32,
     pub end_of_stream: bool,
     pub position: i64,
@@ -142,7 +142,7 @@ impl Losses {
 
 /// A reader of a stream across its sessions: one slot for its life, one session at a time.
 #[derive(Debug)]
-pub struct Follower {
+pub(crate) struct Follower {
     log_path: PathBuf,
     slot_file: SlotFile,
     slots: Table,
@@ -172,7 +172,7 @@ pub struct Follower {
 impl Follower {
     /// Takes a slot of stream `name` in `dir` (`max_readers` and `file_mode` if this creates the
     /// slot file) and joins the stream's current session, if a live publisher has one.
-    pub fn open(
+    pub(crate) fn open(
         dir: &Path,
         name: &str,
         max_readers: usize,
@@ -208,7 +208,7 @@ impl Follower {
 
     /// The reader of the session being read, for the polls' fast path.
     #[inline(always)]
-    pub fn reader(&mut self) -> Option<&mut SessionReader> {
+    pub(crate) fn reader(&mut self) -> Option<&mut SessionReader> {
         match &mut self.state {
             State::Reading(s) => Some(&mut s.reader),
             _ => None,
@@ -219,7 +219,7 @@ impl Follower {
     /// lap reports; a closed session left (the call after the one that closed it may move on);
     /// a new session looked for at once when the stream's counter moved; then the idle tick.
     #[inline]
-    pub fn empty_poll(&mut self) {
+    pub(crate) fn empty_poll(&mut self) {
         if let State::Reading(s) = &self.state {
             if !s.reader.is_untethered() && !s.over() && self.slots.sessions() == self.counter_seen {
                 return self.idle_tick();
@@ -248,7 +248,7 @@ impl Follower {
 
     /// After a `block_poll` of `moved` bytes: an untethered reader's laps move the position
     /// without delivering, so their reports go out now.
-    pub fn after_block_poll(&mut self, moved: usize) {
+    pub(crate) fn after_block_poll(&mut self, moved: usize) {
         if self.is_untethered() {
             self.take_reader_losses();
         }
@@ -259,7 +259,7 @@ impl Follower {
 
     /// Leaves a closed session, once it was reported: the follower waits for the next one, which
     /// the next poll or wait joins. `true` if it left one.
-    pub fn settle(&mut self) -> bool {
+    pub(crate) fn settle(&mut self) -> bool {
         if !matches!(self.state, State::Closed(..)) {
             return false;
         }
@@ -291,7 +291,7 @@ impl Follower {
     /// After a wake-up that brought no news: a new publisher rings the bell when its session
     /// appears, so look at once if the stream's session counter moved (a load, no system call:
     /// a peer that keeps ringing for nothing costs no checks).
-    pub fn after_empty_wake(&mut self) {
+    pub(crate) fn after_empty_wake(&mut self) {
         let counter = self.slots.sessions();
         let moved = std::mem::replace(&mut self.counter_seen, counter) != counter;
         // Or it moved before we slept, and the log it announced was not there yet.
@@ -302,7 +302,7 @@ impl Follower {
     }
 
     /// Checks now if a check is due at `now`; returns when the next is due.
-    pub fn check_if_due(&mut self, now: Instant) -> Instant {
+    pub(crate) fn check_if_due(&mut self, now: Instant) -> Instant {
         if now >= self.next_check {
             self.next_check = now + self.rules.liveness_interval;
             let _ = self.check();
@@ -313,7 +313,7 @@ impl Follower {
     /// Updates the publisher's liveness and checks the reader's bounds; closes a session that
     /// is over (end of stream, or a dead publisher and nothing committed left to read); joins a
     /// session when waiting for one.
-    pub fn check(&mut self) -> Result<(), Error> {
+    pub(crate) fn check(&mut self) -> Result<(), Error> {
         match &mut self.state {
             State::Reading(s) => {
                 s.reader.idle_check();
@@ -487,28 +487,28 @@ impl Follower {
     }
 
     /// The oldest loss report not taken yet.
-    pub fn take_loss(&mut self) -> Option<Loss> {
+    pub(crate) fn take_loss(&mut self) -> Option<Loss> {
         self.losses.queue.pop_front()
     }
 
     /// Loss reports dropped unread because more than [`MAX_LOSSES`] were waiting.
-    pub fn losses_dropped(&self) -> u64 {
+    pub(crate) fn losses_dropped(&self) -> u64 {
         self.losses.dropped
     }
 
     /// Times an untethered reader was lapped, over the follower's life.
-    pub fn laps(&self) -> u64 {
+    pub(crate) fn laps(&self) -> u64 {
         self.laps
     }
 
     /// How the last session left ended, once.
-    pub fn take_ended(&mut self) -> Option<Ended> {
+    pub(crate) fn take_ended(&mut self) -> Option<Ended> {
         self.ended.take()
     }
 
     /// The fault of the session being read, once: later waits do not count it news (nothing
     /// more of the session comes; the follower closes it once its publisher is gone).
-    pub fn take_fault(&mut self) -> Option<Fault> {
+    pub(crate) fn take_fault(&mut self) -> Option<Fault> {
         match &mut self.state {
             State::Reading(s) if !s.fault_reported => {
                 let fault = s.reader.fault()?;
@@ -520,7 +520,7 @@ impl Follower {
     }
 
     /// `true` if a poll now would deliver or report something, or the session is closed.
-    pub fn readable(&self) -> bool {
+    pub(crate) fn readable(&self) -> bool {
         match &self.state {
             State::Reading(s) => {
                 if s.fault_reported {
@@ -535,7 +535,7 @@ impl Follower {
     }
 
     /// The stream's doorbell, through our slot.
-    pub fn bell(&self) -> Option<&Doorbell<MmapRegion>> {
+    pub(crate) fn bell(&self) -> Option<&Doorbell<MmapRegion>> {
         match &self.state {
             State::Reading(s) => s.reader.bell(),
             State::Waiting(slot) | State::Closed(slot, _) => slot.bell(),
@@ -545,12 +545,12 @@ impl Follower {
 
     /// The stream's doorbell page, mapped on its own (for a thread that sleeps for us).
     #[cfg(feature = "async")]
-    pub fn map_doorbell(&self) -> Result<Doorbell<MmapRegion>, Error> {
+    pub(crate) fn map_doorbell(&self) -> Result<Doorbell<MmapRegion>, Error> {
         self.slot_file.map_doorbell().map_err(|e| Error::io("map doorbell", &self.slot_file.path, e))
     }
 
     /// `true` if this follower's reader is untethered.
-    pub fn is_untethered(&self) -> bool {
+    pub(crate) fn is_untethered(&self) -> bool {
         match &self.state {
             State::Reading(s) => s.reader.is_untethered(),
             State::Waiting(slot) | State::Closed(slot, _) => slot.untethered(),
@@ -559,7 +559,7 @@ impl Follower {
     }
 
     /// The log of the session being read.
-    pub fn log(&self) -> Option<&Log<ReadOnlyRegion>> {
+    pub(crate) fn log(&self) -> Option<&Log<ReadOnlyRegion>> {
         match &self.state {
             State::Reading(s) => Some(s.reader.log()),
             _ => None,
@@ -568,7 +568,7 @@ impl Follower {
 
     /// `true` while reading a session whose publisher is alive and has not closed. Checks the
     /// publisher's lock (a system call).
-    pub fn is_connected(&mut self) -> bool {
+    pub(crate) fn is_connected(&mut self) -> bool {
         match &mut self.state {
             State::Reading(s) => {
                 s.publisher_alive = s.reader.log().eos_position() == i64::MAX && publisher_alive(&s.file);
@@ -579,7 +579,7 @@ impl Follower {
     }
 
     /// `true` once every message before the publisher's close has been read.
-    pub fn is_end_of_stream(&self) -> bool {
+    pub(crate) fn is_end_of_stream(&self) -> bool {
         match &self.state {
             State::Reading(s) => s.reader.at_end_of_stream(),
             State::Closed(_, ended) => ended.end_of_stream,
@@ -590,13 +590,13 @@ impl Follower {
     /// `true` when the session read last is over, everything it committed was read, and a poll
     /// (or a wait) found it so, until the next call, which moves on: true between exactly two
     /// calls per session, so a loop that asks after every call sees it once.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         matches!(self.state, State::Closed(..))
     }
 
     /// Position after the last fragment consumed (in a closed session: where it ended; 0 before
     /// any session).
-    pub fn position(&self) -> i64 {
+    pub(crate) fn position(&self) -> i64 {
         match &self.state {
             State::Reading(s) => s.reader.position(),
             State::Closed(_, ended) => ended.position,
@@ -604,7 +604,7 @@ impl Follower {
         }
     }
 
-    pub fn join_position(&self) -> Option<i64> {
+    pub(crate) fn join_position(&self) -> Option<i64> {
         match &self.state {
             State::Reading(s) => Some(s.reader.join_position()),
             State::Closed(_, ended) => Some(ended.join_position),
@@ -612,7 +612,7 @@ impl Follower {
         }
     }
 
-    pub fn session_id(&self) -> Option<i32> {
+    pub(crate) fn session_id(&self) -> Option<i32> {
         match &self.state {
             State::Reading(s) => Some(s.reader.log().session_id()),
             State::Closed(_, ended) => Some(ended.session_id),
@@ -620,7 +620,7 @@ impl Follower {
         }
     }
 
-    pub fn fault(&self) -> Option<Fault> {
+    pub(crate) fn fault(&self) -> Option<Fault> {
         match &self.state {
             State::Reading(s) => s.reader.fault(),
             _ => None,
@@ -629,7 +629,7 @@ impl Follower {
 
     /// How often, at most, an idle follower checks its publisher.
     #[cfg(feature = "async")]
-    pub fn liveness_interval(&self) -> Duration {
+    pub(crate) fn liveness_interval(&self) -> Duration {
         self.rules.liveness_interval
     }
 }

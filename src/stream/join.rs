@@ -49,6 +49,7 @@ pub enum JoinAt {
 
 /// Why [`join`] did not join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum JoinRefused {
     /// The explicit position is not readable: not within `[oldest, newest]`, or not where a
     /// message starts. `oldest` is the oldest message start the log holds, `newest` the writer's
@@ -66,7 +67,7 @@ pub enum JoinRefused {
 ///
 /// A position chosen by `Slowest` may stand inside a fragmented message; the reader then skips to
 /// the next message start (`stream::Reader`). On refusal the slot is left claimed but not reading.
-pub fn join<L: Region, R: Region, S: RegionMut>(
+pub(crate) fn join<L: Region, R: Region, S: RegionMut>(
     log: &Log<L>,
     slots: &Slots<R>,
     slot: &SlotMut<S>,

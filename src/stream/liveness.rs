@@ -32,44 +32,44 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Byte the publisher write-locks in its log while it lives.
-pub const PUBLISHER_LOCK: u64 = 0;
+pub(crate) const PUBLISHER_LOCK: u64 = 0;
 /// Byte every reader of a log read-locks while it maps it.
-pub const READER_LOCK: u64 = 1;
+pub(crate) const READER_LOCK: u64 = 1;
 /// Byte of the slot file that every process holding it open read-locks (in the header, outside
 /// every slot), so whoever removes the file, which write-locks all of it first, never removes a
 /// file a live publisher or reader uses.
-pub const USER_LOCK: u64 = 0;
+pub(crate) const USER_LOCK: u64 = 0;
 
 /// Byte the one unblocker of a concurrent log write-locks while it pads dead writers' holes.
-pub const UNBLOCK_LOCK: u64 = 2;
+pub(crate) const UNBLOCK_LOCK: u64 = 2;
 /// Byte a leaving writer of a concurrent log write-locks while it finds out whether it is the last.
-pub const CLOSE_LOCK: u64 = 3;
+pub(crate) const CLOSE_LOCK: u64 = 3;
 /// Byte `WRITER_LOCKS + i` of a concurrent log is write-locked by writer slot `i`'s owner.
-pub const WRITER_LOCKS: u64 = 64;
+pub(crate) const WRITER_LOCKS: u64 = 64;
 
 /// `true` if another open file description holds a lock on `[start, start + len)` that
 /// conflicts with `kind` (`len` 0: to the end of the file). Never takes a lock, so tools can ask
 /// without disturbing anyone. An error (a bug, or an exotic file system) reads as "held": never
 /// call a live owner dead.
-pub fn held(file: &File, kind: Kind, start: u64, len: u64) -> bool {
+pub(crate) fn held(file: &File, kind: Kind, start: u64, len: u64) -> bool {
     lock::is_held(file, kind, start, len).unwrap_or(true)
 }
 
 /// `true` while the log's publisher holds its lock: the exclusive publisher's write lock, or the
 /// read lock of any writer of a concurrent log.
-pub fn publisher_alive(log: &File) -> bool {
+pub(crate) fn publisher_alive(log: &File) -> bool {
     held(log, Kind::Exclusive, PUBLISHER_LOCK, 1)
 }
 
 /// `true` while writer slot `slot` of a concurrent log is held by a live writer.
-pub fn writer_alive(log: &File, slot: usize) -> bool {
+pub(crate) fn writer_alive(log: &File, slot: usize) -> bool {
     held(log, Kind::Exclusive, WRITER_LOCKS + slot as u64, 1)
 }
 
 /// The kernel's word on the writers of a concurrent log, through a read-write descriptor of it
 /// (`own`: the asker's own writer slot, which its own descriptor's lock cannot show).
 #[derive(Debug)]
-pub struct LogWriters {
+pub(crate) struct LogWriters {
     pub(crate) file: File,
     pub(crate) own: Option<usize>,
 }
@@ -90,52 +90,58 @@ impl WriterLiveness for LogWriters {
 }
 
 /// `true` while some reader maps the log.
-pub fn log_mapped_by_readers(log: &File) -> bool {
+pub(crate) fn log_mapped_by_readers(log: &File) -> bool {
     held(log, Kind::Exclusive, READER_LOCK, 1)
 }
 
 /// `true` while some process holds slot `index`'s lock of the slot file.
-pub fn slot_owner_alive(slot_file: &File, index: usize) -> bool {
+pub(crate) fn slot_owner_alive(slot_file: &File, index: usize) -> bool {
     let (start, len) = slot_range(index);
     held(slot_file, Kind::Exclusive, start, len)
 }
 
 /// `true` if the session `session` (numbered `seq`) is owed to a live reader of the stream
 /// ([`Slots::owed_readers`]): its finished log must stay for that reader to read.
-pub fn owed_to_live_reader<R: Region>(slots: &Slots<R>, slot_file: &File, session: i32, seq: i32) -> bool {
+pub(crate) fn owed_to_live_reader<R: Region>(
+    slots: &Slots<R>,
+    slot_file: &File,
+    session: i32,
+    seq: i32,
+) -> bool {
     slots.owed_readers(session, seq).any(|i| slot_owner_alive(slot_file, i))
 }
 
 /// `true` while some reader holds any of the `count` slots of the slot file.
-pub fn slots_held(slot_file: &File, count: usize) -> bool {
+pub(crate) fn slots_held(slot_file: &File, count: usize) -> bool {
     held(slot_file, Kind::Exclusive, s::SLOTS_START as u64, (count * s::SLOT_LEN) as u64)
 }
 
 /// `true` while any other process holds any lock on the file (has it open, for our files).
-pub fn in_use(file: &File) -> bool {
+pub(crate) fn in_use(file: &File) -> bool {
     held(file, Kind::Exclusive, 0, 0)
 }
 
 /// Takes a lock on the whole file, which proves that no other process holds one (nobody else has
 /// a slot file or a temporary open), and keeps everyone out until it is dropped.
-pub fn lock_whole(file: &File) -> std::io::Result<bool> {
+pub(crate) fn lock_whole(file: &File) -> std::io::Result<bool> {
     lock::try_lock(file, Kind::Exclusive, 0, 0)
 }
 
 /// Takes the publisher's and the readers' bytes of a log: it has no live publisher and no
 /// reader maps it, and neither can appear until the lock is dropped.
-pub fn lock_log_owners(log: &File) -> std::io::Result<bool> {
+pub(crate) fn lock_log_owners(log: &File) -> std::io::Result<bool> {
     lock::try_lock(log, Kind::Exclusive, PUBLISHER_LOCK, 2)
 }
 
 /// The byte range of slot `index`: its page.
-pub fn slot_range(index: usize) -> (u64, u64) {
+pub(crate) fn slot_range(index: usize) -> (u64, u64) {
     (slot_offset(index) as u64, s::SLOT_LEN as u64)
 }
 
 /// A stream's reader-slot file, open read-write: the slots' kernel tokens are its byte-range
 /// locks. Holding it open holds the file's user lock.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct SlotFile {
     pub(crate) file: File,
     pub(crate) path: PathBuf,
@@ -150,7 +156,7 @@ impl SlotFile {
     }
 
     /// `true` if the stream's name still leads to this file.
-    pub fn is_current(&self) -> Result<bool, Error> {
+    pub(crate) fn is_current(&self) -> Result<bool, Error> {
         is_same_file(&self.file, &self.path).map_err(|e| Error::io("inspect", &self.path, e))
     }
 
@@ -158,7 +164,7 @@ impl SlotFile {
     /// its lock, maps its page alone read-write and marks it claimed (raising the high-water mark through a short-lived
     /// mapping of the header). `Ok(None)` if every slot is held, or if the file was removed
     /// meanwhile (the caller reopens).
-    pub fn claim<R: Region>(
+    pub(crate) fn claim<R: Region>(
         &self,
         slots: &Slots<R>,
         untethered: bool,
@@ -194,13 +200,13 @@ impl SlotFile {
     }
 
     /// The stream's doorbell page, mapped read-write on its own (sleepers write it).
-    pub fn map_doorbell(&self) -> std::io::Result<Doorbell<MmapRegion>> {
+    pub(crate) fn map_doorbell(&self) -> std::io::Result<Doorbell<MmapRegion>> {
         let page = MmapRegion::map(&self.file, s::DOORBELL as u64, s::DOORBELL_LEN)?;
         Ok(Doorbell::new(page, 0).with_fanout(Arc::clone(&self.fanout)))
     }
 
     /// Frees our slot and drops its lock.
-    pub fn release(&self, slot: SlotMut<MmapRegion>) {
+    pub(crate) fn release(&self, slot: SlotMut<MmapRegion>) {
         slot.free();
         self.unlock(slot.index());
     }
@@ -208,7 +214,7 @@ impl SlotFile {
     /// Removes the file if no other process has it open (no publisher, no reader, not even one
     /// about to claim a slot): the last user to leave removes it. Returns whether it did. Call
     /// it holding no slot.
-    pub fn remove_if_abandoned(&self) -> bool {
+    pub(crate) fn remove_if_abandoned(&self) -> bool {
         // Replaces our own user lock; conflicts with everyone else's.
         if !matches!(lock::try_lock(&self.file, Kind::Exclusive, 0, 0), Ok(true)) {
             return false;
@@ -243,19 +249,19 @@ impl SlotLocks for SlotFile {
 
 /// The writer of a stream's files: its log and the reader-slot file mapped read-write, its
 /// readers' liveness from the slot file's locks.
-pub type FileWriter = Writer<MmapRegion, MmapRegion, Paced>;
+pub(crate) type FileWriter = Writer<MmapRegion, MmapRegion, Paced>;
 
 /// The shortest step between a writer's checkpoints (`stream::flow`): one frame of the smallest
 /// size, so a slow writer looks at the clock at every append.
-pub const MIN_CHECKPOINT_STEP: i64 = 32;
+pub(crate) const MIN_CHECKPOINT_STEP: i64 = 32;
 /// The longest: a writer at full speed looks at the clock at least once per 32 KiB appended
 /// (1 024 of the smallest messages).
-pub const MAX_CHECKPOINT_STEP: i64 = 32 << 10;
+pub(crate) const MAX_CHECKPOINT_STEP: i64 = 32 << 10;
 
 /// The publisher's liveness: the slot file's locks, asked at most once per interval, and the
 /// pace of its checkpoints.
 #[derive(Debug)]
-pub struct Paced {
+pub(crate) struct Paced {
     pub(crate) slot_file: SlotFile,
     interval: Duration,
     last_sweep: Option<Instant>,
@@ -265,7 +271,7 @@ pub struct Paced {
 }
 
 impl Paced {
-    pub fn new(slot_file: SlotFile, interval: Duration) -> Self {
+    pub(crate) fn new(slot_file: SlotFile, interval: Duration) -> Self {
         Self { slot_file, interval, last_sweep: None, last_ask: None, step: MAX_CHECKPOINT_STEP }
     }
 }
@@ -317,12 +323,12 @@ impl Liveness for Paced {
 }
 
 /// A writer of a concurrent stream's files.
-pub type FileConcurrentWriter = ConcurrentWriter<MmapRegion, MmapRegion, ConcurrentPaced>;
+pub(crate) type FileConcurrentWriter = ConcurrentWriter<MmapRegion, MmapRegion, ConcurrentPaced>;
 
 /// A concurrent writer's liveness: the reader slots' locks (asked at most once per interval), and
 /// the writers' locks in the log.
 #[derive(Debug)]
-pub struct ConcurrentPaced {
+pub(crate) struct ConcurrentPaced {
     pub(crate) readers: Paced,
     pub(crate) writers: LogWriters,
 }

@@ -100,13 +100,13 @@ impl fmt::Display for Loss {
 
 /// What a subscription knows of its stream's sessions: the newest session number it knows of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     newest: i32,
 }
 
 /// How to join a session, decided by [`Sessions::classify`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SessionKind {
+pub(crate) enum SessionKind {
     /// A session that was running when the subscription opened: joined by the subscription's
     /// own rule, and what it holds before the join position is not owed.
     Running,
@@ -117,13 +117,13 @@ pub enum SessionKind {
 
 impl Sessions {
     /// A subscription that opened when the stream's counter stood at `counter`.
-    pub fn new(counter: i32) -> Self {
+    pub(crate) fn new(counter: i32) -> Self {
         Self { newest: counter }
     }
 
     /// The kind of the session numbered `seq` (read from a log: any value, handled with wrapping
     /// arithmetic).
-    pub fn classify(&self, seq: i32) -> SessionKind {
+    pub(crate) fn classify(&self, seq: i32) -> SessionKind {
         let ahead = seq.wrapping_sub(self.newest);
         if ahead <= 0 {
             return SessionKind::Running;
@@ -132,7 +132,7 @@ impl Sessions {
     }
 
     /// The subscription joined the session numbered `seq`.
-    pub fn joined(&mut self, seq: i32) {
+    pub(crate) fn joined(&mut self, seq: i32) {
         if seq.wrapping_sub(self.newest) > 0 {
             self.newest = seq;
         }
@@ -141,7 +141,12 @@ impl Sessions {
     /// The losses of joining session `session_id` of kind `kind` at `position` (`explicit`: at a
     /// position the user asked for, whose skipped part is not a loss). The missed sessions come
     /// first.
-    pub fn losses(kind: SessionKind, session_id: i32, position: i64, explicit: bool) -> [Option<Loss>; 2] {
+    pub(crate) fn losses(
+        kind: SessionKind,
+        session_id: i32,
+        position: i64,
+        explicit: bool,
+    ) -> [Option<Loss>; 2] {
         let SessionKind::Later { missed } = kind else { return [None, None] };
         let sessions = (missed > 0).then_some(Loss {
             session_id,

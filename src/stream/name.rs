@@ -35,23 +35,23 @@ pub fn validate(name: &str) -> Result<(), Error> {
 }
 
 /// The log of the stream's current session.
-pub fn log_path(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn log_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.log"))
 }
 
 /// The stream's reader-slot file, shared by all its sessions.
-pub fn readers_path(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn readers_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.readers"))
 }
 
 /// A file being initialised, invisible under the stream's name until it is complete.
-pub fn temp_path(dir: &Path, name: &str, suffix: &str, nonce: u64) -> PathBuf {
+pub(crate) fn temp_path(dir: &Path, name: &str, suffix: &str, nonce: u64) -> PathBuf {
     dir.join(format!(".{name}.{nonce:016x}.{suffix}.tmp"))
 }
 
 /// What a directory entry's name says it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// `<name>.log`: the log of stream `name`.
     Log(String),
     /// `<name>.readers`: the reader-slot file of stream `name`.
@@ -64,7 +64,7 @@ pub enum Entry {
 }
 
 /// Reads a file name the way [`log_path`], [`readers_path`] and [`temp_path`] write them.
-pub fn classify(file_name: &str) -> Entry {
+pub(crate) fn classify(file_name: &str) -> Entry {
     if let Some(rest) = file_name.strip_prefix('.') {
         let Some(body) = rest.strip_suffix(".log.tmp").or_else(|| rest.strip_suffix(".readers.tmp")) else {
             return Entry::Other;
@@ -88,7 +88,7 @@ pub fn classify(file_name: &str) -> Entry {
 }
 
 /// A 32-bit id for the stream (FNV-1a of its name), written in every frame header.
-pub fn stream_id(name: &str) -> i32 {
+pub(crate) fn stream_id(name: &str) -> i32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in name.bytes() {
         h ^= b as u32;

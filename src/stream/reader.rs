@@ -21,19 +21,19 @@ use crate::region::{Region, RegionMut};
 
 /// Why a reader stopped delivering: a frame failed validation, or the writer broke a bound that
 /// flow control keeps. Never cleared within a session.
-pub type Fault = &'static str;
+pub(crate) type Fault = &'static str;
 
 /// Fault: the writer is further ahead than flow control allows any reader to trail it.
-pub const OVERRUN: Fault =
+pub(crate) const OVERRUN: Fault =
     "overrun: the publisher ran further ahead of this reader than flow control allows (a forged \
      reader slot or a misbehaving publisher); frames delivered since the last check may be damaged";
 
 /// Fault: a frame stays uncommitted although the writer has reserved space after it since.
-pub const NEVER_COMMITTED: Fault =
+pub(crate) const NEVER_COMMITTED: Fault =
     "a frame was never committed although the publisher has moved past it since";
 
 /// Fault: the tail counters do not describe a position.
-pub const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
+pub(crate) const BAD_TAIL: Fault = "the log's tail counters are inconsistent";
 
 /// Where an untethered reader goes on after the writer lapped it
 /// (`SubscriptionBuilder::on_lapped`).
@@ -50,7 +50,7 @@ pub enum Resume {
 
 /// Bytes an untethered reader copies before it checks them (at least one frame): a bound on
 /// its buffer and on how far a check lags its copy.
-pub const UNTETHERED_BATCH_BYTES: usize = 64 * 1024;
+pub(crate) const UNTETHERED_BATCH_BYTES: usize = 64 * 1024;
 
 /// What an untethered reader keeps: its buffer, where to go when lapped, and its losses.
 #[derive(Debug, Default)]
@@ -71,6 +71,7 @@ const MAX_LAP_REPORTS: usize = 64;
 
 /// A reader of one session of a log, through its own slot.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Reader<L, S> {
     log: Log<L>,
     cursor: Cursor,
@@ -103,6 +104,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Joins `log`'s session through `slot` by `rule` (see [`join::join`]); on refusal the slot
     /// comes back, claimed but not reading. `copy` makes every delivery a copy (see
     /// [`Reader::poll`]).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn join<R: Region>(
         log: Log<L>,
         slots: &Slots<R>,
@@ -138,12 +140,12 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     }
 
     /// `true` if this reader is untethered (its slot was, when it joined).
-    pub fn is_untethered(&self) -> bool {
+    pub(crate) fn is_untethered(&self) -> bool {
         self.untethered.is_some()
     }
 
     /// Where an untethered reader goes on after a lap (default [`Resume::Oldest`]).
-    pub fn set_resume(&mut self, resume: Resume) {
+    pub(crate) fn set_resume(&mut self, resume: Resume) {
         if let Some(u) = &mut self.untethered {
             u.resume = resume;
         }
@@ -152,11 +154,12 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// The oldest loss report an untethered reader has not handed out yet (each lap is one).
     /// Reports come in order with the messages: a poll that finds it was lapped delivers
     /// nothing, so asking after every poll that returned 0 places each exactly.
-    pub fn take_loss(&mut self) -> Option<Loss> {
+    pub(crate) fn take_loss(&mut self) -> Option<Loss> {
         self.untethered.as_mut()?.losses.pop_front()
     }
 
     /// Leaves the session: the slot stops counting for its writer and comes back for the next.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn leave(self) -> SlotMut<S> {
         self.slot.deactivate();
         // A writer held back by us may go on now.
@@ -166,6 +169,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
 
     /// Delivers up to `fragment_limit` fragments to `handler`; returns how many.
     #[inline]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn poll(&mut self, mut handler: impl FnMut(&[u8], &Header), fragment_limit: usize) -> usize {
         self.controlled_poll(
             |payload: &[u8], header: &Header| {
@@ -179,6 +183,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// Like [`Reader::poll`], the handler steering with an [`Action`]; `Commit` publishes the
     /// position at once.
     #[inline]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn controlled_poll(
         &mut self,
         handler: impl FnMut(&[u8], &Header) -> Action,
@@ -229,6 +234,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// its first byte; returns the bytes the position moved (the block, padding before it, and
     /// the rest of a message a new reader joined inside of). A call in which an untethered
     /// reader is lapped hands over no block.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn block_poll(&mut self, handler: impl FnOnce(&[u8], i64), max_bytes: usize) -> usize {
         if self.untethered.is_some() {
             return self.block_poll_untethered(handler, max_bytes);
@@ -502,7 +508,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// stays uncommitted although the writer has reserved space after it since. With one writer
     /// its commit happened before that reservation was published, so it is not coming: a fault.
     /// With several, it is another writer's, which may be slow or dead: [`Reader::held`].
-    pub fn idle_check(&mut self) {
+    pub(crate) fn idle_check(&mut self) {
         self.check_bounds();
         self.held = false;
         if self.is_lapped() {
@@ -531,18 +537,18 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
 
     /// `true` if the last idle check found us at an uncommitted frame of a concurrent log with
     /// writers' reservations after it: time to ask whether its writer lives.
-    pub fn held(&self) -> bool {
+    pub(crate) fn held(&self) -> bool {
         self.held
     }
 
     /// `true` once everything before the writer's end of stream has been read.
-    pub fn at_end_of_stream(&self) -> bool {
+    pub(crate) fn at_end_of_stream(&self) -> bool {
         self.cursor.position() >= self.log.eos_position()
     }
 
     /// `true` if a poll now would find something: a committed frame at our position, the end of
     /// the stream, or a fault to report. What a sleeping reader re-checks before it sleeps.
-    pub fn has_news(&self) -> bool {
+    pub(crate) fn has_news(&self) -> bool {
         // The frame first: after a wake-up it is on the page the poll reads next, while the end
         // of stream is on the metadata page (each page touched after a sleep costs a TLB miss).
         if self.untethered.is_some() {
@@ -560,7 +566,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// session, at most `timeout` (does not sleep if [`Reader::has_news`] already). Without a
     /// doorbell, returns `TimedOut` at once.
     #[cfg(shmlog_loom)]
-    pub fn wait_for_news(&self, timeout: std::time::Duration) -> Rung {
+    pub(crate) fn wait_for_news(&self, timeout: std::time::Duration) -> Rung {
         match self.slot.bell() {
             Some(bell) => bell.wait_for_writer(|| self.has_news(), timeout),
             None => Rung::TimedOut,
@@ -570,7 +576,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// `true` if nothing committed is left to read at our position (or reading has stopped at a
     /// fault): with a dead writer, the session is over. Frames are committed in order, so an
     /// uncommitted one here means none after it is either.
-    pub fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         if self.untethered.is_some() {
             return self.fault.is_some()
                 || self.at_end_of_stream()
@@ -582,31 +588,33 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             || !reader::frame_committed_at(&self.log, self.cursor.position())
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn position(&self) -> i64 {
         self.cursor.position()
     }
 
     /// The stream's doorbell, if the slot has one.
-    pub fn bell(&self) -> Option<&Doorbell<S>> {
+    pub(crate) fn bell(&self) -> Option<&Doorbell<S>> {
         self.slot.bell()
     }
 
-    pub fn join_position(&self) -> i64 {
+    pub(crate) fn join_position(&self) -> i64 {
         self.join_position
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn fault(&self) -> Option<Fault> {
         self.fault
     }
 
-    pub fn log(&self) -> &Log<L> {
+    pub(crate) fn log(&self) -> &Log<L> {
         &self.log
     }
 
     /// Bytes allocated for an untethered reader's copies (`None`: tethered), for the tests of
     /// its bound (the review's N6).
-    #[cfg(any(test, shmlog_fuzz))]
-    pub fn untethered_buffer_capacity(&self) -> Option<usize> {
+    #[cfg(test)]
+    pub(crate) fn untethered_buffer_capacity(&self) -> Option<usize> {
         self.untethered.as_ref().map(|u| u.buf.capacity())
     }
 }

@@ -24,6 +24,7 @@ use crate::sync::{LightBarrier, Ordering};
 
 /// The kernel-held token of each slot: a lock the kernel drops when its holder dies. Holding
 /// it is owning the slot; taking it proves that no live process owns the slot.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub trait SlotLocks {
     /// Why a lock could not be tried (a system call failed).
     type Error;
@@ -38,6 +39,7 @@ pub trait SlotLocks {
 
 /// The slot table of one stream, as the writer and joining readers read it.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Slots<R> {
     region: R,
     count: usize,
@@ -45,6 +47,7 @@ pub struct Slots<R> {
 
 /// What one scan of the slots found for a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct SessionReaders {
     /// Readers counted.
     pub count: usize,
@@ -65,7 +68,7 @@ pub struct SessionReaders {
 
 /// Who a writer's scan counts beside its session's readers: the readers owed the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Owed {
+pub(crate) struct Owed {
     /// The session's number among the stream's (the log's `SESSION_SEQ`).
     pub seq: i32,
     /// The session's first position, where an owed reader will join.
@@ -74,6 +77,7 @@ pub struct Owed {
 
 /// A snapshot of one slot, for tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct SlotView {
     pub index: usize,
     pub session_id: i32,
@@ -96,6 +100,7 @@ fn store_state<R: RegionMut>(region: &R, base: usize, session: i32, state: i64, 
 
 impl<R: RegionMut> Slots<R> {
     /// Writes the header of a fresh, zeroed slot file and marks it ready (release, last).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn initialize(region: R, count: usize) -> Self {
         assert!(count > 0 && count <= s::MAX_SLOTS && region.len() == s::file_length(count));
         region.store_i64(s::MAGIC_OFFSET, s::MAGIC, Ordering::Relaxed);
@@ -115,7 +120,7 @@ impl<R: RegionMut> Slots<R> {
     /// owner dead, and the slot is freed under the lock (after re-reading its state: an owner
     /// may have claimed it and left meanwhile), so a reader claiming it concurrently, which
     /// must take the same lock first, is never freed. Returns how many were freed.
-    pub fn evict_dead<L: SlotLocks>(&self, locks: &L) -> usize {
+    pub(crate) fn evict_dead<L: SlotLocks>(&self, locks: &L) -> usize {
         let mut evicted = 0;
         for i in 0..self.high_water() {
             if self.state(i).1 == s::STATE_FREE {
@@ -142,14 +147,14 @@ impl<R: RegionMut> Slots<R> {
 impl<R: RegionMut> Slots<R> {
     /// Takes the number of a new session of the stream (its publisher, before it creates the
     /// log): one more than any session before it.
-    pub fn next_session(&self) -> i32 {
+    pub(crate) fn next_session(&self) -> i32 {
         self.region.fetch_add_i32(s::SESSIONS, 1).wrapping_add(1)
     }
 
     /// Raises the session counter to at least `seq` (a publisher whose slot file was replaced
     /// between taking its number and publishing its log: readers of the new file must not count
     /// its session as several).
-    pub fn raise_sessions(&self, seq: i32) {
+    pub(crate) fn raise_sessions(&self, seq: i32) {
         let mut now = self.sessions();
         while seq.wrapping_sub(now) > 0 {
             match self.region.compare_exchange_i32(s::SESSIONS, now, seq) {
@@ -175,7 +180,7 @@ impl<R: RegionMut> Slots<R> {
 
     /// The doorbell page of the file (every valid slot file has one: `open` checks the length).
     #[inline(always)]
-    pub fn doorbell(&self) -> Doorbell<&R> {
+    pub(crate) fn doorbell(&self) -> Doorbell<&R> {
         // SAFETY: `open` and `initialize` checked that the region holds the header, the doorbell
         // page and the slots; a region's length never changes; DOORBELL is page-aligned.
         unsafe { Doorbell::new_unchecked(&self.region, s::DOORBELL) }
@@ -184,6 +189,7 @@ impl<R: RegionMut> Slots<R> {
 
 impl<R: Region> Slots<R> {
     /// Validates a slot file's bytes.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn open(region: R) -> Result<Self, Invalid> {
         use Invalid::Corrupt;
         if region.len() < s::SLOTS_START {
@@ -210,17 +216,19 @@ impl<R: Region> Slots<R> {
         Ok(Self { region, count })
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn count(&self) -> usize {
         self.count
     }
 
     /// Sessions the stream has had while this file existed (see [`Slots::next_session`]).
-    pub fn sessions(&self) -> i32 {
+    pub(crate) fn sessions(&self) -> i32 {
         self.region.load_i32(s::SESSIONS, Ordering::Acquire)
     }
 
     /// Slots ever claimed, clamped to the table (a peer may have written anything there).
     #[inline]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn high_water(&self) -> usize {
         let hw = self.region.load_i64(s::HIGH_WATER, Ordering::Acquire);
         usize::try_from(hw).unwrap_or(0).min(self.count)
@@ -229,7 +237,7 @@ impl<R: Region> Slots<R> {
     /// Locks the first slot whose lock is free and returns its index; `Ok(None)` if every lock
     /// is held. A slot left non-free by a dead owner is taken over as it is: the lock, not the
     /// state word, says who owns it. The caller then marks it with [`SlotMut::claim`].
-    pub fn lock_free<L: SlotLocks>(&self, locks: &L) -> Result<Option<usize>, L::Error> {
+    pub(crate) fn lock_free<L: SlotLocks>(&self, locks: &L) -> Result<Option<usize>, L::Error> {
         for i in 0..self.count {
             if locks.try_lock(i)? {
                 return Ok(Some(i));
@@ -240,6 +248,7 @@ impl<R: Region> Slots<R> {
 
     /// `(session, state)` of slot `index`.
     #[inline]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn state(&self, index: usize) -> (i32, i64) {
         unpack_state(self.state_word(index))
     }
@@ -252,6 +261,7 @@ impl<R: Region> Slots<R> {
 
     /// Position of slot `index`.
     #[inline]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn position(&self, index: usize) -> i64 {
         self.region.load_i64(slot_offset(index) + s::POSITION, Ordering::Acquire)
     }
@@ -262,6 +272,7 @@ impl<R: Region> Slots<R> {
     ///
     /// Liveness is not checked here (that costs system calls); a dead reader counts until a sweep
     /// frees its slot.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn scan(&self, session: i32, exclude: Option<usize>, ceiling: i64) -> SessionReaders {
         self.scan_rising(session, exclude, None, ceiling, || ceiling)
     }
@@ -284,7 +295,7 @@ impl<R: Region> Slots<R> {
     /// ([`SlotMut::owe_sessions_after`]); a publisher takes its number from that counter, and its
     /// scans fence before they read the slots (`FlowControl::recompute`). Either the scan sees
     /// the waiting word, or the reader sees the new number and does not take the session as owed.
-    pub fn scan_rising(
+    pub(crate) fn scan_rising(
         &self,
         session: i32,
         exclude: Option<usize>,
@@ -343,7 +354,7 @@ impl<R: Region> Slots<R> {
     /// Slots (below the high-water mark) whose readers the session `session` (numbered `seq`)
     /// is owed to: waiting for a session numbered after the newest they know of, or still
     /// reading another (an older) one. Tethered or not; liveness is not checked.
-    pub fn owed_readers(&self, session: i32, seq: i32) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn owed_readers(&self, session: i32, seq: i32) -> impl Iterator<Item = usize> + '_ {
         (0..self.high_water()).filter(move |&i| match self.state(i) {
             (known, s::STATE_WAITING) => seq.wrapping_sub(known) > 0,
             (sid, s::STATE_ACTIVE) => sid != session,
@@ -352,6 +363,7 @@ impl<R: Region> Slots<R> {
     }
 
     /// A snapshot of slot `index`.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn view(&self, index: usize) -> SlotView {
         let base = slot_offset(index);
         let r = &self.region;
@@ -374,7 +386,7 @@ impl<R: Region> Slots<R> {
 
 /// Raises the file's high-water mark of claimed slots to at least `to`, through `header`: a
 /// writable view of the file's header (a claimer maps it only for this).
-pub fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
+pub(crate) fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
     let mut seen = header.load_i64(s::HIGH_WATER, Ordering::Acquire);
     while seen < to as i64 {
         match header.compare_exchange_i64(s::HIGH_WATER, seen, to as i64) {
@@ -388,6 +400,7 @@ pub fn raise_high_water<H: RegionMut>(header: &H, to: usize) {
 /// slot's page alone, while the rest of the file is mapped read-only, so no stray write of one
 /// reader reaches another's slot or the header.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct SlotMut<S> {
     region: S,
     /// Offset of the slot in `region` (0 for a mapping of the slot alone).
@@ -409,6 +422,7 @@ impl<S: RegionMut> SlotMut<S> {
     ///
     /// Panics unless the whole slot lies in `region` at an 8-aligned offset: checked once here,
     /// so that publishing a position, once per poll, needs no check.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new(region: S, base: usize, index: usize) -> Self {
         assert!(region.len() >= base && region.len() - base >= s::SLOT_LEN && base % 8 == 0, "a whole slot");
         Self { region, base, index, bell: None, flags: 0, known: 0 }
@@ -417,18 +431,18 @@ impl<S: RegionMut> SlotMut<S> {
     /// Makes every later activation untethered (or tethered again): the writer's flow control
     /// passes over an untethered reader, which must then read by copying and checking
     /// (`stream::Reader`).
-    pub fn set_untethered(&mut self, untethered: bool) {
+    pub(crate) fn set_untethered(&mut self, untethered: bool) {
         self.flags = if untethered { s::FLAG_UNTETHERED } else { 0 };
     }
 
     /// `true` if activations are untethered.
-    pub fn untethered(&self) -> bool {
+    pub(crate) fn untethered(&self) -> bool {
         self.flags & s::FLAG_UNTETHERED != 0
     }
 
     /// Counts one loss of `bytes` stream bytes in the slot, for tools (the owner alone writes
     /// these words).
-    pub fn count_loss(&self, bytes: i64) {
+    pub(crate) fn count_loss(&self, bytes: i64) {
         let r = &self.region;
         let losses = r.load_i64(self.base + s::LOSSES, Ordering::Relaxed);
         let lost = r.load_i64(self.base + s::LOST_BYTES, Ordering::Relaxed);
@@ -437,24 +451,24 @@ impl<S: RegionMut> SlotMut<S> {
     }
 
     /// The slot with the stream's doorbell attached.
-    pub fn with_bell(mut self, bell: Doorbell<S>) -> Self {
+    pub(crate) fn with_bell(mut self, bell: Doorbell<S>) -> Self {
         self.bell = Some(Box::new(bell));
         self
     }
 
-    pub fn bell(&self) -> Option<&Doorbell<S>> {
+    pub(crate) fn bell(&self) -> Option<&Doorbell<S>> {
         self.bell.as_deref()
     }
 
     /// Wakes a writer waiting for readers to move, if one waits (after a new position).
     #[inline(always)]
-    pub fn ring_writer(&self) {
+    pub(crate) fn ring_writer(&self) {
         if let Some(bell) = &self.bell {
             bell.ring_writer();
         }
     }
 
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         self.index
     }
 
@@ -462,6 +476,7 @@ impl<S: RegionMut> SlotMut<S> {
     /// the stream's counter (in `header`) names now, then raises the high-water mark through
     /// `header` so the writer's scans reach it. The caller then settles which sessions are owed
     /// to it with [`SlotMut::owe_sessions_after`].
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn claim<H: RegionMut>(&mut self, header: &H, pid: i64, now_ns: i64) {
         let r = &self.region;
         self.known = header.load_i32(s::SESSIONS, Ordering::Acquire);
@@ -475,6 +490,7 @@ impl<S: RegionMut> SlotMut<S> {
 
     /// Publishes that this slot reads `session` from `position` (position first, then state,
     /// which carries the untethered flag: the writer learns both in one load).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn activate(&self, session: i32, position: i64) {
         let r = &self.region;
         r.store_i64(self.base + s::POSITION, position, Ordering::Release);
@@ -484,13 +500,13 @@ impl<S: RegionMut> SlotMut<S> {
 
     /// Back to claimed-but-not-reading (a join that must be retried, or a finished session),
     /// owed every session after the newest it knows of.
-    pub fn deactivate(&self) {
+    pub(crate) fn deactivate(&self) {
         store_state(&self.region, self.base, self.known, s::STATE_WAITING | self.flags, Ordering::Release);
     }
 
     /// Notes that its reader knows of the stream's sessions up to number `seq` (it joined that
     /// one): the next [`SlotMut::deactivate`] says so.
-    pub fn knows_sessions_to(&mut self, seq: i32) {
+    pub(crate) fn knows_sessions_to(&mut self, seq: i32) {
         if seq.wrapping_sub(self.known) > 0 {
             self.known = seq;
         }
@@ -502,7 +518,7 @@ impl<S: RegionMut> SlotMut<S> {
     /// re-read the counter, until the counter stands still across the fence. A session numbered
     /// up to the returned one was running before the reader waited (joined by the reader's own
     /// rule); any later one finds this slot waiting and counts it.
-    pub fn owe_sessions_after<R: Region>(&mut self, slots: &Slots<R>) -> i32 {
+    pub(crate) fn owe_sessions_after<R: Region>(&mut self, slots: &Slots<R>) -> i32 {
         let mut seen = slots.sessions();
         loop {
             self.known = seen;
@@ -519,6 +535,7 @@ impl<S: RegionMut> SlotMut<S> {
     }
 
     /// Frees the slot: its owner leaves (and then drops its lock).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn free(&self) {
         store_state(&self.region, self.base, 0, s::STATE_FREE, Ordering::Release);
     }
@@ -526,7 +543,7 @@ impl<S: RegionMut> SlotMut<S> {
     /// Publishes the reader's new position (only forward). Release: the writer that acquires it
     /// may reuse what the reader read before it (I2, I3).
     #[inline(always)]
-    pub fn set_position(&self, position: i64) {
+    pub(crate) fn set_position(&self, position: i64) {
         const { assert!(s::POSITION % 8 == 0 && s::POSITION + 8 <= s::SLOT_LEN) };
         // SAFETY: the slot lies in the region at an 8-aligned offset (checked in `new`, and a
         // region's length never changes), and so does its position word.

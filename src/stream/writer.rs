@@ -18,10 +18,12 @@ use crate::sync::protocol;
 
 // The trait lives with the writer core that asks it (writer_core.rs), so the two files do not
 // import each other; this is its old path.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub use super::writer_core::Liveness;
 
 /// The writer of a log's session, with its flow control over the stream's reader slots.
 #[derive(Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Writer<L, S, K> {
     appender: Appender<L>,
     /// The stream's readers: slots, liveness, flow control, doorbell.
@@ -38,6 +40,7 @@ pub struct Writer<L, S, K> {
 
 impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Takes over `log` (fresh, or where its tail counters say its writer stopped).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn new(log: Log<L>, slots: Slots<S>, liveness: K) -> Result<Self, Invalid> {
         let geometry = log.geometry();
         let session_id = log.session_id();
@@ -59,13 +62,14 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Rings the stream's doorbell (in the slot file) after every commit from now on, and at
     /// once: readers waiting for a session (this one) look again.
-    pub fn with_doorbell(mut self) -> Self {
+    pub(crate) fn with_doorbell(mut self) -> Self {
         self.core.start_ringing();
         self
     }
 
     /// Appends `message`; returns the position after it.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn offer(&mut self, message: &[u8]) -> Result<i64, OfferError> {
         // The common case in one pass: one frame, no leaked claim, below the cached limit.
         if message.len() <= self.one_frame_max
@@ -97,6 +101,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Appends one message gathered from `parts`, in order.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn offer_vectored(&mut self, parts: &[&[u8]]) -> Result<i64, OfferError> {
         let len = parts.iter().try_fold(0usize, |sum, p| sum.checked_add(p.len()));
         let len = len.ok_or(OfferError::MessageTooLarge { len: usize::MAX, max: self.core.max_message })?;
@@ -123,6 +128,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Reserves a frame of `len` payload bytes (at most the max payload) to be written in place
     /// and committed or aborted later; returns the position after it.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn claim(&mut self, len: usize) -> Result<i64, OfferError> {
         let max = self.appender.max_payload();
         if len > max {
@@ -145,6 +151,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Gives `f` the payload of the pending claim (none: an empty buffer): the closure form of
     /// `claim_buffer`, for backends that cannot lend a slice (loom's).
     #[cfg(any(test, shmlog_fuzz, shmlog_loom))]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn with_claim_buffer<T>(&mut self, f: impl FnOnce(&mut [u8]) -> T) -> T {
         match &self.pending {
             Some(frame) => self.appender.with_claim_payload(frame, f),
@@ -153,6 +160,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Sets the reserved value of the pending claim.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn set_claim_reserved_value(&mut self, value: i64) {
         if let Some(frame) = &self.pending {
             self.appender.set_claim_reserved_value(frame, value);
@@ -160,6 +168,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     }
 
     /// Commits the pending claim; returns the position after it.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn commit_claim(&mut self) -> Option<i64> {
         let frame = self.pending.take()?;
         let position = frame.position;
@@ -170,6 +179,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Turns the pending claim, if any, into padding that readers skip.
     #[inline(always)]
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn abort_claim(&mut self) {
         if let Some(frame) = self.pending.take() {
             self.appender.abort(frame);
@@ -234,6 +244,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Sweeps dead readers and recomputes the limit; returns the readers counted. System calls:
     /// for setup and monitoring, not for every offer.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn check_readers(&mut self) -> SessionReaders {
         self.sweep();
         self.recompute_limit();
@@ -242,7 +253,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// Marks end of stream at the current position (after aborting a pending claim): readers
     /// drain to it and stop.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.abort_claim();
         let position = self.appender.position();
         let log = self.appender.log();
@@ -254,7 +265,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Sleeps until a reader moves (rings the doorbell) and the limit may let an append in, at
     /// most `timeout`: for a back-pressured writer that would rather not spin. `Ready` if there
     /// is room now. Without a doorbell, returns `TimedOut` at once.
-    pub fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
+    pub(crate) fn wait_for_room(&mut self, timeout: std::time::Duration) -> Rung {
         if !self.core.rings() {
             return Rung::TimedOut;
         }
@@ -266,45 +277,50 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// `true` if the limit, recomputed from the reader positions now, lets an append in: what a
     /// back-pressured writer re-checks after arming its bell (the async sender's).
     #[cfg(feature = "async")]
-    pub fn has_room(&mut self) -> bool {
+    pub(crate) fn has_room(&mut self) -> bool {
         let position = self.appender.position();
         position < self.core.flow.recompute(&self.core.slots, self.session_id, position)
     }
 
     /// Position after the last message appended (or claimed).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn position(&self) -> i64 {
         self.appender.position()
     }
 
     /// The cached limit: appends starting below it are admitted without reading the slots.
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn limit(&self) -> i64 {
         self.core.limit()
     }
 
-    pub fn max_message_len(&self) -> usize {
+    pub(crate) fn max_message_len(&self) -> usize {
         self.core.max_message_len()
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn max_payload_len(&self) -> usize {
         self.appender.max_payload()
     }
 
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn log(&self) -> &Log<L> {
         self.appender.log()
     }
 
-    pub fn liveness(&self) -> &K {
+    pub(crate) fn liveness(&self) -> &K {
         self.core.liveness()
     }
 
     /// The stream's reader slots.
-    pub fn slots(&self) -> &Slots<S> {
+    pub(crate) fn slots(&self) -> &Slots<S> {
         self.core.slots()
     }
 }
 
 impl<L: DirectRegion, S: RegionMut, K: Liveness> Writer<L, S, K> {
     /// Lends the payload of the pending claim (none: an empty slice).
+    #[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
     pub fn claim_buffer(&mut self) -> &mut [u8] {
         match &self.pending {
             Some(frame) => self.appender.claim_slice(frame),

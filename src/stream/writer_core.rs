@@ -11,6 +11,7 @@ use crate::region::RegionMut;
 use crate::sync::LightBarrier;
 
 /// Who of the readers is alive, as the kernel knows it, and how often the writer may ask.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub trait Liveness: SlotLocks {
     /// Whether the writer may sweep dead readers now: a sweep costs system calls, so it runs at
     /// most once per liveness interval.
@@ -33,7 +34,7 @@ pub trait Liveness: SlotLocks {
 
 /// The reader-facing half of a writer.
 #[derive(Debug)]
-pub struct WriterCore<S, K> {
+pub(crate) struct WriterCore<S, K> {
     pub(super) flow: FlowControl,
     pub(super) slots: Slots<S>,
     pub(super) liveness: K,
@@ -47,7 +48,7 @@ pub struct WriterCore<S, K> {
 
 impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
     /// Flow control with a window of `window` bytes from position `start`, over `slots`.
-    pub fn new(slots: Slots<S>, liveness: K, window: usize, start: i64, max_message: usize) -> Self {
+    pub(crate) fn new(slots: Slots<S>, liveness: K, window: usize, start: i64, max_message: usize) -> Self {
         let mut flow = FlowControl::new(window, start);
         flow.set_step(liveness.checkpoint_step());
         Self { flow, slots, liveness, max_message, ring: None }
@@ -55,33 +56,33 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
 
     /// Rings the stream's doorbell after every commit from now on, and once at once: readers
     /// waiting for a session (this one) look again.
-    pub fn start_ringing(&mut self) {
+    pub(crate) fn start_ringing(&mut self) {
         self.slots.doorbell().ring_readers_always(self.liveness.fanout());
         self.ring = Some(crate::sync::light_barrier_kind());
     }
 
     /// Wakes readers sleeping on the doorbell, if any: after every commit.
     #[inline(always)]
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         if let Some(barrier) = self.ring {
             self.slots.ring_readers(barrier, || self.liveness.fanout());
         }
     }
 
     /// Wakes every sleeping reader whatever the doorbell says (end of stream), if ringing.
-    pub fn ring_readers_always(&self) {
+    pub(crate) fn ring_readers_always(&self) {
         if self.ring.is_some() {
             self.slots.doorbell().ring_readers_always(self.liveness.fanout());
         }
     }
 
     /// `true` once the writer rings the doorbell (only then may it sleep on it).
-    pub fn rings(&self) -> bool {
+    pub(crate) fn rings(&self) -> bool {
         self.ring.is_some()
     }
 
     /// Frees the slots of dead readers, counting them in `log`; returns how many.
-    pub fn evict_dead<L: RegionMut>(&self, log: &Log<L>) -> usize {
+    pub(crate) fn evict_dead<L: RegionMut>(&self, log: &Log<L>) -> usize {
         let evicted = self.slots.evict_dead(&self.liveness);
         if evicted > 0 {
             log.count(Counter::ReadersEvicted, evicted as u64);
@@ -92,7 +93,7 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
     /// Whether a writer the cached limit stopped should sweep now: asked at every stop, held
     /// back or at a checkpoint (`flow`), so a dead reader is swept within a bounded time whatever
     /// holds the writer. Paces the next checkpoints.
-    pub fn sweep_due(&mut self) -> bool {
+    pub(crate) fn sweep_due(&mut self) -> bool {
         let due = self.liveness.sweep_due();
         self.flow.set_step(self.liveness.checkpoint_step());
         due
@@ -100,7 +101,7 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
 
     /// Publishes a recomputed `limit` and the readers it counted in `log`'s gauges and counters
     /// (what `shmlog stat` shows); returns the limit.
-    pub fn publish_limit<L: RegionMut>(&self, log: &Log<L>, limit: i64) -> i64 {
+    pub(crate) fn publish_limit<L: RegionMut>(&self, log: &Log<L>, limit: i64) -> i64 {
         let readers = self.flow.readers();
         log.set_gauge(Gauge::PublisherLimit, limit);
         log.set_gauge(Gauge::ConnectedReaders, readers.count as i64);
@@ -114,30 +115,30 @@ impl<S: RegionMut, K: Liveness> WriterCore<S, K> {
 
     /// The cached limit: appends starting below it are admitted without reading the slots.
     #[inline(always)]
-    pub fn limit(&self) -> i64 {
+    pub(crate) fn limit(&self) -> i64 {
         self.flow.limit()
     }
 
     /// The readers the last recompute counted.
-    pub fn readers(&self) -> SessionReaders {
+    pub(crate) fn readers(&self) -> SessionReaders {
         self.flow.readers()
     }
 
     /// `true` if the last recompute counted a reader.
-    pub fn connected(&self) -> bool {
+    pub(crate) fn connected(&self) -> bool {
         self.flow.connected()
     }
 
-    pub fn max_message_len(&self) -> usize {
+    pub(crate) fn max_message_len(&self) -> usize {
         self.max_message
     }
 
-    pub fn liveness(&self) -> &K {
+    pub(crate) fn liveness(&self) -> &K {
         &self.liveness
     }
 
     /// The stream's reader slots.
-    pub fn slots(&self) -> &Slots<S> {
+    pub(crate) fn slots(&self) -> &Slots<S> {
         &self.slots
     }
 }

@@ -29,7 +29,7 @@ fn membarrier(cmd: libc::c_int) -> libc::c_long {
 }
 
 /// Registers this process (once): `true` if its hot paths may use a compiler barrier.
-pub fn asymmetric() -> bool {
+pub(crate) fn asymmetric() -> bool {
     match MODE.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
@@ -48,14 +48,14 @@ pub fn asymmetric() -> bool {
 /// of the other side's word may be a compiler barrier (a sleeper's [`heavy`] supplies the rest);
 /// a full fence otherwise.
 #[inline(always)]
-pub fn registered() -> bool {
+pub(crate) fn registered() -> bool {
     MODE.load(Ordering::Relaxed) == 1
 }
 
 /// The sleeping side's barrier: a full fence here, and a full barrier on every CPU that runs a
 /// registered process. `false` if the kernel refused the second part: the caller then cannot
 /// rely on a registered hot side seeing its announcement, and bounds its sleep.
-pub fn heavy() -> bool {
+pub(crate) fn heavy() -> bool {
     fence(Ordering::SeqCst);
     membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0
 }

@@ -1,7 +1,7 @@
 //! The wall clock and a cheap random number, for names, session ids and timestamps in files.
 
 /// A random 64-bit value from std's per-process hashing keys, the clock and the pid.
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     use std::collections::hash_map::RandomState;
     use std::hash::{BuildHasher, Hasher};
     let mut h = RandomState::new().build_hasher();
@@ -11,6 +11,6 @@ pub fn random_u64() -> u64 {
 }
 
 /// Nanoseconds since the Unix epoch.
-pub fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }

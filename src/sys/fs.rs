@@ -54,7 +54,7 @@ pub(crate) fn is_same_file(file: &File, path: &Path) -> io::Result<bool> {
 
 /// Creates `path` (never an existing file, never through a symlink), read-write, with exactly
 /// `mode` whatever the umask.
-pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+pub(crate) fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -69,14 +69,14 @@ pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
 /// Opens an existing `path` without following a symlink. A FIFO planted under the name does not
 /// block the open (`O_NONBLOCK`, which changes nothing on regular files); the caller refuses it
 /// as not a regular file.
-pub fn open_existing(path: &Path, write: bool) -> io::Result<File> {
+pub(crate) fn open_existing(path: &Path, write: bool) -> io::Result<File> {
     let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     OpenOptions::new().read(true).write(write).custom_flags(flags).open(path)
 }
 
 /// What an OS error means for the files of a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     /// The file system is full.
     NoSpace,
     /// Access was denied.
@@ -91,7 +91,7 @@ pub enum Cause {
 }
 
 /// Classifies an OS error.
-pub fn cause(e: &io::Error) -> Cause {
+pub(crate) fn cause(e: &io::Error) -> Cause {
     match e.raw_os_error() {
         Some(libc::ENOSPC) => Cause::NoSpace,
         Some(libc::EACCES) | Some(libc::EPERM) => Cause::Denied,

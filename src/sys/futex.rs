@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Why a wait returned. None of them says the awaited thing happened: callers re-check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Woke {
+pub(crate) enum Woke {
     /// Woken (or the word no longer held the expected value, or a signal): look again.
     Maybe,
     /// The timeout passed.
@@ -25,7 +25,7 @@ fn timespec(d: Duration) -> libc::timespec {
 ///
 /// # Safety
 /// `word` points to 4 readable, 4-aligned bytes for the duration of the call.
-pub unsafe fn wait(word: *const u32, expected: u32, timeout: Duration) -> Woke {
+pub(crate) unsafe fn wait(word: *const u32, expected: u32, timeout: Duration) -> Woke {
     let ts = timespec(timeout);
     // SAFETY: a futex wait reads the word (valid: the caller's contract) and the timespec (a
     // local that outlives the call); the remaining arguments are unused by FUTEX_WAIT.
@@ -51,7 +51,7 @@ pub unsafe fn wait(word: *const u32, expected: u32, timeout: Duration) -> Woke {
 ///
 /// # Safety
 /// `word` points to 4 readable, 4-aligned bytes (the kernel only uses the address as a key).
-pub unsafe fn wake(word: *const u32, count: i32) -> usize {
+pub(crate) unsafe fn wake(word: *const u32, count: i32) -> usize {
     // SAFETY: FUTEX_WAKE keys on the address (valid: the caller's contract); no other memory.
     let rc = unsafe { libc::syscall(libc::SYS_futex, word, libc::FUTEX_WAKE, count, 0usize, 0usize, 0u32) };
     rc.max(0) as usize
@@ -60,7 +60,7 @@ pub unsafe fn wake(word: *const u32, count: i32) -> usize {
 /// One word of a [`wait_any`]: `futex_waitv`'s `struct futex_waitv`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct Waiter {
+pub(crate) struct Waiter {
     val: u64,
     uaddr: u64,
     flags: u32,
@@ -72,7 +72,7 @@ const FUTEX2_SIZE_U32: u32 = 0x02;
 
 impl Waiter {
     /// Sleep while `word` holds `expected`.
-    pub fn new(word: *const u32, expected: u32) -> Self {
+    pub(crate) fn new(word: *const u32, expected: u32) -> Self {
         Self { val: expected as u64, uaddr: word as u64, flags: FUTEX2_SIZE_U32, reserved: 0 }
     }
 }
@@ -83,7 +83,7 @@ impl Waiter {
 ///
 /// # Safety
 /// Every waiter's word points to 4 readable, 4-aligned bytes for the duration of the call.
-pub unsafe fn wait_any(waiters: &[Waiter], timeout: Duration) -> io::Result<Woke> {
+pub(crate) unsafe fn wait_any(waiters: &[Waiter], timeout: Duration) -> io::Result<Woke> {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };

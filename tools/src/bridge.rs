@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
-pub struct BridgeArgs {
+pub(crate) struct BridgeArgs {
     #[command(flatten)]
     dir: crate::DirArg,
     /// The local stream.
@@ -53,7 +53,7 @@ pub struct BridgeArgs {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Policy {
+pub(crate) enum Policy {
     Hold,
     Drop,
 }
@@ -90,7 +90,7 @@ fn builder(a: &BridgeArgs) -> Result<BridgeBuilder, String> {
     })
 }
 
-pub fn out(a: &BridgeArgs) -> Result<(), String> {
+pub(crate) fn out(a: &BridgeArgs) -> Result<(), String> {
     let mut bridge = builder(a)?.open_out().map_err(|e| e.to_string())?;
     eprintln!("shmlog bridge out: {} -> {} stream {} (Ctrl-C stops)", a.stream, a.channel, a.aeron_stream_id);
     bridge.run(crate::sys::stop_flag());
@@ -98,7 +98,7 @@ pub fn out(a: &BridgeArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub fn inbound(a: &BridgeArgs) -> Result<(), String> {
+pub(crate) fn inbound(a: &BridgeArgs) -> Result<(), String> {
     let mut bridge = builder(a)?.open_in().map_err(|e| e.to_string())?;
     eprintln!("shmlog bridge in: {} stream {} -> {} (Ctrl-C stops)", a.channel, a.aeron_stream_id, a.stream);
     bridge.run(crate::sys::stop_flag());

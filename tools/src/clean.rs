@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// What `shmlog clean` did: the core's report on the streams' files and the bridges' files,
 /// one row (path, why) each.
 #[derive(Debug, Default)]
-pub struct Cleaned {
+pub(crate) struct Cleaned {
     pub dry_run: bool,
     pub removed: Vec<(PathBuf, String)>,
     pub kept: Vec<(PathBuf, String)>,
@@ -19,7 +19,7 @@ pub struct Cleaned {
 
 /// `inspect::clean` for the streams' files, then `status::clean` for the bridges' (which the
 /// core lists as not its own: those rows give way to the bridge's).
-pub fn clean_dir(dir: &Path, dry_run: bool) -> Result<Cleaned, shmlog::Error> {
+pub(crate) fn clean_dir(dir: &Path, dry_run: bool) -> Result<Cleaned, shmlog::Error> {
     let report = inspect::clean(dir, dry_run)?;
     let bridges = status::clean(dir, dry_run).map_err(|source| shmlog::Error::Io {
         op: "read directory",
@@ -49,7 +49,7 @@ pub fn clean_dir(dir: &Path, dry_run: bool) -> Result<Cleaned, shmlog::Error> {
 }
 
 /// `shmlog clean`.
-pub fn run(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Error> {
+pub(crate) fn run(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Error> {
     let report = clean_dir(dir, dry_run)?;
     if as_json {
         println!("{}", clean_json(&report));
@@ -59,7 +59,7 @@ pub fn run(dir: &Path, dry_run: bool, as_json: bool) -> Result<(), shmlog::Error
     Ok(())
 }
 
-pub fn clean_text(report: &Cleaned) -> String {
+pub(crate) fn clean_text(report: &Cleaned) -> String {
     let mut s = String::new();
     let verb = if report.dry_run { "would remove" } else { "removed" };
     for (path, why) in &report.removed {

@@ -7,12 +7,12 @@ use hdrhistogram::Histogram;
 use std::fmt::Write;
 
 /// Percentiles reported for every summary.
-pub const PERCENTILES: [(f64, &str); 5] =
+pub(crate) const PERCENTILES: [(f64, &str); 5] =
     [(50.0, "p50"), (90.0, "p90"), (95.0, "p95"), (99.0, "p99"), (99.9, "p99.9")];
 
 /// Count, mean, extremes and [`PERCENTILES`] of a set of samples (nanoseconds).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub count: usize,
     pub mean: f64,
     pub min: u64,
@@ -22,7 +22,7 @@ pub struct Summary {
 }
 
 /// Summarises `samples` exactly (sorts a copy). `None` when there are none.
-pub fn summarize(samples: &[u64]) -> Option<Summary> {
+pub(crate) fn summarize(samples: &[u64]) -> Option<Summary> {
     if samples.is_empty() {
         return None;
     }
@@ -40,7 +40,7 @@ pub fn summarize(samples: &[u64]) -> Option<Summary> {
 
 /// The nearest-rank percentile `p` (0..=100) of a sorted, non-empty slice: the smallest value
 /// such that at least `p`% of the samples are less than or equal to it.
-pub fn percentile_of_sorted(sorted: &[u64], p: f64) -> u64 {
+pub(crate) fn percentile_of_sorted(sorted: &[u64], p: f64) -> u64 {
     assert!(!sorted.is_empty());
     // The small slack keeps decimal percentiles exact: 99.9 / 100 * 1000 is 999.0000000000001.
     let rank = (p * sorted.len() as f64 / 100.0 - 1e-9).ceil() as usize;
@@ -49,7 +49,7 @@ pub fn percentile_of_sorted(sorted: &[u64], p: f64) -> u64 {
 
 /// Splits `samples` (in arrival order) into `groups` consecutive runs whose sizes differ by at
 /// most one, and summarises each; fewer groups when there are fewer samples.
-pub fn group_summaries(samples: &[u64], groups: usize) -> Vec<Summary> {
+pub(crate) fn group_summaries(samples: &[u64], groups: usize) -> Vec<Summary> {
     let groups = groups.min(samples.len());
     (0..groups)
         .filter_map(|g| {
@@ -61,12 +61,12 @@ pub fn group_summaries(samples: &[u64], groups: usize) -> Vec<Summary> {
 }
 
 /// Nanoseconds as microseconds.
-pub fn us(ns: f64) -> f64 {
+pub(crate) fn us(ns: f64) -> f64 {
     ns / 1000.0
 }
 
 /// The header and one line of the summary table.
-pub fn table_header(first: &str) -> String {
+pub(crate) fn table_header(first: &str) -> String {
     let mut s = format!("{first:<8} {:>9} {:>10} {:>10}", "count", "mean", "min");
     for (_, name) in PERCENTILES {
         let _ = write!(s, " {name:>10}");
@@ -76,7 +76,7 @@ pub fn table_header(first: &str) -> String {
 }
 
 /// One line of the summary table, values in microseconds.
-pub fn table_row(first: &str, s: &Summary) -> String {
+pub(crate) fn table_row(first: &str, s: &Summary) -> String {
     let mut line = format!("{first:<8} {:>9} {:>10.3} {:>10.3}", s.count, us(s.mean), us(s.min as f64));
     for v in s.percentiles {
         let _ = write!(line, " {:>10.3}", us(v as f64));
@@ -86,7 +86,7 @@ pub fn table_row(first: &str, s: &Summary) -> String {
 }
 
 /// A histogram of `samples` with 3 significant digits, growing as needed.
-pub fn histogram(samples: &[u64]) -> Histogram<u64> {
+pub(crate) fn histogram(samples: &[u64]) -> Histogram<u64> {
     let high = samples.iter().copied().max().unwrap_or(0).max(2);
     let mut h = Histogram::<u64>::new_with_bounds(1, high, 3).expect("valid bounds: 1 < high, 3 digits");
     for &v in samples {
@@ -97,7 +97,7 @@ pub fn histogram(samples: &[u64]) -> Histogram<u64> {
 
 /// HdrHistogram's percentile distribution text (what `outputPercentileDistribution` writes and
 /// the HdrHistogram plotter reads), with values in microseconds and 5 ticks per half distance.
-pub fn hgrm(h: &Histogram<u64>) -> String {
+pub(crate) fn hgrm(h: &Histogram<u64>) -> String {
     const SCALE: f64 = 1000.0; // ns -> µs
     let digits = usize::from(h.sigfig());
     let mut out = String::new();
@@ -136,7 +136,7 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
 }
 
 /// `(quantile, microseconds)` points of the latency-by-percentile curve, quantiles below 1.
-pub fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+pub(crate) fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     // The maximum sits at the last sample's quantile, 1 - 1/count; the iteration's finer ticks
     // past it would only stretch the axis.
     let last = 1.0 - 1.0 / h.len().max(2) as f64;
@@ -151,7 +151,7 @@ pub fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 
 /// A standalone SVG of latency (µs, linear y) by percentile (x on HdrHistogram's log scale of
 /// `1/(1-quantile)`: 0%, 90%, 99%, 99.9%, ... equally spaced).
-pub fn svg(points: &[(f64, f64)], title: &str) -> String {
+pub(crate) fn svg(points: &[(f64, f64)], title: &str) -> String {
     const W: f64 = 800.0;
     const H: f64 = 480.0;
     const LEFT: f64 = 80.0;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
-pub struct RecordArgs {
+pub(crate) struct RecordArgs {
     #[command(flatten)]
     dir: DirArg,
     /// Stream name.
@@ -52,7 +52,7 @@ pub struct RecordArgs {
 
 /// A retention policy from the command line.
 #[derive(Args, Debug, Default)]
-pub struct RetainArgs {
+pub(crate) struct RetainArgs {
     /// Keep segments written in the last SECS seconds only (purge older ones).
     #[arg(long, value_name = "SECS")]
     retain_age: Option<f64>,
@@ -95,7 +95,7 @@ fn parse_fsync(s: &str) -> Result<Fsync, String> {
 }
 
 /// Records until Ctrl-C, `--duration`, or (with `--until-end`) the end of the first session.
-pub fn record(a: &RecordArgs) -> Result<(), String> {
+pub(crate) fn record(a: &RecordArgs) -> Result<(), String> {
     let policy = a.retain.policy()?;
     record_with(a, policy).map_err(|e| e.to_string())
 }
@@ -141,7 +141,7 @@ fn record_with(a: &RecordArgs, policy: Retention) -> Result<(), Error> {
 }
 
 #[derive(Args, Debug)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     #[command(flatten)]
     dir: DirArg,
     /// Journal directory.
@@ -167,7 +167,7 @@ pub struct ReplayArgs {
 }
 
 /// Replays to stdout (one `position length hex` line per message) or into a new stream.
-pub fn replay(a: &ReplayArgs) -> Result<(), String> {
+pub(crate) fn replay(a: &ReplayArgs) -> Result<(), String> {
     replay_inner(a).map_err(|e| match e {
         Failure::Shmlog(e) => e.to_string(),
         Failure::Other(s) => s,
@@ -292,7 +292,7 @@ fn rate(r: &Recording) -> Option<f64> {
 }
 
 /// Lists the recordings of a journal directory.
-pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
+pub(crate) fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
     let list = journal::recordings(journal)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -371,7 +371,7 @@ pub fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
 }
 
 /// A policy as JSON: each limit, or null.
-pub fn retention_json(p: &Retention) -> serde_json::Value {
+pub(crate) fn retention_json(p: &Retention) -> serde_json::Value {
     json!({
         "max_age_seconds": p.max_age.map(|d| d.as_secs_f64()),
         "max_bytes": p.max_bytes,
@@ -380,7 +380,7 @@ pub fn retention_json(p: &Retention) -> serde_json::Value {
 }
 
 /// A policy for people: "keep 7d, 1.0 GiB, 8 segments", or "keep everything".
-pub fn retention_text(p: &Retention) -> String {
+pub(crate) fn retention_text(p: &Retention) -> String {
     if p.is_none() {
         return "keep everything".into();
     }
@@ -398,7 +398,7 @@ pub fn retention_text(p: &Retention) -> String {
 }
 
 #[derive(clap::Subcommand, Debug)]
-pub enum JournalCommand {
+pub(crate) enum JournalCommand {
     /// Remove a recording's segments wholly below the one holding POSITION; the recording then
     /// starts at the first message start of what is kept.
     Purge {
@@ -460,7 +460,7 @@ pub enum JournalCommand {
 
 /// A recording of a journal, for the operations.
 #[derive(Args, Debug)]
-pub struct Target {
+pub(crate) struct Target {
     /// Journal directory.
     #[arg(long, value_name = "DIR")]
     journal: PathBuf,
@@ -472,7 +472,7 @@ pub struct Target {
 }
 
 /// `shmlog journal ...`: one operation, then what it did.
-pub fn journal_command(c: &JournalCommand) -> Result<(), String> {
+pub(crate) fn journal_command(c: &JournalCommand) -> Result<(), String> {
     let (target, what, done) = match c {
         JournalCommand::Purge { at, to } => (at, "purged", journal::purge(&at.journal, at.id, *to)),
         JournalCommand::Detach { at, to } => (at, "detached", journal::detach(&at.journal, at.id, *to)),
@@ -568,7 +568,7 @@ fn retention_command(
 /// What `shmlog stat --journal DIR` shows of a journal: its size on disk, its streams' oldest
 /// and newest positions, its retention, and its durable readers.
 #[derive(Debug)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub dir: PathBuf,
     /// Bytes its files take on disk, and its segment files.
     pub disk_bytes: u64,
@@ -581,7 +581,7 @@ pub struct Summary {
 
 /// One stream's recordings in a journal.
 #[derive(Debug)]
-pub struct StreamSummary {
+pub(crate) struct StreamSummary {
     pub stream: String,
     pub recordings: usize,
     /// The oldest position kept (recording id, position) and the newest.
@@ -593,7 +593,7 @@ pub struct StreamSummary {
     pub recording: bool,
 }
 
-pub fn summary(dir: &Path) -> Result<Summary, Error> {
+pub(crate) fn summary(dir: &Path) -> Result<Summary, Error> {
     use std::os::unix::fs::MetadataExt;
     let (mut disk_bytes, mut segments) = (0, 0);
     for entry in
@@ -646,7 +646,7 @@ pub fn summary(dir: &Path) -> Result<Summary, Error> {
 
 /// A durable reader's lag behind its stream's newest recorded position, in bytes, when it reads
 /// the newest recording (otherwise it is recordings behind: `None`).
-pub fn reader_lag(s: &Summary, r: &journal::DurableReaderInfo) -> Option<i64> {
+pub(crate) fn reader_lag(s: &Summary, r: &journal::DurableReaderInfo) -> Option<i64> {
     let newest = s.streams.iter().find(|x| x.stream == r.stream)?.newest;
     match r.position {
         Some((id, position)) if id == newest.0 => Some(newest.1 - position),
@@ -654,7 +654,7 @@ pub fn reader_lag(s: &Summary, r: &journal::DurableReaderInfo) -> Option<i64> {
     }
 }
 
-pub fn summary_text(s: &Summary) -> String {
+pub(crate) fn summary_text(s: &Summary) -> String {
     use std::fmt::Write as _;
     let mut t = String::new();
     let _ = writeln!(
@@ -697,7 +697,7 @@ journal {}: {} on disk, {} segment file(s), {}",
     t
 }
 
-pub fn summary_json(s: &Summary) -> serde_json::Value {
+pub(crate) fn summary_json(s: &Summary) -> serde_json::Value {
     json!({
         "journal": s.dir.display().to_string(),
         "disk_bytes": s.disk_bytes,

@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bytes of timestamp and sequence number at the start of every message.
-pub const STAMP_LEN: usize = 16;
+pub(crate) const STAMP_LEN: usize = 16;
 
 /// How a loop waits when it found nothing to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum IdleKind {
+pub(crate) enum IdleKind {
     /// Spin with the CPU's spin hint: lowest latency, one full core.
     Spin,
     /// Spin without even the hint.
@@ -66,7 +66,7 @@ macro_rules! with_idle {
 
 /// Errors of the latency commands, already phrased for people.
 #[derive(Debug)]
-pub enum RunError {
+pub(crate) enum RunError {
     Shmlog(shmlog::Error),
     Offer(OfferError),
     Other(String),
@@ -134,7 +134,7 @@ impl Progress {
 
 /// Settings shared by the publisher side.
 #[derive(Clone, Debug)]
-pub struct PubArgs {
+pub(crate) struct PubArgs {
     pub dir: PathBuf,
     pub stream: String,
     pub rate: f64,
@@ -147,7 +147,7 @@ pub struct PubArgs {
 
 /// Settings of the subscriber side.
 #[derive(Clone, Debug)]
-pub struct SubArgs {
+pub(crate) struct SubArgs {
     pub dir: PathBuf,
     pub stream: String,
     pub count: u64,
@@ -358,7 +358,7 @@ fn sent_line(s: &Sent, size: usize) -> String {
 }
 
 /// `shmlog latency pub`.
-pub fn run_pub(a: &PubArgs) -> Result<(), RunError> {
+pub(crate) fn run_pub(a: &PubArgs) -> Result<(), RunError> {
     let positive = |v: f64| v > 0.0 && v.is_finite();
     if !positive(a.rate) || !positive(a.duration) {
         return Err(RunError::Other("--rate and --duration must be positive".into()));
@@ -384,7 +384,7 @@ pub fn run_pub(a: &PubArgs) -> Result<(), RunError> {
 }
 
 /// `shmlog latency sub`.
-pub fn run_sub(a: &SubArgs) -> Result<(), RunError> {
+pub(crate) fn run_sub(a: &SubArgs) -> Result<(), RunError> {
     let sub = Subscription::builder(&a.stream).dir(&a.dir).open()?;
     let until = if a.count > 0 { format!("{} messages", a.count) } else { "the end of stream".to_owned() };
     eprintln!(
@@ -401,7 +401,7 @@ pub fn run_sub(a: &SubArgs) -> Result<(), RunError> {
 
 /// Settings of `shmlog latency burst`.
 #[derive(Clone, Debug)]
-pub struct BurstArgs {
+pub(crate) struct BurstArgs {
     pub dir: PathBuf,
     pub stream: Option<String>,
     pub count: u64,
@@ -415,7 +415,7 @@ pub struct BurstArgs {
 
 /// `shmlog latency burst`: both ends in this process, on two threads; the publisher offers as
 /// fast as flow control allows.
-pub fn run_burst(a: &BurstArgs) -> Result<(), RunError> {
+pub(crate) fn run_burst(a: &BurstArgs) -> Result<(), RunError> {
     let stream = a.stream.clone().unwrap_or_else(|| format!("shmlog-burst-{}", std::process::id()));
     let mut publication = Publication::builder(&stream).dir(&a.dir).term_length(a.term_length).create()?;
     check_size(a.size, &publication)?;

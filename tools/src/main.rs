@@ -4,6 +4,8 @@
 //! --help`; with feature `bridge` also `shmlog bridge` (compiles the Aeron client):
 //! `cargo run --release -p shmlog-tools --features bridge -- bridge --help`.
 
+#![warn(unreachable_pub)]
+
 #[cfg(feature = "bridge")]
 mod bridge;
 mod clean;

@@ -13,14 +13,14 @@ use shmlog_bridge::status::{BridgeInfo, LossCause};
 use std::path::PathBuf;
 
 /// What one scrape read: each directory's streams and each journal's summary, or why not.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub dirs: Vec<(PathBuf, Result<Vec<Stream>, shmlog::Error>)>,
     pub journals: Vec<(PathBuf, Result<Summary, shmlog::Error>)>,
 }
 
 impl Snapshot {
     /// Reads every directory and journal now (each named once, in the order given).
-    pub fn take(dirs: &[PathBuf], journals: &[PathBuf]) -> Self {
+    pub(crate) fn take(dirs: &[PathBuf], journals: &[PathBuf]) -> Self {
         Snapshot {
             dirs: distinct(dirs).map(|d| (d.clone(), stat::streams(d))).collect(),
             journals: distinct(journals).map(|j| (j.clone(), journal::summary(j))).collect(),
@@ -28,14 +28,14 @@ impl Snapshot {
     }
 
     /// The first source that could not be read, and why.
-    pub fn first_error(&self) -> Option<String> {
+    pub(crate) fn first_error(&self) -> Option<String> {
         let dirs = self.dirs.iter().filter_map(|(_, r)| r.as_ref().err());
         let journals = self.journals.iter().filter_map(|(_, r)| r.as_ref().err());
         dirs.chain(journals).next().map(ToString::to_string)
     }
 
     /// The exposition: every family, then `# EOF`.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut e = Exposition::default();
         for (dir, result) in &self.dirs {
             let d = dir.display().to_string();
@@ -585,7 +585,7 @@ fn journal_summary(e: &mut Exposition, j: &str, s: &Summary) {
 
 /// `shmlog stat --openmetrics`: one exposition of every directory and journal, or the first
 /// error (as `stat` fails on a directory it cannot read).
-pub fn print_once(dirs: &[PathBuf], journals: &[PathBuf]) -> Result<(), String> {
+pub(crate) fn print_once(dirs: &[PathBuf], journals: &[PathBuf]) -> Result<(), String> {
     let snapshot = Snapshot::take(dirs, journals);
     if let Some(e) = snapshot.first_error() {
         return Err(e);

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 /// An OpenMetrics metric type (the ones the tool uses).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A value that goes up and down; one sample, the family's name.
     Gauge,
     /// A count that only goes up (and restarts from 0): samples `<name>_total` and, when known,
@@ -35,7 +35,7 @@ impl Kind {
 /// What a family is: its name (a counter's without `_total`, an info's without `_info`), type,
 /// unit (the name's last word) and help text.
 #[derive(Debug)]
-pub struct Meta {
+pub(crate) struct Meta {
     pub name: &'static str,
     pub kind: Kind,
     pub unit: Option<&'static str>,
@@ -46,7 +46,7 @@ impl Meta {
     /// Why this family breaks the format's naming rules, if it does (checked by the tests for
     /// every family the tool declares).
     #[cfg(test)]
-    pub fn naming_error(&self) -> Option<String> {
+    pub(crate) fn naming_error(&self) -> Option<String> {
         let name_ok = !self.name.is_empty()
             && !self.name.starts_with(|c: char| c.is_ascii_digit())
             && self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
@@ -75,7 +75,7 @@ impl Meta {
 
 /// A sample's value: exact integers (positions, counters) or a float (times in seconds).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Int(i128),
     Float(f64),
 }
@@ -131,7 +131,7 @@ impl Value {
 }
 
 /// Labels of a sample, in order: (name, value). Names are the tool's own; values are escaped.
-pub type Labels<'a> = [(&'a str, &'a str)];
+pub(crate) type Labels<'a> = [(&'a str, &'a str)];
 
 /// Writes `"value"` with `\`, `"` and line feeds escaped, as label values must be.
 fn write_label_value(out: &mut String, value: &str) {
@@ -179,7 +179,7 @@ fn write_sample(
 /// samples in the order they were added (so every label set's samples stay together, as the
 /// format requires, when each label set is added once per family).
 #[derive(Default)]
-pub struct Exposition {
+pub(crate) struct Exposition {
     families: Vec<(&'static Meta, String)>,
     index: HashMap<&'static str, usize>,
 }
@@ -195,13 +195,13 @@ impl Exposition {
     }
 
     /// A gauge's sample.
-    pub fn gauge(&mut self, meta: &'static Meta, labels: &Labels, value: impl Into<Value>) {
+    pub(crate) fn gauge(&mut self, meta: &'static Meta, labels: &Labels, value: impl Into<Value>) {
         write_sample(self.samples(meta, Kind::Gauge), meta.name, "", labels, None, value.into());
     }
 
     /// A counter's `_total` and, if `created` is given, its `_created` (seconds since the Unix
     /// epoch). A negative count (a forged word of shared memory) is left out: counters cannot be.
-    pub fn counter(
+    pub(crate) fn counter(
         &mut self,
         meta: &'static Meta,
         labels: &Labels,
@@ -220,12 +220,12 @@ impl Exposition {
     }
 
     /// An info's sample (value 1).
-    pub fn info(&mut self, meta: &'static Meta, labels: &Labels) {
+    pub(crate) fn info(&mut self, meta: &'static Meta, labels: &Labels) {
         write_sample(self.samples(meta, Kind::Info), meta.name, "_info", labels, None, Value::Int(1));
     }
 
     /// A stateset's samples: one per state of `states`, 1 for `current`.
-    pub fn stateset(&mut self, meta: &'static Meta, labels: &Labels, states: &[&str], current: &str) {
+    pub(crate) fn stateset(&mut self, meta: &'static Meta, labels: &Labels, states: &[&str], current: &str) {
         let out = self.samples(meta, Kind::StateSet);
         for state in states {
             let on = Value::from(*state == current);
@@ -234,7 +234,7 @@ impl Exposition {
     }
 
     /// The text: each family's metadata then its samples, `# EOF` last.
-    pub fn finish(self) -> String {
+    pub(crate) fn finish(self) -> String {
         let mut out =
             String::with_capacity(self.families.iter().map(|(_, s)| s.len() + 200).sum::<usize>() + 6);
         for (meta, samples) in &self.families {
@@ -251,7 +251,7 @@ impl Exposition {
 }
 
 /// The media type of the text format, for an HTTP response's `Content-Type`.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address and port to listen on. Loopback by default: the figures name processes, streams
     /// and paths; listen on another address only where the network is trusted.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9464")]
@@ -67,7 +67,7 @@ impl Sources {
 }
 
 /// `shmlog serve-metrics`: serves until Ctrl-C or SIGTERM.
-pub fn run(a: &ServeArgs) -> Result<(), String> {
+pub(crate) fn run(a: &ServeArgs) -> Result<(), String> {
     let listener = TcpListener::bind(&a.listen).map_err(|e| format!("{}: listen: {e}", a.listen))?;
     let addr = listener.local_addr().map_err(|e| format!("{}: listen: {e}", a.listen))?;
     // Non-blocking, so that a connection reset between the wait and the accept cannot block.

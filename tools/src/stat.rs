@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// One stream of a directory as `stat` shows it: the core's view of its log and reader slots
 /// (`None` for a stream that has only bridge files) and its bridges' status files.
 #[derive(Debug)]
-pub struct Stream {
+pub(crate) struct Stream {
     pub name: String,
     pub files: Option<StreamInfo>,
     pub bridges: StreamBridges,
@@ -21,7 +21,7 @@ pub struct Stream {
 
 /// Every stream of `dir`, sorted by name: those with a log or reader-slot file, and those with
 /// only bridge status files.
-pub fn streams(dir: &Path) -> Result<Vec<Stream>, shmlog::Error> {
+pub(crate) fn streams(dir: &Path) -> Result<Vec<Stream>, shmlog::Error> {
     let mut by_name: BTreeMap<String, Stream> = BTreeMap::new();
     for info in inspect::streams(dir)? {
         let name = info.name.clone();
@@ -43,7 +43,7 @@ pub fn streams(dir: &Path) -> Result<Vec<Stream>, shmlog::Error> {
 
 /// Rates computed between two snapshots.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct StreamRates {
+pub(crate) struct StreamRates {
     /// Publisher throughput, bytes per second.
     pub bytes_per_sec: f64,
     /// Back-pressure events per second.
@@ -52,7 +52,7 @@ pub struct StreamRates {
 
 /// What the previous snapshot saw, to turn counters into rates.
 #[derive(Debug, Default)]
-pub struct Previous {
+pub(crate) struct Previous {
     at: Option<Instant>,
     streams: HashMap<(String, i32), (i64, i64)>,
     readers: HashMap<(String, usize, i64, Option<i32>), i64>,
@@ -60,14 +60,14 @@ pub struct Previous {
 
 /// Rates of one snapshot, keyed like `Previous`.
 #[derive(Debug, Default)]
-pub struct Rates {
+pub(crate) struct Rates {
     streams: HashMap<String, StreamRates>,
     readers: HashMap<(String, usize), f64>,
 }
 
 impl Previous {
     /// Rates since the previous call (none the first time), and remembers `now` for the next.
-    pub fn update(&mut self, list: &[Stream], now: Instant) -> Option<Rates> {
+    pub(crate) fn update(&mut self, list: &[Stream], now: Instant) -> Option<Rates> {
         let elapsed = self.at.map(|t| now.duration_since(t).as_secs_f64()).filter(|&s| s > 0.0);
         let mut rates = Rates::default();
         let mut streams = HashMap::new();
@@ -107,7 +107,7 @@ impl Previous {
 
 /// How `stat` prints a snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// For people.
     Text,
     /// One JSON object per snapshot.
@@ -118,7 +118,12 @@ pub enum Format {
 
 /// `shmlog stat`: prints every stream of each directory once, or every `watch` seconds until
 /// Ctrl-C.
-pub fn run(dirs: &[PathBuf], watch: Option<f64>, format: Format, journals: &[PathBuf]) -> Result<(), String> {
+pub(crate) fn run(
+    dirs: &[PathBuf],
+    watch: Option<f64>,
+    format: Format,
+    journals: &[PathBuf],
+) -> Result<(), String> {
     match format {
         Format::OpenMetrics => return crate::metrics::print_once(dirs, journals),
         Format::Json if dirs.len() > 1 => {
@@ -174,7 +179,7 @@ pub fn run(dirs: &[PathBuf], watch: Option<f64>, format: Format, journals: &[Pat
 }
 
 /// Bytes for people: "16 MiB", "48.0 MiB", "4 KiB", "100 B".
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if n < 1024 {
         return format!("{n} B");
@@ -219,7 +224,7 @@ fn yes_no(b: bool) -> &'static str {
 }
 
 /// The text report.
-pub fn stat_text(dir: &Path, list: &[Stream], rates: Option<&Rates>) -> String {
+pub(crate) fn stat_text(dir: &Path, list: &[Stream], rates: Option<&Rates>) -> String {
     let mut s = String::new();
     let n = list.len();
     let _ = writeln!(s, "{}: {n} stream{}", dir.display(), if n == 1 { "" } else { "s" });
@@ -447,7 +452,7 @@ fn reader_text(s: &mut String, r: &ReaderInfo, rate: Option<f64>) {
 }
 
 /// The JSON report: one object (serde_json writes non-finite rates as `null`).
-pub fn stat_json(dir: &Path, list: &[Stream], rates: Option<&Rates>) -> String {
+pub(crate) fn stat_json(dir: &Path, list: &[Stream], rates: Option<&Rates>) -> String {
     let streams: Vec<Value> = list
         .iter()
         .map(|stream| {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// `CLOCK_MONOTONIC` in nanoseconds: the same clock in every process on the host, so a timestamp
 /// taken by a publisher can be compared with one taken by a subscriber in another process.
 #[inline]
-pub fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec for the duration of the call; CLOCK_MONOTONIC is
     // always available on Linux, so the call cannot fail.
@@ -23,7 +23,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Makes the first SIGINT (Ctrl-C) or SIGTERM set the stop flag instead of killing the process,
 /// so a run can end cleanly and print what it has. A second signal kills as usual.
-pub fn install_stop_handler() {
+pub(crate) fn install_stop_handler() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: an all-zero `sigaction` is a valid value (empty mask, no flags) that we then fill
         // in; the handler only performs an atomic store, which is async-signal-safe; the struct
@@ -40,7 +40,7 @@ pub fn install_stop_handler() {
 
 /// Lets a closed output pipe (`shmlog stat | head`) end the process quietly, as it does for other
 /// command-line tools, instead of making every later `println!` panic.
-pub fn default_sigpipe() {
+pub(crate) fn default_sigpipe() {
     // SAFETY: restoring the default disposition of SIGPIPE installs no handler and touches no
     // memory of ours.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
@@ -48,14 +48,14 @@ pub fn default_sigpipe() {
 
 /// `true` once Ctrl-C (or SIGTERM) was received.
 #[inline]
-pub fn stop_requested() -> bool {
+pub(crate) fn stop_requested() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
 /// Waits until `fd` is readable (a listening socket: a connection is waiting), `timeout`
 /// passes, or a signal arrives (Ctrl-C: the caller looks at [`stop_requested`]). `true` if
 /// readable (or in error: the caller's next call on it says which).
-pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
+pub(crate) fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
     use std::os::fd::AsRawFd;
     let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
@@ -67,7 +67,7 @@ pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Durati
 
 /// The flag the stop handler sets, for loops that take one.
 #[cfg(feature = "bridge")]
-pub fn stop_flag() -> &'static AtomicBool {
+pub(crate) fn stop_flag() -> &'static AtomicBool {
     &STOP
 }
 

@@ -65,6 +65,7 @@ pub(crate) struct Accounts {
 /// The source span `[start, end)` of a message of `len` bytes whose frames say it starts at
 /// `start`, counting it as one frame of the source (32-byte header, 32-aligned); `None` if
 /// `start` cannot be a source position (negative, or too close to `i64::MAX` for its end).
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub fn source_span(start: i64, len: usize) -> Option<(i64, i64)> {
     if start < 0 {
         return None;

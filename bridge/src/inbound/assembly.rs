@@ -11,8 +11,10 @@ use shmlog::OfferError;
 use std::fmt;
 
 /// Aeron's BEGIN flag.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const BEGIN: u8 = 0x80;
 /// Aeron's END flag.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const END: u8 = 0x40;
 
 /// What taking a fragment produced.

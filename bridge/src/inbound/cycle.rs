@@ -17,11 +17,13 @@ use crate::status::BridgeInfo;
 /// Sources whose message is in assembly at once, each at most the local stream's longest
 /// message. One more evicts the least recently used one's message, which is dropped and
 /// counted. A deployment has one source per far out bridge.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const MAX_ASSEMBLIES: usize = 16;
 
 /// One fragment as the in bridge takes it from an Aeron image: its payload is `None` when its
 /// bounds did not check out.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct Fragment<'a> {
     /// Aeron's fragment flags (BEGIN, END).
     pub flags: u8,
@@ -35,6 +37,7 @@ pub struct Fragment<'a> {
 
 /// What the poll does after a fragment (both consume it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub enum Next {
     /// Go on polling.
     Continue,
@@ -43,6 +46,7 @@ pub enum Next {
 }
 
 /// The local stream's offer, as the core calls it.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub type Offer<'a> = dyn FnMut(&[u8]) -> Result<i64, shmlog::OfferError> + 'a;
 
 /// The in bridge's duty cycle apart from Aeron: sources and their images, assembly, gap checks,

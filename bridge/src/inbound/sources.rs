@@ -36,10 +36,12 @@ use super::assembly::Assembly;
 /// Sources no image carries any more that are kept, for a successor image to continue (the
 /// least recently left is forgotten first). An out bridge whose driver died starts its next
 /// publication within seconds; a source forgotten before that is taken as a new one.
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub const MAX_RETIRED: usize = 64;
 
 /// An image as the subscription lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(shmlog_fuzz), allow(unreachable_pub))]
 pub struct ImageInfo {
     /// Its session id (one per publication of the far side).
     pub session: i32,
@@ -305,7 +307,7 @@ impl Source {
 /// (a driver in a crash loop). What keeps an unrelated image out is mostly the position rule
 /// (within two terms of what was taken, for a random initial term id about 1 in 10⁹); the session
 /// rule only narrows that further.
-pub const MAX_SESSION_STEP: u32 = 1 << 16;
+pub(super) const MAX_SESSION_STEP: u32 = 1 << 16;
 
 /// If `info` continues source `s`'s stream, the base that turns the image's positions into the
 /// stream's: the same term length, the session id of its newest image + 1 (a successor after a

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 /// A reader's time in one session: from its `joined` line to the next session's.
 #[derive(Clone, Debug)]
-pub struct Visit {
+pub(super) struct Visit {
     pub session: i32,
     pub at: Option<i64>,
     /// Event indices: the `joined` line and one past the visit's last event.
@@ -18,7 +18,7 @@ pub struct Visit {
 }
 
 /// The visits of a reading file, in order.
-pub fn visits(r: &ReaderLog) -> Vec<Visit> {
+pub(super) fn visits(r: &ReaderLog) -> Vec<Visit> {
     let mut v: Vec<Visit> = Vec::new();
     for (i, e) in r.evs.iter().enumerate() {
         if let Some(cur) = v.last_mut() {
@@ -60,7 +60,7 @@ pub fn visits(r: &ReaderLog) -> Vec<Visit> {
 /// Which message ends at each position of each session (stream, session, end), and where said.
 type Total = HashMap<(String, i32, i64), ((u32, u64), Src)>;
 
-pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
+pub(super) fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     let mut total = Total::new();
     let mut clash = Vec::new();
     for w in &g.writers {
@@ -146,7 +146,7 @@ fn whole_and_genuine(g: &Ledger, f: &Facts, r: &ReaderLog, vs: &[Visit], out: &m
 }
 
 /// End position of a delivered message: its own, else what its writer or another reader said.
-pub fn end_of(f: &Facts, inc: u32, seq: u64, end: Option<i64>) -> Option<i64> {
+pub(super) fn end_of(f: &Facts, inc: u32, seq: u64, end: Option<i64>) -> Option<i64> {
     end.or_else(|| f.positions.get(&(inc, seq)).copied())
 }
 
@@ -217,7 +217,7 @@ fn owed_from_start(f: &Facts, r: &ReaderLog, i: usize, session: i32) -> bool {
 }
 
 /// The range of positions `[from, to]` that a visit owes, or `None` if it owes nothing.
-pub fn owed_range(f: &Facts, r: &ReaderLog, vs: &[Visit], i: usize) -> Option<(i64, i64)> {
+pub(super) fn owed_range(f: &Facts, r: &ReaderLog, vs: &[Visit], i: usize) -> Option<(i64, i64)> {
     let v = &vs[i];
     let msgs = || {
         r.evs[v.first..v.end].iter().filter_map(|e| match e.kind {

@@ -29,7 +29,7 @@ struct Delivery {
     src: Src,
 }
 
-pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
+pub(super) fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     let mut names: BTreeMap<(&str, &str), Vec<&ReaderLog>> = BTreeMap::new();
     for r in g.readers.iter().filter(|r| r.role == "persistent") {
         names.entry((r.stream.as_str(), r.name.as_str())).or_default().push(r);

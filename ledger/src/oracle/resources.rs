@@ -7,17 +7,17 @@ use std::collections::{BTreeSet, HashMap};
 
 /// Descriptors a reader may hold at exit: its event file, the std streams, its subscriptions'
 /// files and the runtime's. None of them grows with sessions or messages.
-pub const MAX_FDS: i64 = 48;
+pub(super) const MAX_FDS: i64 = 48;
 /// Resident memory a reader may have at exit beyond the logs it maps (three terms each).
-pub const RSS_BASE_KB: i64 = 96 << 10;
+pub(super) const RSS_BASE_KB: i64 = 96 << 10;
 /// Heap a reader may gain between opening and exit beyond a few of the largest messages it got
 /// (assembler, receiver queue) and an untethered copy batch: no buffer may keep what it held
 /// for a frame it never delivered (review N6).
-pub const HEAP_SLACK: i64 = 256 << 10;
+pub(super) const HEAP_SLACK: i64 = 256 << 10;
 /// The same, measured at a fault (no receiver queue, no second session).
-pub const FAULT_SLACK: i64 = 96 << 10;
+pub(super) const FAULT_SLACK: i64 = 96 << 10;
 
-pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
+pub(super) fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     for r in &g.readers {
         bounded(g, r, out);
     }

@@ -30,11 +30,11 @@ const WAITERS: [&str; 5] = ["recv", "iter", "async", "stream", "blocking"];
 
 /// The Python package's receive shapes (`ledger/python/role.py`, `py-...`) are both: each goes
 /// through the core's `Receiver`, and is documented to wait for the next session after `Closed`.
-pub fn python_shape(shape: &str) -> bool {
+pub(super) fn python_shape(shape: &str) -> bool {
     shape.starts_with("py-")
 }
 
-pub fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
+pub(super) fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
     processes(g, out);
     starts(g, out);
     for r in &g.readers {

@@ -15,7 +15,7 @@ use shmlog::journal::{PersistentSubscription, Start};
 use shmlog::{FragmentAssembler, IdleStrategy, Subscription};
 use std::time::Duration;
 
-pub fn run(ctx: &Ctx) -> i32 {
+pub(super) fn run(ctx: &Ctx) -> i32 {
     let s = &ctx.s;
     let stream = s.str("stream");
     let name = s.str("name");

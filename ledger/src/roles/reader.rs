@@ -9,7 +9,7 @@ use crate::ev;
 use shmlog::{Error, JoinAt, Resume, Subscription, SubscriptionBuilder};
 use std::time::Duration;
 
-pub fn run(ctx: &Ctx) -> i32 {
+pub(super) fn run(ctx: &Ctx) -> i32 {
     let s = &ctx.s;
     let shape = s.str("shape").to_string();
     let tracker = |ctx: &Ctx, out: crate::event::Out, stream: &str| {

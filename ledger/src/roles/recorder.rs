@@ -10,7 +10,7 @@ use std::time::Duration;
 /// Segment files of 64 KiB (raised to the term length): a split recording costs little disk.
 const SEGMENT: u64 = 1 << 16;
 
-pub fn run(ctx: &Ctx) -> i32 {
+pub(super) fn run(ctx: &Ctx) -> i32 {
     let s = &ctx.s;
     let stream = s.str("stream");
     let tethered = s.num::<u8>("tethered", 1) == 1;

@@ -72,7 +72,7 @@ fn back_off(n: u64) {
     }
 }
 
-pub fn run(ctx: &Ctx, shape: &str, sub: Subscription, t: Tracker) -> i32 {
+pub(super) fn run(ctx: &Ctx, shape: &str, sub: Subscription, t: Tracker) -> i32 {
     match shape {
         "poll" | "controlled" => polling(ctx, sub, t, shape == "controlled"),
         "block" => blocks(ctx, sub, t),
@@ -261,7 +261,7 @@ fn asynchronous(ctx: &Ctx, sub: Subscription, mut t: Tracker, stream: bool) -> i
 }
 
 /// `Subscription::wait_any` over two streams, then a poll of each.
-pub fn wait_any(ctx: &Ctx, pairs: [(Subscription, Tracker); 2]) -> i32 {
+pub(super) fn wait_any(ctx: &Ctx, pairs: [(Subscription, Tracker); 2]) -> i32 {
     let (limit, timeout) = (limit(ctx), timeout(ctx));
     let [(mut a, ta), (mut b, tb)] = pairs;
     let (mut asm_a, mut asm_b) = (FragmentAssembler::new(ta), FragmentAssembler::new(tb));
@@ -284,7 +284,7 @@ pub fn wait_any(ctx: &Ctx, pairs: [(Subscription, Tracker); 2]) -> i32 {
 
 /// `ReplayMerge`: the newest recording of the stream from its start, handed over to the live
 /// stream; after the handover, a poll reader like any other.
-pub fn merge(ctx: &Ctx, mut t: Tracker, live: SubscriptionBuilder) -> i32 {
+pub(super) fn merge(ctx: &Ctx, mut t: Tracker, live: SubscriptionBuilder) -> i32 {
     let stream = ctx.s.str("stream");
     let id = loop {
         let newest = recordings(&ctx.journal).ok().and_then(|list| {

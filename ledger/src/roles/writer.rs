@@ -52,7 +52,7 @@ const GIVE_UP_NOT_CONNECTED: Duration = Duration::from_millis(200);
 /// A long streak is logged in pieces, so a kill loses at most this much of it.
 const HELD_PIECE: Duration = Duration::from_millis(250);
 
-pub fn run(ctx: &Ctx) -> i32 {
+pub(super) fn run(ctx: &Ctx) -> i32 {
     let s = &ctx.s;
     let stream = s.str("stream");
     let concurrent = s.flag("concurrent");

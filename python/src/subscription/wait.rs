@@ -15,7 +15,7 @@ use std::time::Duration;
 /// nothing yet). Ctrl-C interrupts the wait.
 #[pyfunction]
 #[pyo3(signature = (subscriptions, timeout=None))]
-pub fn wait_any<'py>(
+pub(crate) fn wait_any<'py>(
     py: Python<'py>,
     subscriptions: Vec<Bound<'py, PySubscription>>,
     timeout: Option<f64>,

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// Temporary files younger than this are assumed to be still under construction.
-pub const TEMP_MIN_AGE: Duration = Duration::from_secs(10);
+pub(crate) const TEMP_MIN_AGE: Duration = Duration::from_secs(10);
 
 /// Why [`clean`] removed or kept a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +53,8 @@ pub enum CleanReason {
     LogUnknown,
     /// Kept: a temporary file that a live process holds a lock on.
     TemporaryInUse,
-    /// Kept: a temporary file changed less than [`TEMP_MIN_AGE`] ago.
+    /// Kept: a temporary file changed less than 10 seconds ago (it may still be under
+    /// construction).
     TemporaryTooYoung {
         /// How long ago it was last changed.
         age: Duration,
@@ -138,7 +139,7 @@ impl CleanReport {
 ///   process opening it at the same time either keeps it alive or finds it gone and opens the
 ///   stream's new one.
 /// - A temporary file (`.<name>.<nonce>.<log|readers>.tmp`) is removed when nobody holds a lock
-///   on it and it has not changed for [`TEMP_MIN_AGE`].
+///   on it and it has not changed for 10 seconds.
 ///
 /// Everything else is kept and reported with the reason. Idempotent: a second run removes nothing
 /// new. Fails only when the directory cannot be read.

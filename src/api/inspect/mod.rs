@@ -35,7 +35,7 @@
 mod clean;
 mod streams;
 
-pub use clean::{clean, CleanEntry, CleanReason, CleanReport, TEMP_MIN_AGE};
+pub use clean::{clean, CleanEntry, CleanReason, CleanReport};
 pub use streams::{streams, LogInfo, ReaderInfo, ReaderState, StreamInfo, WriterInfo};
 
 use crate::error::Error;
