@@ -9,37 +9,40 @@
 use super::header::Header;
 use super::reader::Action;
 
-/// What a source has at its position.
-pub(crate) enum Next {
+/// What a source has at its position; `F` is what the source needs to know of the frame again to
+/// hand out its payload and move past it.
+pub(crate) enum Next<F> {
     /// A data frame, validated, for the handler; its header as the handler sees it.
-    Deliver(Header),
+    Deliver(F, Header),
     /// A frame consumed without delivery: padding, or the rest of a message a reader joined
     /// inside of.
-    Pass,
+    Pass(F),
     /// Nothing more for now (nothing committed yet, the end of a term, of a copy, of a recording).
     End,
 }
 
 /// Where the frames come from, one at a time, in order.
 pub(crate) trait FrameSource {
+    /// A frame found by [`FrameSource::next`], as the source needs it again.
+    type Frame: Copy;
     /// Why a source stops in front of a frame it may not deliver.
     type Fault;
 
     /// Looks at the frame at the source's position. Nothing of a frame is used before the
     /// source validated it; a frame that fails is a fault, and the position stays in front of it.
-    fn next(&mut self) -> Result<Next, Self::Fault>;
+    fn next(&mut self) -> Result<Next<Self::Frame>, Self::Fault>;
 
-    /// Calls `f` with the payload of the frame [`FrameSource::next`] just announced for
+    /// Calls `f` with the payload of `frame`, which [`FrameSource::next`] just announced for
     /// delivery.
-    fn with_payload<T>(&mut self, f: impl FnOnce(&[u8]) -> T) -> T;
+    fn with_payload<T>(&mut self, frame: Self::Frame, f: impl FnOnce(&[u8]) -> T) -> T;
 
-    /// Moves the position past the frame the handler just consumed.
-    fn consume(&mut self);
+    /// Moves the position past `frame`, which the handler just consumed.
+    fn consume(&mut self, frame: Self::Frame);
 
-    /// Moves the position past a frame announced as [`Next::Pass`].
+    /// Moves the position past `frame`, announced as [`Next::Pass`].
     #[inline(always)]
-    fn pass(&mut self) {
-        self.consume();
+    fn pass(&mut self, frame: Self::Frame) {
+        self.consume(frame);
     }
 
     /// The handler answered [`Action::Commit`]: publish the position now, if the source has one
@@ -68,20 +71,20 @@ pub(crate) fn deliver<S: FrameSource>(
 ) -> Delivered<S::Fault> {
     let mut fragments = 0;
     while fragments < fragment_limit {
-        let header = match source.next() {
-            Ok(Next::Deliver(header)) => header,
-            Ok(Next::Pass) => {
-                source.pass();
+        let (frame, header) = match source.next() {
+            Ok(Next::Deliver(frame, header)) => (frame, header),
+            Ok(Next::Pass(frame)) => {
+                source.pass(frame);
                 continue;
             }
             Ok(Next::End) => break,
             Err(fault) => return Delivered { fragments, fault: Some(fault) },
         };
-        let action = source.with_payload(|payload| handler(payload, &header));
+        let action = source.with_payload(frame, |payload| handler(payload, &header));
         if action == Action::Abort {
             break;
         }
-        source.consume();
+        source.consume(frame);
         fragments += 1;
         match action {
             Action::Break => break,

@@ -274,9 +274,6 @@ struct TermFrames<'a, R: Region, D, C> {
     term_id: i32,
     term_begin: i64,
     offset: usize,
-    /// Length and space of the frame `next` announced.
-    len: usize,
-    aligned: usize,
     delivery: &'a mut D,
     commit: C,
 }
@@ -292,8 +289,6 @@ impl<'a, R: Region, D: Delivery, C: FnMut(i64)> TermFrames<'a, R, D, C> {
             term_id: cursor.term_id,
             term_begin: cursor.term_begin,
             offset: cursor.offset,
-            len: 0,
-            aligned: 0,
             delivery,
             commit,
         }
@@ -306,34 +301,36 @@ impl<'a, R: Region, D: Delivery, C: FnMut(i64)> TermFrames<'a, R, D, C> {
 }
 
 impl<R: Region, D: Delivery, C: FnMut(i64)> FrameSource for TermFrames<'_, R, D, C> {
+    /// The frame's length and the space it takes.
+    type Frame = (usize, usize);
     type Fault = &'static str;
 
     #[inline(always)]
-    fn next(&mut self) -> Result<Next, &'static str> {
+    fn next(&mut self) -> Result<Next<(usize, usize)>, &'static str> {
         if self.offset >= self.term.len() {
             return Ok(Next::End);
         }
         let Some(frame) = next_frame(self.log, &self.term, self.offset, self.term_id)? else {
             return Ok(Next::End);
         };
-        (self.len, self.aligned) = (frame.len, frame.aligned);
         if frame.rest.frame_type == TYPE_PAD {
-            return Ok(Next::Pass);
+            return Ok(Next::Pass((frame.len, frame.aligned)));
         }
         let position = self.term_begin + (self.offset + frame.aligned) as i64;
-        Ok(Next::Deliver(Header { frame_length: frame.len as i32, rest: frame.rest, position }))
+        let header = Header { frame_length: frame.len as i32, rest: frame.rest, position };
+        Ok(Next::Deliver((frame.len, frame.aligned), header))
     }
 
     #[inline(always)]
-    fn with_payload<T>(&mut self, f: impl FnOnce(&[u8]) -> T) -> T {
+    fn with_payload<T>(&mut self, (len, _): (usize, usize), f: impl FnOnce(&[u8]) -> T) -> T {
         // SAFETY: the frame's positive length was acquire-loaded and checked to fit the term (in
         // `next_frame`, by `next`), and the caller of `new` holds flow control before it.
-        unsafe { self.delivery.deliver(&self.term, self.offset, self.len - HEADER_LEN, f) }
+        unsafe { self.delivery.deliver(&self.term, self.offset, len - HEADER_LEN, f) }
     }
 
     #[inline(always)]
-    fn consume(&mut self) {
-        self.offset += self.aligned;
+    fn consume(&mut self, (_, aligned): (usize, usize)) {
+        self.offset += aligned;
     }
 
     #[inline(always)]
