@@ -301,7 +301,7 @@ impl<'a, R: Region, D: Delivery, C: FnMut(i64)> TermFrames<'a, R, D, C> {
 }
 
 impl<R: Region, D: Delivery, C: FnMut(i64)> FrameSource for TermFrames<'_, R, D, C> {
-    /// The frame's length and the space it takes.
+    /// The frame's payload length, and the term offset after it.
     type Frame = (usize, usize);
     type Fault = &'static str;
 
@@ -313,24 +313,25 @@ impl<R: Region, D: Delivery, C: FnMut(i64)> FrameSource for TermFrames<'_, R, D,
         let Some(frame) = next_frame(self.log, &self.term, self.offset, self.term_id)? else {
             return Ok(Next::End);
         };
+        let next = self.offset + frame.aligned;
         if frame.rest.frame_type == TYPE_PAD {
-            return Ok(Next::Pass((frame.len, frame.aligned)));
+            return Ok(Next::Pass((0, next)));
         }
-        let position = self.term_begin + (self.offset + frame.aligned) as i64;
+        let position = self.term_begin + next as i64;
         let header = Header { frame_length: frame.len as i32, rest: frame.rest, position };
-        Ok(Next::Deliver((frame.len, frame.aligned), header))
+        Ok(Next::Deliver((frame.len - HEADER_LEN, next), header))
     }
 
     #[inline(always)]
     fn with_payload<T>(&mut self, (len, _): (usize, usize), f: impl FnOnce(&[u8]) -> T) -> T {
         // SAFETY: the frame's positive length was acquire-loaded and checked to fit the term (in
         // `next_frame`, by `next`), and the caller of `new` holds flow control before it.
-        unsafe { self.delivery.deliver(&self.term, self.offset, len - HEADER_LEN, f) }
+        unsafe { self.delivery.deliver(&self.term, self.offset, len, f) }
     }
 
     #[inline(always)]
-    fn consume(&mut self, (_, aligned): (usize, usize)) {
-        self.offset += aligned;
+    fn consume(&mut self, (_, next): (usize, usize)) {
+        self.offset = next;
     }
 
     #[inline(always)]
