@@ -4,7 +4,7 @@
 mod support;
 
 use shmlog::journal::{self, Checksum, Fsync, Recorder, RecordingState, Replay, ReplayMerge, StopReason};
-use shmlog::{Error, FragmentAssembler, Header, Publication, Subscription};
+use shmlog::{Action, Error, FragmentAssembler, Header, Publication, Subscription};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
@@ -1549,4 +1549,103 @@ fn a_persistent_subscription_reports_what_was_purged_under_it_and_reads_on_from_
     assert_eq!(sub.take_loss(), None);
     assert_eq!(v.failure, None);
     assert!(v.total > 0 && v.total < 3_000, "{} messages read after the purge", v.total);
+}
+
+/// A reader steered by a handler's [`Action`]s, whichever way it gets its frames.
+trait Steered {
+    fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize;
+    fn at(&self) -> i64;
+}
+
+impl Steered for Subscription {
+    fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize {
+        self.controlled_poll(|p: &[u8], h: &Header| handler(p, h), limit)
+    }
+    fn at(&self) -> i64 {
+        self.position()
+    }
+}
+
+impl Steered for Replay {
+    fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize {
+        self.controlled_poll(|p: &[u8], h: &Header| handler(p, h), limit).unwrap()
+    }
+    fn at(&self) -> i64 {
+        self.position()
+    }
+}
+
+/// Polls `reader` with a script of actions (per poll: the fragment limit and the answer to each
+/// fragment, `Continue` after the last); per poll, what it returned, the first payload byte of
+/// every fragment the handler saw, and the position after it.
+fn run_script(reader: &mut dyn Steered, script: &[(usize, &[Action])]) -> Vec<(usize, Vec<u8>, i64)> {
+    script
+        .iter()
+        .map(|&(limit, actions)| {
+            let mut seen = Vec::new();
+            let n = reader.steer(
+                &mut |p: &[u8], _: &Header| {
+                    seen.push(p[0]);
+                    actions.get(seen.len() - 1).copied().unwrap_or(Action::Continue)
+                },
+                limit,
+            );
+            (n, seen, reader.at())
+        })
+        .collect()
+}
+
+/// `Abort`, `Break`, `Commit` and `Continue` mean the same in every delivery: in place, copied,
+/// untethered (from its checked copy) and replayed from a recording (one frame loop serves them
+/// all: `log::frame_loop`).
+#[test]
+fn every_delivery_path_follows_the_same_actions() {
+    let (shm, disk) = (ShmDir::new("journal-actions"), DiskDir::new("actions"));
+    let name = "steered";
+    let mut p = Publication::builder(name).dir(shm.path()).term_length(64 * 1024).mtu(MTU).create().unwrap();
+    let open = |b: shmlog::SubscriptionBuilder| b.dir(shm.path()).open().unwrap();
+    let mut in_place = open(Subscription::builder(name));
+    let mut copied = open(Subscription::builder(name).copy_payloads(true));
+    let mut untethered = open(Subscription::builder(name).tethered(false));
+    assert!(untethered.is_untethered());
+    let mut recorder = Recorder::builder(name, disk.path()).stream_dir(shm.path()).start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while p.wait_for_readers(4, Duration::from_millis(10)).is_err() {
+        recorder.poll().unwrap();
+        assert!(Instant::now() < deadline, "the recorder did not join");
+    }
+    for i in 0..6u8 {
+        p.offer(&[i; 8]).unwrap(); // 64 bytes a frame
+    }
+    p.close();
+    record_until_closed(&mut recorder, || true);
+    let id = journal::recordings(disk.path()).unwrap().last().unwrap().as_ref().unwrap().id;
+    let mut replay = Replay::builder(disk.path(), id).open().unwrap();
+
+    use Action::{Abort, Break, Commit};
+    let script: &[(usize, &[Action])] = &[
+        (10, &[Abort]),                 // not consumed: delivered again
+        (10, &[Break]),                 // consumed, and the poll stops
+        (10, &[Commit, Commit, Abort]), // two consumed, the third left
+        (2, &[]),                       // the fragment limit
+        (10, &[]),                      // the rest
+        (10, &[]),                      // nothing more
+    ];
+    let expected = vec![
+        (0, vec![0], 0),
+        (1, vec![0], 64),
+        (2, vec![1, 2, 3], 192),
+        (2, vec![3, 4], 320),
+        (1, vec![5], 384),
+        (0, vec![], 384),
+    ];
+    let readers: [(&str, &mut dyn Steered); 4] = [
+        ("in place", &mut in_place),
+        ("copied", &mut copied),
+        ("untethered", &mut untethered),
+        ("replay", &mut replay),
+    ];
+    for (path, reader) in readers {
+        assert_eq!(run_script(reader, script), expected, "{path}");
+    }
 }

@@ -3,11 +3,13 @@
 //! still being recorded is followed as it grows.
 
 use super::catalog::Catalog;
+use super::frames::Frame;
 use super::record::Recording;
 use super::segment_reader::SegmentReader;
 use crate::api::handler::{ControlledFragmentHandler, FragmentHandler};
 use crate::error::Error;
 use crate::layout::frame::HEADER_LEN;
+use crate::log::frame_loop::{self, FrameSource, Next};
 use crate::log::header::Header;
 use crate::log::reader::Action;
 use crate::region::ReadOnlyRegion;
@@ -189,18 +191,33 @@ impl Replay {
         if let Some(p) = &self.pacing {
             limit = limit.min(p.budget());
         }
-        let mut fragments = 0;
-        while fragments < limit {
+        let delivered = frame_loop::deliver(&mut RecordedFrames(self), limit, |payload, header| {
+            handler.on_fragment(payload, header)
+        });
+        if let Some(p) = &mut self.pacing {
+            p.delivered += delivered.fragments as u64;
+        }
+        match delivered.fault {
+            Some(e) => Err(e),
+            None => Ok(delivered.fragments),
+        }
+    }
+
+    /// The frame at our position, validated (or an error explained), with what the recording
+    /// holds now: `None` at the end of what may be read now (the recorded end, or `to`, which a
+    /// frame that crosses it moves back to its start).
+    fn next_frame(&mut self) -> Result<Option<Frame>, Error> {
+        loop {
             let end = self.end();
             if self.position >= end {
                 if self.stopped || self.position >= self.to {
-                    break;
+                    return Ok(None);
                 }
                 if !self.refresh() {
                     if self.gone {
                         return Err(Error::NoSuchRecording { id: self.recording.id });
                     }
-                    break;
+                    return Ok(None);
                 }
                 continue;
             }
@@ -213,38 +230,14 @@ impl Replay {
                 self.follow_cut()?;
                 continue;
             }
-            let frame = match frame {
-                Ok(frame) => frame,
-                Err(e) => return Err(self.explain(e)),
-            };
-            let next = self.position + frame.aligned as i64;
-            if next > self.to {
+            let frame = frame.map_err(|e| self.explain(e))?;
+            if self.position + frame.aligned as i64 > self.to {
                 // `to` falls inside this frame: the replay ends before it.
                 self.to = self.position;
-                break;
+                return Ok(None);
             }
-            if frame.is_padding() {
-                self.position = next;
-                self.boundary = true;
-                continue;
-            }
-            let header = Header { frame_length: frame.len as i32, rest: frame.rest, position: next };
-            let payload = self.reader.bytes(self.position + HEADER_LEN as i64, frame.len - HEADER_LEN);
-            let action = handler.on_fragment(payload, &header);
-            if action == Action::Abort {
-                break;
-            }
-            self.position = next;
-            self.boundary = frame.ends_message();
-            fragments += 1;
-            if action == Action::Break {
-                break;
-            }
+            return Ok(Some(frame));
         }
-        if let Some(p) = &mut self.pacing {
-            p.delivered += fragments as u64;
-        }
-        Ok(fragments)
     }
 
     /// Where reading must stop for now.
@@ -357,4 +350,34 @@ impl Replay {
     pub fn recording(&self) -> &Recording {
         &self.recording
     }
+}
+
+/// A replay's recording as the frames of a poll: read from the segments into a buffer of the
+/// reader's and validated there (`SegmentReader::frame`); the position is the replay's own, so
+/// `Commit` has nothing to publish.
+struct RecordedFrames<'a>(&'a mut Replay);
+
+impl FrameSource for RecordedFrames<'_> {
+    type Frame = Frame;
+    type Fault = Error;
+
+    fn next(&mut self) -> Result<Next<Frame>, Error> {
+        let Some(frame) = self.0.next_frame()? else { return Ok(Next::End) };
+        if frame.is_padding() {
+            return Ok(Next::Pass(frame));
+        }
+        let position = self.0.position + frame.aligned as i64;
+        Ok(Next::Deliver(frame, Header { frame_length: frame.len as i32, rest: frame.rest, position }))
+    }
+
+    fn with_payload<T>(&mut self, frame: Frame, f: impl FnOnce(&[u8]) -> T) -> T {
+        f(self.0.reader.bytes(self.0.position + HEADER_LEN as i64, frame.len - HEADER_LEN))
+    }
+
+    fn consume(&mut self, frame: Frame) {
+        self.0.position += frame.aligned as i64;
+        self.0.boundary = frame.ends_message();
+    }
+
+    fn commit(&mut self) {}
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod appender;
 pub(crate) mod concurrent;
+pub(crate) mod frame_loop;
 pub(crate) mod header;
 #[cfg(all(test, shmlog_loom))]
 mod loom_concurrent;

@@ -7,6 +7,7 @@
 //! the place it sits in is reported as a fault and never delivered, so a corrupt or hostile log
 //! yields a stop, never an out-of-bounds read.
 
+use super::frame_loop::{self, FrameSource, Next};
 use super::header::Header;
 use super::position::{tail_offset, tail_term_id};
 use super::Log;
@@ -261,54 +262,90 @@ pub unsafe fn read_at<R: Region>(
     cursor: &Cursor,
     fragment_limit: usize,
     delivery: &mut impl Delivery,
-    mut handler: impl FnMut(&[u8], &Header) -> Action,
-    mut commit: impl FnMut(i64),
+    handler: impl FnMut(&[u8], &Header) -> Action,
+    commit: impl FnMut(i64),
 ) -> Scan {
-    let term = term_window(log, cursor);
-    let term_begin = cursor.term_begin;
-    let mut offset = cursor.offset;
-    let mut fragments = 0;
-    let mut fault = None;
-    while fragments < fragment_limit && offset < term.len() {
-        let frame = match next_frame(log, &term, offset, cursor.term_id) {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(what) => {
-                fault = Some(what);
-                break;
-            }
-        };
-        let next = offset + frame.aligned;
-        if frame.rest.frame_type == TYPE_PAD {
-            offset = next;
-            continue;
-        }
-        let header =
-            Header { frame_length: frame.len as i32, rest: frame.rest, position: term_begin + next as i64 };
-        // SAFETY: the frame's positive length was acquire-loaded and checked to fit the term (in
-        // `next_frame`), and the caller holds flow control before it (this function's contract).
-        let action = unsafe {
-            delivery.deliver(&term, offset, frame.len - HEADER_LEN, |payload| handler(payload, &header))
-        };
-        match action {
-            Action::Abort => break,
-            Action::Break => {
-                offset = next;
-                fragments += 1;
-                break;
-            }
-            Action::Commit => {
-                offset = next;
-                fragments += 1;
-                commit(term_begin + offset as i64);
-            }
-            Action::Continue => {
-                offset = next;
-                fragments += 1;
-            }
+    // SAFETY: the caller holds flow control at the cursor for the whole call (this function's
+    // contract), and the source lives only in this call.
+    let mut source = unsafe { TermFrames::new(log, cursor, delivery, commit) };
+    let delivered = frame_loop::deliver(&mut source, fragment_limit, handler);
+    Scan { position: source.position(), fragments: delivered.fragments, fault: delivered.fault, bytes: 0 }
+}
+
+/// The committed frames of one term of the mapped log, from a cursor on: each length word
+/// acquire-loaded and validated with its header ([`next_frame`]) before anything of the frame is
+/// used, payloads handed out by a [`Delivery`] (in place or copied), `Commit` passed to `commit`.
+struct TermFrames<'a, R: Region, D, C> {
+    log: &'a Log<R>,
+    term: Window<'a, R>,
+    term_id: i32,
+    term_begin: i64,
+    offset: usize,
+    delivery: &'a mut D,
+    commit: C,
+}
+
+impl<'a, R: Region, D: Delivery, C: FnMut(i64)> TermFrames<'a, R, D, C> {
+    /// # Safety
+    /// The caller holds flow control at `cursor`'s position while the source lives (as [`read`]).
+    #[inline(always)]
+    unsafe fn new(log: &'a Log<R>, cursor: &Cursor, delivery: &'a mut D, commit: C) -> Self {
+        Self {
+            log,
+            term: term_window(log, cursor),
+            term_id: cursor.term_id,
+            term_begin: cursor.term_begin,
+            offset: cursor.offset,
+            delivery,
+            commit,
         }
     }
-    Scan { position: term_begin + offset as i64, fragments, fault, bytes: 0 }
+
+    #[inline(always)]
+    fn position(&self) -> i64 {
+        self.term_begin + self.offset as i64
+    }
+}
+
+impl<R: Region, D: Delivery, C: FnMut(i64)> FrameSource for TermFrames<'_, R, D, C> {
+    /// The frame's payload length, and the term offset after it.
+    type Frame = (usize, usize);
+    type Fault = &'static str;
+
+    #[inline(always)]
+    fn next(&mut self) -> Result<Next<(usize, usize)>, &'static str> {
+        if self.offset >= self.term.len() {
+            return Ok(Next::End);
+        }
+        let Some(frame) = next_frame(self.log, &self.term, self.offset, self.term_id)? else {
+            return Ok(Next::End);
+        };
+        let next = self.offset + frame.aligned;
+        if frame.rest.frame_type == TYPE_PAD {
+            return Ok(Next::Pass((0, next)));
+        }
+        let position = self.term_begin + next as i64;
+        let header = Header { frame_length: frame.len as i32, rest: frame.rest, position };
+        Ok(Next::Deliver((frame.len - HEADER_LEN, next), header))
+    }
+
+    #[inline(always)]
+    fn with_payload<T>(&mut self, (len, _): (usize, usize), f: impl FnOnce(&[u8]) -> T) -> T {
+        // SAFETY: the frame's positive length was acquire-loaded and checked to fit the term (in
+        // `next_frame`, by `next`), and the caller of `new` holds flow control before it.
+        unsafe { self.delivery.deliver(&self.term, self.offset, len, f) }
+    }
+
+    #[inline(always)]
+    fn consume(&mut self, (_, next): (usize, usize)) {
+        self.offset = next;
+    }
+
+    #[inline(always)]
+    fn commit(&mut self) {
+        let position = self.position();
+        (self.commit)(position);
+    }
 }
 
 /// Hands `handler` one contiguous block of whole committed data frames (headers included) from

@@ -13,7 +13,8 @@ use super::doorbell::Rung;
 use super::join::{self, JoinAt, JoinRefused};
 use super::loss::{Loss, LossCause};
 use super::slots::{SlotMut, Slots};
-use crate::layout::frame::{framed_length, max_message_len, HEADER_LEN};
+use crate::layout::frame::{framed_length, max_message_len, BEGIN_FLAG, END_FLAG, HEADER_LEN};
+use crate::log::frame_loop::{self, FrameSource, Next};
 use crate::log::header::Header;
 use crate::log::reader::{self, Action, Copied, CopiedFrame, Cursor, InPlace, Scan};
 use crate::log::Log;
@@ -98,6 +99,76 @@ pub struct Reader<L, S> {
     /// frames out, checks after the copy that the writer had not begun to reuse them, and
     /// reports a loss when it had (`docs/untethered.md`).
     untethered: Option<Box<Untethered>>,
+}
+
+/// An untethered reader's checked copy (`reader::copy_frames`, then not `reader::lapped`) as the
+/// frames of a poll: payloads are lent from the copy, never from the log; the rest of a message
+/// joined inside of is passed over; a frame consumed records where a message that the next lap
+/// would cut began.
+struct CopiedFrames<'a, S> {
+    frames: &'a [CopiedFrame],
+    buf: &'a [u8],
+    /// The next frame to look at.
+    at: usize,
+    term_begin: i64,
+    /// Term offset after the frames consumed.
+    offset: usize,
+    /// Why the copy stopped early: a fault once every frame before it is consumed.
+    copy_fault: Option<Fault>,
+    skipping: &'a mut bool,
+    partial_from: &'a mut Option<i64>,
+    slot: &'a SlotMut<S>,
+}
+
+impl<S: RegionMut> CopiedFrames<'_, S> {
+    fn position(&self) -> i64 {
+        self.term_begin + self.offset as i64
+    }
+}
+
+impl<S: RegionMut> FrameSource for CopiedFrames<'_, S> {
+    type Frame = CopiedFrame;
+    type Fault = Fault;
+
+    fn next(&mut self) -> Result<Next<CopiedFrame>, Fault> {
+        let Some(&f) = self.frames.get(self.at) else {
+            return self.copy_fault.map_or(Ok(Next::End), Err);
+        };
+        if f.is_pad() {
+            return Ok(Next::Pass(f));
+        }
+        let position = self.term_begin + (f.offset + f.aligned) as i64;
+        let header = Header { frame_length: f.len as i32, rest: f.rest, position };
+        if *self.skipping {
+            if !header.is_begin() {
+                return Ok(Next::Pass(f));
+            }
+            *self.skipping = false;
+        }
+        Ok(Next::Deliver(f, header))
+    }
+
+    fn with_payload<T>(&mut self, frame: CopiedFrame, f: impl FnOnce(&[u8]) -> T) -> T {
+        f(&self.buf[frame.at + HEADER_LEN..frame.at + frame.len])
+    }
+
+    fn consume(&mut self, f: CopiedFrame) {
+        *self.partial_from = match (f.rest.flags & BEGIN_FLAG != 0, f.rest.flags & END_FLAG != 0) {
+            (_, true) => None,
+            (true, false) => Some(self.term_begin + f.offset as i64),
+            (false, false) => *self.partial_from,
+        };
+        self.pass(f);
+    }
+
+    fn pass(&mut self, f: CopiedFrame) {
+        self.offset = f.offset + f.aligned;
+        self.at += 1;
+    }
+
+    fn commit(&mut self) {
+        self.slot.set_position(self.position());
+    }
 }
 
 impl<L: Region, S: RegionMut> Reader<L, S> {
@@ -260,7 +331,7 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
     /// writer committed (`log::reader::lapped`); nothing is lent out of the log.
     fn poll_untethered(
         &mut self,
-        mut handler: impl FnMut(&[u8], &Header) -> Action,
+        handler: impl FnMut(&[u8], &Header) -> Action,
         fragment_limit: usize,
     ) -> usize {
         if self.fault.is_some() {
@@ -281,47 +352,20 @@ impl<L: Region, S: RegionMut> Reader<L, S> {
             self.lapped();
             return 0;
         }
-        let term_begin = self.log.terms().term_begin(cursor.position());
-        let (mut offset, mut fragments, mut stopped) = (start, 0, false);
-        let slot = &self.slot;
-        for f in &u.frames {
-            let next = f.offset + f.aligned;
-            if f.is_pad() {
-                offset = next;
-                continue;
-            }
-            let header =
-                Header { frame_length: f.len as i32, rest: f.rest, position: term_begin + next as i64 };
-            if self.skipping {
-                if !header.is_begin() {
-                    offset = next; // the rest of a message joined in the middle
-                    continue;
-                }
-                self.skipping = false;
-            }
-            let action = handler(&u.buf[f.at + HEADER_LEN..f.at + f.len], &header);
-            if action == Action::Abort {
-                stopped = true;
-                break;
-            }
-            offset = next;
-            fragments += 1;
-            u.partial_from = match (header.is_begin(), header.is_end()) {
-                (_, true) => None,
-                (true, false) => Some(term_begin + f.offset as i64),
-                (false, false) => u.partial_from,
-            };
-            match action {
-                Action::Break => {
-                    stopped = true;
-                    break;
-                }
-                Action::Commit => slot.set_position(term_begin + offset as i64),
-                _ => {}
-            }
-        }
-        let fault = if stopped { None } else { fault };
-        self.finish(Scan { position: term_begin + offset as i64, fragments, fault, bytes: 0 })
+        let mut source = CopiedFrames {
+            frames: &u.frames,
+            buf: &u.buf,
+            at: 0,
+            term_begin: self.log.terms().term_begin(cursor.position()),
+            offset: start,
+            copy_fault: fault,
+            skipping: &mut self.skipping,
+            partial_from: &mut u.partial_from,
+            slot: &self.slot,
+        };
+        let delivered = frame_loop::deliver(&mut source, fragment_limit, handler);
+        let position = source.position();
+        self.finish(Scan { position, fragments: delivered.fragments, fault: delivered.fault, bytes: 0 })
     }
 
     /// [`Reader::block_poll`] of an untethered reader: the block is copied and checked first.
