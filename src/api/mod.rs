@@ -25,4 +25,6 @@ pub(crate) mod publication;
 #[cfg(not(shmlog_loom))]
 pub(crate) mod publish;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod source;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod subscription;
