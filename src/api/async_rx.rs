@@ -96,6 +96,11 @@ impl<T, C: Codec<T>, S: MessageSource> AsyncReceiver<T, C, S> {
         rx
     }
 
+    /// The source underneath (a persistent subscription's position, ...).
+    pub fn source(&mut self) -> &mut S {
+        self.rx.source()
+    }
+
     /// `true` if the receiver awaits the stream in a runtime's reactor (rather than through the
     /// waiter thread).
     pub fn in_reactor(&self) -> bool {

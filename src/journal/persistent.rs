@@ -171,7 +171,14 @@ impl PersistentSubscription {
     /// Delivers up to `fragment_limit` fragments, from the journal or the live stream, and
     /// stores the position after them. A crash (kill -9 included) delivers again at most what
     /// the last poll delivered, and a message of which only some fragments were delivered.
-    pub fn poll(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+    pub fn poll(&mut self, handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+        let n = self.deliver(handler, fragment_limit)?;
+        self.store()?;
+        Ok(n)
+    }
+
+    /// A poll without the store of the position after it.
+    fn deliver(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
         let n = match &mut self.mode {
             Mode::Live { sub, laps } => {
                 let (delivered, boundary, session) =
@@ -241,7 +248,6 @@ impl PersistentSubscription {
                 0
             }
         };
-        self.store()?;
         Ok(n)
     }
 
@@ -531,8 +537,13 @@ impl PersistentSubscription {
 /// The receivers' reads ([`crate::Receiver`], `AsyncReceiver`): a persistent subscription never
 /// closes; its faults are the live sessions'.
 impl Read for PersistentSubscription {
+    /// Stores the position *before* it reads: a receiver queues what a read decoded and reads
+    /// again only once it handed every queued message out, so the position stored is that of
+    /// the last message handed out, never of one still queued (a crash would lose it). A crash
+    /// delivers again at most the last read's messages, as after a poll.
     fn read(&mut self, handler: impl FnMut(&[u8], &Header), limit: usize) -> Result<usize, Error> {
-        self.poll(handler, limit)
+        self.store()?;
+        self.deliver(handler, limit)
     }
 
     fn take_loss(&mut self) -> Option<Loss> {
