@@ -1600,7 +1600,8 @@ fn lapped_persistent_receiver(how: &str) {
         assert!(Instant::now() < deadline, "no recording");
         std::thread::yield_now();
     };
-    let mut check = |got: Result<Vec<u8>, RecvError<std::convert::Infallible>>, sub: &PersistentSubscription| {
+    let mut check = |got: Result<Vec<u8>, RecvError<std::convert::Infallible>>,
+                     sub: &PersistentSubscription| {
         let m = got.unwrap_or_else(|e| panic!("after {} messages: {e}", v.total));
         if v.total == 0 {
             v.begin_session(session(), true);
@@ -1672,7 +1673,8 @@ fn an_idle_persistent_subscription_sleeps_in_poll_blocking_and_wakes_for_a_messa
         Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
     };
     let (t0, c0) = (Instant::now(), cpu());
-    let got = sub.poll_blocking(|_: &[u8], _: &Header| panic!("nothing was sent"), 16, Duration::from_millis(300));
+    let got =
+        sub.poll_blocking(|_: &[u8], _: &Header| panic!("nothing was sent"), 16, Duration::from_millis(300));
     let (waited, spent) = (t0.elapsed(), cpu() - c0);
     assert_eq!(got.unwrap(), Polled::TimedOut);
     assert!(waited >= Duration::from_millis(300), "{waited:?}");

@@ -60,7 +60,14 @@ fn lifecycle(rng: &mut Rng, name: &str, settings: &str, start: u64, end: u64, ou
     let (mut t, mut inc) = (start, 1);
     while t < end {
         let proc = format!("{name}.{inc}");
-        let shape = *rng.weighted(&[(3, "poll"), (2, "blocking"), (2, "recv"), (1, "iter"), (1, "async"), (1, "stream")]);
+        let shape = *rng.weighted(&[
+            (3, "poll"),
+            (2, "blocking"),
+            (2, "recv"),
+            (1, "iter"),
+            (1, "async"),
+            (1, "stream"),
+        ]);
         let settings = format!("{settings},shape={shape}");
         out.push((t, Action::Spawn { proc: proc.clone(), role: "persistent".into(), settings }));
         inc += 1;

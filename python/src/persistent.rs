@@ -113,7 +113,11 @@ impl PyPersistentSubscription {
         }
         let b = PersistentSubscription::builder(journal, name.clone()).live(live).start(start);
         let sub = py.detach(|| b.open()).map_err(|e| errors::error(py, e))?;
-        let inner = Inner { rx: Receiver::new(sub, PyBytesCodec::default()), losses: VecDeque::new(), losses_dropped: 0 };
+        let inner = Inner {
+            rx: Receiver::new(sub, PyBytesCodec::default()),
+            losses: VecDeque::new(),
+            losses_dropped: 0,
+        };
         Ok(Self { handle: Handle::new(inner, format!("persistent subscription {name:?}")), name })
     }
 
@@ -243,7 +247,9 @@ impl PyPersistentSubscription {
             Some(mut g) => match g.as_mut() {
                 Some(inner) => {
                     let s = inner.rx.source();
-                    let at = s.position().map_or("nothing read".into(), |(id, p)| format!("recording {id} at {p}"));
+                    let at = s
+                        .position()
+                        .map_or("nothing read".into(), |(id, p)| format!("recording {id} at {p}"));
                     format!("{}, {at}", if s.is_live() { "live" } else { "catching up" })
                 }
                 None => "closed".into(),

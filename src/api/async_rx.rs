@@ -75,7 +75,9 @@ impl<T, C: Codec<T>, S: MessageSource> AsyncReceiver<T, C, S> {
     pub fn new(mut rx: Receiver<T, C, S>) -> Result<Self, Error> {
         let waiter = waiter()?;
         let sleep = match rx.source().sleep_on() {
-            SleepOn::Bell { sub, generation } => Some((generation, Sleeping::new(sub.map_doorbell()?, true)?)),
+            SleepOn::Bell { sub, generation } => {
+                Some((generation, Sleeping::new(sub.map_doorbell()?, true)?))
+            }
             SleepOn::Nap(_) => None,
         };
         Ok(Self { rx, sleep, waiter, budget: WakeBudget::default() })

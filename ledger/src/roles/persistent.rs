@@ -18,7 +18,9 @@ use super::{mark_heap_open, Ctx};
 use crate::ev;
 use futures_core::Stream;
 use shmlog::journal::{PersistentSubscription, Start};
-use shmlog::{AsyncReceiver, Bytes, FragmentAssembler, IdleStrategy, Polled, Receiver, RecvError, Subscription};
+use shmlog::{
+    AsyncReceiver, Bytes, FragmentAssembler, IdleStrategy, Polled, Receiver, RecvError, Subscription,
+};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -153,7 +155,11 @@ fn receiving(ctx: &Ctx, sub: PersistentSubscription, mut t: Tracker) -> i32 {
                 ctx.nap(Duration::from_millis(10));
             }
             Err(e) => {
-                t.fault(if matches!(e, RecvError::Closed) { "persistent receiver closed" } else { "unknown receive outcome" });
+                t.fault(if matches!(e, RecvError::Closed) {
+                    "persistent receiver closed"
+                } else {
+                    "unknown receive outcome"
+                });
             }
         }
     };
