@@ -1733,3 +1733,64 @@ fn a_persistent_receiver_dropped_with_messages_queued_resumes_with_no_gap() {
     }
     assert!(next >= 200, "{next}");
 }
+
+/// A wait joins a session that started while the reader waited, and queues the loss of what it
+/// joined past (the publisher wrote more than its log holds meanwhile: an untethered reader is
+/// not waited for): the persistent subscription sees that loss before it delivers anything of
+/// the session, and goes to the journal for the session's start. Delivered past first, the
+/// skipped start would count as delivered and never come.
+#[test]
+fn a_session_a_wait_joined_late_is_read_from_the_journal_from_its_start() {
+    use shmlog::journal::PersistentSubscription;
+    let (shm, disk) = (ShmDir::new("journal-pwaitjoin"), DiskDir::new("pwaitjoin"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recorder = {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r =
+                Recorder::builder("pwaitjoin", disk).stream_dir(shm).segment_length(1 << 20).start().unwrap();
+            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
+        })
+    };
+    let mut sub = PersistentSubscription::builder(disk.path(), "waiter")
+        .live(Subscription::builder("pwaitjoin").dir(shm.path()))
+        .open()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Session A, read live to its end.
+    let a = publish(shm.path(), "pwaitjoin", 10).join().unwrap();
+    let got = std::cell::RefCell::new(Vec::<(i32, Vec<u8>)>::new());
+    let mut assembler =
+        FragmentAssembler::new(|m: &[u8], h: &Header| got.borrow_mut().push((h.session_id(), m.to_vec())));
+    loop {
+        sub.poll(&mut assembler, 64).unwrap();
+        assert!(Instant::now() < deadline, "session A not read");
+        if sub.is_live() && !journal::recordings(disk.path()).unwrap().is_empty() {
+            let r = journal::recordings(disk.path()).unwrap().remove(0).unwrap();
+            if r.is_stopped() && sub.position() == Some((r.id, r.stop_position)) {
+                break;
+            }
+        }
+    }
+    // Session B, far more than its log holds, while the reader does not poll.
+    let count = 5_000;
+    let b = publish(shm.path(), "pwaitjoin", count).join().unwrap();
+    assert_ne!(a, b);
+    assert!(sub.wait_readable(Duration::from_secs(10)), "the wait saw nothing of session B");
+    let mut v = Verifier::new(shape());
+    v.begin_session(b, true);
+    got.borrow_mut().clear();
+    while v.total < count {
+        sub.poll(&mut assembler, 256).unwrap();
+        for (s, m) in got.borrow_mut().drain(..) {
+            v.on_message(&m, s);
+        }
+        assert_eq!(v.failure, None);
+        assert_eq!(sub.take_loss(), None);
+        assert!(Instant::now() < deadline, "{} of {count} messages of session B", v.total);
+    }
+    drop(assembler);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    recorder.join().unwrap();
+    assert_eq!(v.failure, None);
+}

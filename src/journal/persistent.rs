@@ -180,7 +180,14 @@ impl PersistentSubscription {
     /// A poll without the store of the position after it.
     fn deliver(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
         let n = match &mut self.mode {
-            Mode::Live { sub, laps } => {
+            Mode::Live { sub, laps } => 'live: {
+                if let Some(loss) = sub.take_loss() {
+                    // A wait joined a session past its start (and queued the loss): go to the
+                    // journal before delivering anything of it, as after a poll that joined it.
+                    while sub.take_loss().is_some() {}
+                    self.fall_back(Some(loss))?;
+                    break 'live 0;
+                }
                 let (delivered, boundary, session) =
                     (&mut self.delivered, &mut self.boundary, &mut self.session);
                 let n = sub.poll(
