@@ -207,6 +207,7 @@ pub use api::{
     defaults::{DEFAULT_LIVENESS_INTERVAL, DEFAULT_MAX_READERS, DEFAULT_TERM_LENGTH},
     publication::{Claim, Publication, PublicationBuilder},
     publish::Publish,
+    source::MessageSource,
     subscription::{Polled, Subscription, SubscriptionBuilder, MAX_LOSSES},
 };
 #[cfg(not(shmlog_loom))]

@@ -1370,6 +1370,8 @@ fn read_seqs(out: &Path) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
+/// Every receive shape in turn (poll, poll_blocking, Receiver, AsyncReceiver), each incarnation
+/// killed -9 at a random point and the next one of another shape resuming under the same name.
 #[test]
 fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothing() {
     let _x = support::exclusive();
@@ -1386,8 +1388,11 @@ fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothin
     let mut publisher =
         Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "persist").set("count", count));
     publisher.expect("ready", Duration::from_secs(10));
+    let shapes = ["poll", "blocking", "recv", "async"];
+    let first_shape = rng.range(0, 4) as usize;
     let reader = |k: usize, extra: &[(&str, u64)]| {
         let mut cfg = Cfg::new()
+            .set("shape", shapes[(first_shape + k) % shapes.len()])
             .set("name", "persist")
             .set("dir", shm.path().display())
             .set("journal", disk.path().display())
@@ -1409,7 +1414,9 @@ fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothin
         let at = rng.range(20_000, 300_000);
         let sleep = if k % 2 == 1 { 2_000 } else { 0 };
         let mut r = reader(k, &[("kill_us", at), ("poll_sleep_us", sleep)]);
+        let shape = r.expect("shape", Duration::from_secs(10)).raw;
         let status = r.wait_exit(Duration::from_secs(60));
+        println!("reader {k}: {shape}, killed at {at} us, {} delivered so far", read_seqs(&out).len());
         if status.success() {
             finished = true; // read to the end before its kill
             break;
@@ -1648,4 +1655,241 @@ fn every_delivery_path_follows_the_same_actions() {
     for (path, reader) in readers {
         assert_eq!(run_script(reader, script), expected, "{path}");
     }
+}
+
+/// The lapped persistent subscription of the test above, read through a `Receiver` (`recv`) or an
+/// `AsyncReceiver` on a tokio runtime (`async`): whole messages, each once and in order, across
+/// its falls back to the journal and merges into the live stream.
+fn lapped_persistent_receiver(how: &str) {
+    use shmlog::journal::{PersistentSubscription, Start};
+    use shmlog::{AsyncReceiver, Bytes, Receiver, RecvError};
+    let (shm, disk) = (ShmDir::new(&format!("journal-lrx-{how}")), DiskDir::new(&format!("lrx-{how}")));
+    let count = 100_000;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started, recording) = std::sync::mpsc::channel();
+    let recorder = {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r = Recorder::builder("lrx", disk)
+                .stream_dir(shm)
+                .segment_length(1 << 20)
+                .join_at(shmlog::JoinAt::Earliest)
+                .start()
+                .unwrap();
+            started.send(()).unwrap();
+            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
+        })
+    };
+    let sub = PersistentSubscription::builder(disk.path(), "slow")
+        .live(Subscription::builder("lrx").dir(shm.path()))
+        .start(Start::Earliest)
+        .open()
+        .unwrap();
+    recording.recv().unwrap();
+    let publisher = publish(shm.path(), "lrx", count);
+    let mut v = Verifier::new(shape());
+    let (mut live, mut fell_back) = (false, 0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Messages come without headers: the session is the recording's.
+    let session = || loop {
+        let list = journal::recordings(disk.path()).unwrap();
+        if let Some(r) = list.into_iter().flatten().find(|r| r.stream == "lrx") {
+            break r.session_id;
+        }
+        assert!(Instant::now() < deadline, "no recording");
+        std::thread::yield_now();
+    };
+    let mut check = |got: Result<Vec<u8>, RecvError<std::convert::Infallible>>,
+                     sub: &PersistentSubscription| {
+        let m = got.unwrap_or_else(|e| panic!("after {} messages: {e}", v.total));
+        if v.total == 0 {
+            v.begin_session(session(), true);
+        }
+        v.on_message(&m, v.session.unwrap());
+        // Slow now and then while live: the publisher laps it.
+        if live && v.total % 64 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        fell_back += usize::from(live && !sub.is_live());
+        live = sub.is_live();
+        assert!(Instant::now() < deadline, "{} of {count} messages delivered", v.total);
+        v.total < count
+    };
+    let mut rx = Receiver::new(sub, Bytes);
+    let sub = if how == "async" {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut arx = rt.block_on(async { AsyncReceiver::new(rx) }).unwrap();
+        rt.block_on(async {
+            loop {
+                let got = arx.recv().await;
+                if !check(got, arx.source()) {
+                    break;
+                }
+            }
+        });
+        arx.into_inner().into_source()
+    } else {
+        while check(rx.recv_timeout(Duration::from_secs(10)), rx.source()) {}
+        rx.into_source()
+    };
+    publisher.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    recorder.join().unwrap();
+    assert_eq!(v.failure, None);
+    assert_eq!(v.total, count, "every message once, in order");
+    assert!(fell_back > 0, "the publisher never lapped the live reads: nothing was tested");
+    println!("{how}: fell back to the journal {fell_back} times");
+    sub.unregister().unwrap();
+}
+
+#[test]
+fn a_lapped_persistent_receiver_receives_every_message_once_across_falls_back_and_merges() {
+    lapped_persistent_receiver("recv");
+}
+
+#[test]
+fn a_lapped_persistent_async_receiver_receives_every_message_once_across_falls_back_and_merges() {
+    lapped_persistent_receiver("async");
+}
+
+/// An idle persistent subscription reading live sleeps through `poll_blocking`'s timeout on the
+/// stream's doorbell (no spinning: the thread's CPU time stays a small part of the wait), and
+/// wakes for a message.
+#[test]
+fn an_idle_persistent_subscription_sleeps_in_poll_blocking_and_wakes_for_a_message() {
+    use shmlog::journal::PersistentSubscription;
+    use shmlog::Polled;
+    let (shm, disk) = (ShmDir::new("journal-pblock"), DiskDir::new("pblock"));
+    let mut publication = Publication::builder("pblock").dir(shm.path()).create().unwrap();
+    let mut sub = PersistentSubscription::builder(disk.path(), "idle")
+        .live(Subscription::builder("pblock").dir(shm.path()))
+        .open()
+        .unwrap();
+    assert!(sub.is_live());
+    // This thread's CPU time (the first field of its schedstat, in nanoseconds).
+    let cpu = || {
+        let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
+    };
+    let (t0, c0) = (Instant::now(), cpu());
+    let got =
+        sub.poll_blocking(|_: &[u8], _: &Header| panic!("nothing was sent"), 16, Duration::from_millis(300));
+    let (waited, spent) = (t0.elapsed(), cpu() - c0);
+    assert_eq!(got.unwrap(), Polled::TimedOut);
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(spent < waited / 4, "{spent:?} of CPU in a wait of {waited:?}: it spun");
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        publication.offer(b"wake").unwrap();
+        publication
+    });
+    let mut got = Vec::new();
+    let polled = sub
+        .poll_blocking(|m: &[u8], _: &Header| got.extend_from_slice(m), 16, Duration::from_secs(30))
+        .unwrap();
+    assert_eq!((polled, got.as_slice()), (Polled::Fragments(1), &b"wake"[..]));
+    drop(sender.join().unwrap());
+}
+
+/// A `Receiver` reads ahead (a batch of fragments decoded into its queue), but a persistent
+/// subscription under it stores the position of the last message handed out, never one still
+/// queued: dropped with messages queued (as a kill -9 would leave it), the name resumes at or
+/// before the first it did not hand out, at most one read (64 fragments) before it.
+#[test]
+fn a_persistent_receiver_dropped_with_messages_queued_resumes_with_no_gap() {
+    use shmlog::journal::{PersistentSubscription, Start};
+    use shmlog::{Bytes, Receiver};
+    let (shm, disk) = (ShmDir::new("journal-pqueued"), DiskDir::new("pqueued"));
+    let (_, id) = record_messages(shm.path(), disk.path(), "pqueued", 2_000, 64 << 10);
+    let (all, error) = replay_from(disk.path(), id, None);
+    assert!(error.is_none() && all.len() == 2_000);
+    let open = || {
+        let sub = PersistentSubscription::builder(disk.path(), "queued")
+            .live(Subscription::builder("pqueued").dir(shm.path()))
+            .start(Start::Earliest)
+            .open()
+            .unwrap();
+        Receiver::new(sub, Bytes)
+    };
+    // The index of the next message not handed out yet.
+    let mut next = 0usize;
+    for take in [1, 5, 70, 3, 200, 64, 65, 1, 1] {
+        let mut rx = open();
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // Where it resumed: the message it gave first, at most a read's worth back.
+        let resumed = (next.saturating_sub(64)..=next)
+            .rev()
+            .find(|&k| all[k].1 == first)
+            .unwrap_or_else(|| panic!("resumed past message {next}, or more than a read before it"));
+        let mut at = resumed + 1;
+        for _ in 1..take.max(next - resumed + 1) {
+            let m = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert!(m == all[at].1, "message {at} out of order");
+            at += 1;
+        }
+        next = next.max(at);
+        // The rest of its read stays queued, unread.
+    }
+    assert!(next >= 200, "{next}");
+}
+
+/// A wait joins a session that started while the reader waited, and queues the loss of what it
+/// joined past (the publisher wrote more than its log holds meanwhile: an untethered reader is
+/// not waited for): the persistent subscription sees that loss before it delivers anything of
+/// the session, and goes to the journal for the session's start. Delivered past first, the
+/// skipped start would count as delivered and never come.
+#[test]
+fn a_session_a_wait_joined_late_is_read_from_the_journal_from_its_start() {
+    use shmlog::journal::PersistentSubscription;
+    let (shm, disk) = (ShmDir::new("journal-pwaitjoin"), DiskDir::new("pwaitjoin"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recorder = {
+        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            let mut r =
+                Recorder::builder("pwaitjoin", disk).stream_dir(shm).segment_length(1 << 20).start().unwrap();
+            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
+        })
+    };
+    let mut sub = PersistentSubscription::builder(disk.path(), "waiter")
+        .live(Subscription::builder("pwaitjoin").dir(shm.path()))
+        .open()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Session A, read live to its end.
+    let a = publish(shm.path(), "pwaitjoin", 10).join().unwrap();
+    let got = std::cell::RefCell::new(Vec::<(i32, Vec<u8>)>::new());
+    let mut assembler =
+        FragmentAssembler::new(|m: &[u8], h: &Header| got.borrow_mut().push((h.session_id(), m.to_vec())));
+    loop {
+        sub.poll(&mut assembler, 64).unwrap();
+        assert!(Instant::now() < deadline, "session A not read");
+        if sub.is_live() && !journal::recordings(disk.path()).unwrap().is_empty() {
+            let r = journal::recordings(disk.path()).unwrap().remove(0).unwrap();
+            if r.is_stopped() && sub.position() == Some((r.id, r.stop_position)) {
+                break;
+            }
+        }
+    }
+    // Session B, far more than its log holds, while the reader does not poll.
+    let count = 5_000;
+    let b = publish(shm.path(), "pwaitjoin", count).join().unwrap();
+    assert_ne!(a, b);
+    assert!(sub.wait_readable(Duration::from_secs(10)), "the wait saw nothing of session B");
+    let mut v = Verifier::new(shape());
+    v.begin_session(b, true);
+    got.borrow_mut().clear();
+    while v.total < count {
+        sub.poll(&mut assembler, 256).unwrap();
+        for (s, m) in got.borrow_mut().drain(..) {
+            v.on_message(&m, s);
+        }
+        assert_eq!(v.failure, None);
+        assert_eq!(sub.take_loss(), None);
+        assert!(Instant::now() < deadline, "{} of {count} messages of session B", v.total);
+    }
+    drop(assembler);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    recorder.join().unwrap();
+    assert_eq!(v.failure, None);
 }

@@ -11,6 +11,9 @@ separated by commas, the Rust roles' plus:
   (``await recv_async``), ``py-aiter`` (``async for``), ``py-many-async``
   (``await recv_many_async``), ``py-wait_any`` (``shmlog.wait_any`` over ``stream`` and
   ``stream2``, then ``recv_many(timeout=0)`` of each ready one);
+- persistent readers (role ``persistent``, ``shmlog.PersistentSubscription`` under durable name
+  ``name=``): ``shape=`` one of ``py-recv``, ``py-iter``, ``py-poll``; a ``pos`` line whenever the
+  stored position changed, before the message of the receive that stored it;
 - writers: each attempt is ``offer``, ``offer_blocking``, a batch of ``offer_many`` or
   ``await send`` (asyncio), drawn per attempt (the two waiting calls after a plain ``offer`` was
   refused for back pressure); ``pyops=`` limits the draw (``offer+many``).
@@ -511,7 +514,13 @@ def writer(ctx: Ctx) -> int:
 # Readers
 
 
-LOSS_CAUSES = {"joined-late": "JoinedLate", "lapped": "Lapped", "fault": "Fault"}
+LOSS_CAUSES = {
+    "joined-late": "JoinedLate",
+    "lapped": "Lapped",
+    "fault": "Fault",
+    "purged": "Purged",
+    "not-recorded": "NotRecorded",
+}
 
 
 class Tracker:
@@ -850,6 +859,72 @@ class Reader:
         return 0
 
 
+def persistent(ctx: Ctx) -> int:
+    """A persistent reader (``roles::persistent``): killed and started again under its durable
+    name, it resumes where the name's stored position says."""
+    s = ctx.s
+    stream, name, shape = s.str("stream"), s.str("name"), s.str("shape")
+    # The core's receiver reads 64 fragments at a time: what a kill may deliver again.
+    ctx.out.line(
+        "start",
+        f"role=persistent proc={ctx.proc} inc={ctx.inc} stream={stream} name={name} shape=persistent-{shape} "
+        f"tethered=0 join=earliest speed={s.str('speed')} limit=64",
+    )
+    try:
+        sub = shmlog.PersistentSubscription(
+            s.str("journal"),
+            name,
+            stream=stream,
+            dir=ctx.dir,
+            start="earliest",
+            liveness_interval=s.num("liveness_ms", 100) / 1000.0,
+        )
+    except shmlog.ShmlogError as e:
+        ctx.out.line("nostart", f"why={token(e)}")
+        return 0
+    ctx.out.line("opened", "join=earliest")
+    t = Tracker(ctx, ctx.out, s.str("speed"), ctx.rng.clone().fork(7))
+    stored = sub.position
+    timeout = ctx.rng.clone().range(1, 50) / 1000.0
+
+    def got(m: Optional[bytes]) -> None:
+        # Stored inside the receive, before this message; its losses lie before it too.
+        nonlocal stored
+        now = sub.position
+        if now != stored:
+            stored = now
+            if now is not None:
+                ctx.out.line("pos", f"rec={now[0]} at={now[1]}")
+        while True:
+            loss = sub.take_loss()
+            if loss is None:
+                break
+            t.loss(loss)
+        if m is not None:
+            t.message(m, None)
+
+    ctx.mark_heap_open()
+    it = iter(sub)
+    while not ctx.stopping():
+        try:
+            if shape == "py-recv":
+                got(sub.recv(timeout))
+            elif shape == "py-poll":
+                if sub.poll(got, 16) == 0:
+                    got(None)
+                    time.sleep(0.001)
+            else:
+                got(next(it))
+        except shmlog.Closed:
+            break
+        except shmlog.ShmlogError as e:
+            t.out.line("bad", f"why=persistent-receive:{token(e)}")
+            ctx.nap(0.01)
+    t.end_faults()
+    ctx.exit_line([t.out], False)
+    return 0
+
+
 watch_outs: List[Out] = []
 
 
@@ -861,12 +936,13 @@ def main(argv: List[str]) -> int:
     if not die_with_parent(s.num("parent", 0)):
         return 0
     t0 = s.num("t0", mono_us())
-    out = Out(os.path.join(s.str("events"), f"{s.str('proc')}.log"), t0, kind == "writer")
+    # A persistent reader's file is exact too (``roles::run``).
+    out = Out(os.path.join(s.str("events"), f"{s.str('proc')}.log"), t0, kind in ("writer", "persistent"))
     ctx = Ctx(s, out)
     watch_outs.append(out)
     watch_stdin(ctx, kind == "writer", watch_outs)
     watchdog(ctx, watch_outs, s.num("deadline_ms", 120_000) / 1000.0)
-    roles: dict = {"writer": writer, "reader": lambda c: Reader(c).run()}
+    roles: dict = {"writer": writer, "reader": lambda c: Reader(c).run(), "persistent": persistent}
     if kind not in roles:
         print(f"unknown role {kind}", file=sys.stderr)
         return 2

@@ -54,15 +54,22 @@ fn names(a: &Action, actor: &str) -> bool {
 }
 
 /// Incarnations of durable reader `name`: each killed, closed or left running, and started again
-/// under the same name soon after; some stopped long enough to be lapped.
+/// under the same name soon after (each with a receive shape of its own, drawn like a live
+/// reader's); some stopped long enough to be lapped.
 fn lifecycle(rng: &mut Rng, name: &str, settings: &str, start: u64, end: u64, out: &mut Vec<(u64, Action)>) {
     let (mut t, mut inc) = (start, 1);
     while t < end {
         let proc = format!("{name}.{inc}");
-        out.push((
-            t,
-            Action::Spawn { proc: proc.clone(), role: "persistent".into(), settings: settings.into() },
-        ));
+        let shape = *rng.weighted(&[
+            (3, "poll"),
+            (2, "blocking"),
+            (2, "recv"),
+            (1, "iter"),
+            (1, "async"),
+            (1, "stream"),
+        ]);
+        let settings = format!("{settings},shape={shape}");
+        out.push((t, Action::Spawn { proc: proc.clone(), role: "persistent".into(), settings }));
         inc += 1;
         loop {
             t += rng.range(300, 3000);

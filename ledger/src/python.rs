@@ -225,6 +225,26 @@ pub fn pythonize(sc: &mut Scenario) {
     for st in sc.streams.iter_mut().filter(|s| mtu_of.contains(&s.name)) {
         st.mtu = (64 << 10).min(st.term / 8);
     }
+    persistent(sc);
+}
+
+/// The Python persistent readers' receive shapes (`role.py`'s `persistent`).
+pub const PERSISTENT_SHAPES: [&str; 3] = ["py-recv", "py-iter", "py-poll"];
+
+/// Some incarnations of persistent readers run in Python (a generator of their own: the rest of
+/// the scenario stays as drawn), each with a Python receive shape: a name's incarnations then
+/// hand its stored position from one language to the other.
+fn persistent(sc: &mut Scenario) {
+    let mut rng = Rng::new(mix(sc.seed ^ 0x5059_5045_5253));
+    for (_, a) in sc.timeline.iter_mut() {
+        if let Action::Spawn { role, settings, .. } = a {
+            if role == "persistent" && rng.chance(0.4) {
+                let shape = *rng.pick(&PERSISTENT_SHAPES);
+                let kept: Vec<&str> = settings.split(',').filter(|kv| !kv.starts_with("shape=")).collect();
+                *settings = format!("{},shape={shape},exec={EXEC}", kept.join(","));
+            }
+        }
+    }
 }
 
 /// How many of a scenario's processes are Python ones.

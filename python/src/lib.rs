@@ -7,6 +7,7 @@ mod clean;
 mod errors;
 mod handle;
 mod journal;
+mod persistent;
 mod publication;
 mod subscription;
 mod util;
@@ -28,6 +29,7 @@ fn _shmlog(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<journal::PyRecording>()?;
     m.add_class::<journal::PyReplay>()?;
     m.add_class::<journal::PyRecorder>()?;
+    m.add_class::<persistent::PyPersistentSubscription>()?;
     m.add_class::<clean::PyCleanReport>()?;
     m.add_function(wrap_pyfunction!(journal::recordings, m)?)?;
     m.add_function(wrap_pyfunction!(subscription::wait_any, m)?)?;

@@ -23,6 +23,8 @@ use super::codec::{Bytes, Codec};
 use super::publication::Publication;
 use super::publish::Publish;
 use super::reactor::{Reactor, WakeFd};
+use super::source::{MessageSource, SleepOn};
+use super::subscription::Subscription;
 use crate::error::{Error, OfferError};
 use crate::region::{MmapRegion, Region, RegionMut};
 use crate::stream::doorbell::{self, Armed, Doorbell, ReactorArmed, WakeBudget};
@@ -34,7 +36,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// A [`Receiver`] for async code: [`AsyncReceiver::recv`] awaits the next message, and the
-/// receiver is also a `futures_core::Stream` of them that ends when the session is closed.
+/// receiver is also a `futures_core::Stream` of them that ends when the session is closed. Over
+/// a `journal::PersistentSubscription` it sleeps on the live stream's doorbell while merged, and
+/// naps through the waiter thread while catching up from a recording being written.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,13 +55,18 @@ use std::time::{Duration, Instant};
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct AsyncReceiver<T = Vec<u8>, C: Codec<T> = Bytes> {
-    rx: Receiver<T, C>,
-    sleep: Sleeping,
+pub struct AsyncReceiver<T = Vec<u8>, C: Codec<T> = Bytes, S: MessageSource = Subscription> {
+    rx: Receiver<T, C, S>,
+    /// The doorbell sleep of the source's live subscription, and which one it was
+    /// ([`SleepOn::Bell`]'s generation); `None` before the source first read live.
+    sleep: Option<(u64, Sleeping)>,
+    waiter: &'static Waiter,
+    /// The caller's event loop's descriptor, if it sleeps through one ([`Self::with_wake_fd`]).
+    wake: Option<WakeFd>,
     budget: WakeBudget,
 }
 
-impl<T, C: Codec<T>> AsyncReceiver<T, C> {
+impl<T, C: Codec<T>, S: MessageSource> AsyncReceiver<T, C, S> {
     /// Wraps `rx`; maps the stream's doorbell page once more, for the waiter thread (started
     /// with the first async receiver or sender of the process).
     ///
@@ -70,7 +79,7 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     /// then the executor's) under any other executor. Elsewhere (a plain `block_on` without
     /// `async-io`, a runtime without its IO driver, whose refusal tokio prints as a caught panic,
     /// or a FIFO that cannot be made) it sleeps through the waiter thread: two hops.
-    pub fn new(rx: Receiver<T, C>) -> Result<Self, Error> {
+    pub fn new(rx: Receiver<T, C, S>) -> Result<Self, Error> {
         Self::sleeping_in(rx, None)
     }
 
@@ -78,13 +87,19 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     /// poll [`AsyncReceiver::recv`] with [`WakeFd::waker`], and again when the descriptor is
     /// readable. Where the reactor path is off (see [`AsyncReceiver::new`]) the waiter thread
     /// wakes the task, through the same descriptor.
-    pub fn with_wake_fd(rx: Receiver<T, C>, wake: &WakeFd) -> Result<Self, Error> {
-        Self::sleeping_in(rx, Some(wake))
+    pub fn with_wake_fd(rx: Receiver<T, C, S>, wake: &WakeFd) -> Result<Self, Error> {
+        Self::sleeping_in(rx, Some(wake.share()))
     }
 
-    fn sleeping_in(mut rx: Receiver<T, C>, wake: Option<&WakeFd>) -> Result<Self, Error> {
-        let bell = rx.subscription().map_doorbell()?;
-        Ok(Self { rx, sleep: Sleeping::new(bell, true, wake)?, budget: WakeBudget::default() })
+    fn sleeping_in(mut rx: Receiver<T, C, S>, wake: Option<WakeFd>) -> Result<Self, Error> {
+        let waiter = waiter()?;
+        let sleep = match rx.source().sleep_on() {
+            SleepOn::Bell { sub, generation } => {
+                Some((generation, Sleeping::new(sub.map_doorbell()?, true, wake.as_ref())?))
+            }
+            SleepOn::Nap(_) => None,
+        };
+        Ok(Self { rx, sleep, waiter, wake, budget: WakeBudget::default() })
     }
 
     /// The next message: `Err(RecvError::Lost)` first if messages were missed before it (once
@@ -96,22 +111,27 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
     }
 
     /// The receiver back (e.g. to read on blocking).
-    pub fn into_inner(self) -> Receiver<T, C> {
+    pub fn into_inner(self) -> Receiver<T, C, S> {
         let Self { rx, sleep, .. } = self;
         drop(sleep);
         rx
     }
 
+    /// The source underneath (a persistent subscription's position, ...).
+    pub fn source(&mut self) -> &mut S {
+        self.rx.source()
+    }
+
     /// `true` if the receiver awaits the stream in a runtime's reactor (rather than through the
     /// waiter thread).
     pub fn in_reactor(&self) -> bool {
-        self.sleep.in_reactor()
+        self.sleep.as_ref().is_some_and(|(_, s)| s.in_reactor())
     }
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RecvError<C::Error>>> {
         // Woken by our bell (not by the executor for another reason) and nothing for us: a
         // wake-up without news, which the budget bounds.
-        let bell_woke = self.sleep.woke();
+        let bell_woke = self.sleep.as_mut().is_some_and(|(_, s)| s.woke());
         let mut first = true;
         loop {
             match self.rx.try_recv() {
@@ -124,16 +144,41 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
                 }
             }
             if std::mem::take(&mut first) && bell_woke {
-                if let Some(nap) = self.budget.after_wake(false) {
-                    self.sleep.nap(cx, nap);
+                if let (Some(nap), Some((_, sleep))) = (self.budget.after_wake(false), &mut self.sleep) {
+                    sleep.nap(cx, nap);
                     return Poll::Pending;
                 }
             }
+            let Self { rx, sleep, waiter, wake, .. } = self;
+            let (sub, generation) = match rx.source().sleep_on() {
+                SleepOn::Bell { sub, generation } => (sub, generation),
+                SleepOn::Nap(Duration::ZERO) => {
+                    // More is there, but not as whole messages yet: yield, then look again.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                SleepOn::Nap(nap) => {
+                    waiter.wake_at(cx.waker().clone(), Instant::now() + nap);
+                    return Poll::Pending;
+                }
+            };
             // Wake the task at the latest at its next liveness check (or soon, if the barrier was
             // refused): polls notice a dead publisher only when they run.
-            let sub = self.rx.subscription();
             let interval = sub.liveness_interval();
-            if self.sleep.prepare(cx, Doorbell::arm_readers, || sub.readable(), interval) {
+            if sleep.as_ref().is_none_or(|(g, _)| *g != generation) {
+                // Another live subscription of the source (its stream's file may be a new one).
+                *sleep = None;
+                match sub.map_doorbell().and_then(|bell| Sleeping::new(bell, true, wake.as_ref())) {
+                    Ok(s) => *sleep = Some((generation, s)),
+                    Err(_) => {
+                        // No page for the bell now: look again at the next liveness check.
+                        waiter.wake_at(cx.waker().clone(), Instant::now() + interval);
+                        return Poll::Pending;
+                    }
+                }
+            }
+            let Some((_, sleep)) = sleep else { unreachable!("set above") };
+            if sleep.prepare(cx, Doorbell::arm_readers, || sub.readable(), interval) {
                 return Poll::Pending;
             }
         }
@@ -143,7 +188,7 @@ impl<T, C: Codec<T>> AsyncReceiver<T, C> {
 /// Each message (or a decode error, a loss report, a fault: [`RecvError::Decode`],
 /// [`RecvError::Lost`], [`RecvError::Fault`]) until the session is closed. Polled again after its
 /// end, the stream goes on with the next session.
-impl<T, C: Codec<T>> Stream for AsyncReceiver<T, C>
+impl<T, C: Codec<T>, S: MessageSource> Stream for AsyncReceiver<T, C, S>
 where
     Self: Unpin,
 {

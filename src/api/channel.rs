@@ -1,14 +1,15 @@
 //! Whole messages as owned values, one at a time: [`Sender`] over a publication and [`Receiver`]
-//! over a subscription, typed through a [`Codec`]. For code that today forwards messages into a
-//! channel and calls `recv_timeout`: the receiver sleeps on the stream's doorbell, so it costs no
-//! CPU while idle.
+//! over a subscription (live, or a journal's persistent one: any [`MessageSource`]), typed
+//! through a [`Codec`]. For code that today forwards messages into a channel and calls
+//! `recv_timeout`: the receiver sleeps on the stream's doorbell, so it costs no CPU while idle.
 
 use super::assembler::FragmentAssembler;
 use super::codec::{Bytes, Codec};
 use super::publication::Publication;
 use super::publish::Publish;
+use super::source::MessageSource;
 use super::subscription::Subscription;
-use crate::error::OfferError;
+use crate::error::{Error, OfferError};
 use crate::log::header::Header;
 use crate::stream::loss::Loss;
 use std::collections::VecDeque;
@@ -38,7 +39,7 @@ impl<E: fmt::Display> fmt::Display for SendError<E> {
 impl<E: std::error::Error + 'static> std::error::Error for SendError<E> {}
 
 /// Why [`Receiver::recv_timeout`] returned no value.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum RecvError<E> {
     /// Nothing arrived in time; the session goes on.
@@ -56,7 +57,26 @@ pub enum RecvError<E> {
     /// again waits (never spins) until the session closes (`Closed`, after a `Lost` for what was
     /// committed past the fault, once its publisher is gone) or a new session starts.
     Fault(&'static str),
+    /// Reading the journal failed (a persistent subscription's fall-back: a file it could not
+    /// open or read). Nothing was taken: receiving again tries again.
+    Journal(Error),
 }
+
+/// Equal if the same outcome; two journal errors are equal if they say the same.
+impl<E: PartialEq> PartialEq for RecvError<E> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Timeout, Self::Timeout) | (Self::Closed, Self::Closed) => true,
+            (Self::Decode(a), Self::Decode(b)) => a == b,
+            (Self::Lost(a), Self::Lost(b)) => a == b,
+            (Self::Fault(a), Self::Fault(b)) => a == b,
+            (Self::Journal(a), Self::Journal(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl<E: Eq> Eq for RecvError<E> {}
 
 impl<E: fmt::Display> fmt::Display for RecvError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -66,6 +86,7 @@ impl<E: fmt::Display> fmt::Display for RecvError<E> {
             RecvError::Decode(e) => write!(f, "decode: {e}"),
             RecvError::Lost(loss) => write!(f, "lost: {loss}"),
             RecvError::Fault(why) => write!(f, "the stream is damaged: {why}"),
+            RecvError::Journal(e) => write!(f, "journal: {e}"),
         }
     }
 }
@@ -135,6 +156,10 @@ impl<T, C: Codec<T>, P: Publish> Sender<T, C, P> {
 }
 
 /// Receives whole messages from a [`Subscription`] as values of `T`, reassembling fragmented ones.
+/// Over a `journal::PersistentSubscription` (any [`MessageSource`]) it receives the same way,
+/// from the journal and the live stream in turn: its sessions never close (no `Closed`), a loss
+/// is only what the journal no longer held, and a failed read of the journal is
+/// [`RecvError::Journal`].
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -152,8 +177,8 @@ impl<T, C: Codec<T>, P: Publish> Sender<T, C, P> {
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-pub struct Receiver<T = Vec<u8>, C: Codec<T> = Bytes> {
-    subscription: Subscription,
+pub struct Receiver<T = Vec<u8>, C: Codec<T> = Bytes, S: MessageSource = Subscription> {
+    subscription: S,
     codec: C,
     /// The fragments of a message so far.
     assembler: FragmentAssembler,
@@ -178,9 +203,9 @@ pub(crate) fn whole_messages<'a, T, C: Codec<T>>(
     }
 }
 
-impl<T, C: Codec<T>> Receiver<T, C> {
+impl<T, C: Codec<T>, S: MessageSource> Receiver<T, C, S> {
     /// Receives from `subscription`, decoding with `codec`.
-    pub fn new(subscription: Subscription, codec: C) -> Self {
+    pub fn new(subscription: S, codec: C) -> Self {
         Self { subscription, codec, assembler: FragmentAssembler::new(()), ready: VecDeque::new() }
     }
 
@@ -206,8 +231,10 @@ impl<T, C: Codec<T>> Receiver<T, C> {
                 self.assembler.reset();
                 return Err(RecvError::Closed);
             }
-            if self.fill() > 0 {
-                continue;
+            match self.fill() {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => return Err(RecvError::Journal(e)),
             }
             // A fault is news once: said here, then waits sleep until the session closes (its
             // publisher gone) or a new one starts.
@@ -239,11 +266,23 @@ impl<T, C: Codec<T>> Receiver<T, C> {
     }
 
     /// Polls once, decoding whole messages into the queue; returns the fragments taken.
-    fn fill(&mut self) -> usize {
+    fn fill(&mut self) -> Result<usize, Error> {
         let Self { subscription, codec, assembler, ready } = self;
-        subscription.poll(whole_messages(codec, assembler, ready), BATCH)
+        subscription.read(whole_messages(codec, assembler, ready), BATCH)
     }
 
+    /// The source underneath (a persistent subscription's position, ...).
+    pub fn source(&mut self) -> &mut S {
+        &mut self.subscription
+    }
+
+    /// The source back (messages already taken from it stay in the receiver).
+    pub fn into_source(self) -> S {
+        self.subscription
+    }
+}
+
+impl<T, C: Codec<T>> Receiver<T, C> {
     /// The subscription underneath (position, session, ...).
     pub fn subscription(&mut self) -> &mut Subscription {
         &mut self.subscription
@@ -259,7 +298,7 @@ impl<T, C: Codec<T>> Receiver<T, C> {
 /// cannot decode comes as `Err(RecvError::Decode)`, missed messages as `Err(RecvError::Lost)`, a
 /// damaged session once as `Err(RecvError::Fault)`. Iterating again after the end waits for the
 /// next session and goes on with it (`loop { for m in &mut rx { .. } }` follows every session).
-impl<T, C: Codec<T>> Iterator for Receiver<T, C> {
+impl<T, C: Codec<T>, S: MessageSource> Iterator for Receiver<T, C, S> {
     type Item = Result<T, RecvError<C::Error>>;
 
     fn next(&mut self) -> Option<Self::Item> {

@@ -27,4 +27,6 @@ pub(crate) mod publish;
 #[cfg(all(feature = "async", not(shmlog_loom)))]
 pub(crate) mod reactor;
 #[cfg(not(shmlog_loom))]
+pub(crate) mod source;
+#[cfg(not(shmlog_loom))]
 pub(crate) mod subscription;

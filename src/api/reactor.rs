@@ -81,6 +81,12 @@ impl WakeFd {
     pub fn clear(&self) {
         self.shared.clear();
     }
+
+    /// Another handle on the same descriptor, for a receiver that makes its sleeps again when
+    /// its source moves to another live subscription.
+    pub(crate) fn share(&self) -> WakeFd {
+        WakeFd { shared: Arc::clone(&self.shared) }
+    }
 }
 
 impl AsRawFd for WakeFd {

@@ -14,6 +14,8 @@ use super::durable::DurableReader;
 use super::replay::Replay;
 use super::Recording;
 use crate::api::handler::FragmentHandler;
+use crate::api::polled::Polled;
+use crate::api::source::sealed::Read;
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
 use crate::layout::frame::FRAME_ALIGNMENT;
@@ -79,6 +81,8 @@ impl PersistentSubscriptionBuilder {
             boundary: 0,
             losses: VecDeque::new(),
             next_try: Instant::now(),
+            fault: None,
+            generation: 0,
         };
         match sub.reader.position() {
             Some((id, position)) => sub.replay_from(id, position)?,
@@ -144,6 +148,10 @@ pub struct PersistentSubscription {
     boundary: i64,
     losses: VecDeque<Loss>,
     next_try: Instant,
+    /// A fault of the live session, not taken yet.
+    fault: Option<&'static str>,
+    /// Live subscriptions opened so far (an async receiver maps the newest one's doorbell).
+    generation: u64,
 }
 
 impl PersistentSubscription {
@@ -163,9 +171,23 @@ impl PersistentSubscription {
     /// Delivers up to `fragment_limit` fragments, from the journal or the live stream, and
     /// stores the position after them. A crash (kill -9 included) delivers again at most what
     /// the last poll delivered, and a message of which only some fragments were delivered.
-    pub fn poll(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+    pub fn poll(&mut self, handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+        let n = self.deliver(handler, fragment_limit)?;
+        self.store()?;
+        Ok(n)
+    }
+
+    /// A poll without the store of the position after it.
+    fn deliver(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
         let n = match &mut self.mode {
-            Mode::Live { sub, laps } => {
+            Mode::Live { sub, laps } => 'live: {
+                if let Some(loss) = sub.take_loss() {
+                    // A wait joined a session past its start (and queued the loss): go to the
+                    // journal before delivering anything of it, as after a poll that joined it.
+                    while sub.take_loss().is_some() {}
+                    self.fall_back(Some(loss))?;
+                    break 'live 0;
+                }
                 let (delivered, boundary, session) =
                     (&mut self.delivered, &mut self.boundary, &mut self.session);
                 let n = sub.poll(
@@ -175,6 +197,10 @@ impl PersistentSubscription {
                     },
                     fragment_limit,
                 );
+                if n == 0 {
+                    // Said once; the live subscription then sleeps until its session ends.
+                    self.fault = self.fault.or(sub.take_fault());
+                }
                 let lapped = sub.laps() != *laps;
                 let loss = sub.take_loss();
                 if lapped || loss.is_some() {
@@ -229,8 +255,69 @@ impl PersistentSubscription {
                 0
             }
         };
-        self.store()?;
         Ok(n)
+    }
+
+    /// Like [`PersistentSubscription::poll`], but when nothing is there, waits (see
+    /// [`PersistentSubscription::wait_readable`]) and polls again: [`Polled::Fragments`],
+    /// [`Polled::TimedOut`], or [`Polled::Fault`] (once, for a damaged live session: the journal
+    /// goes on past it when its publisher is gone). Never [`Polled::Closed`]: a persistent
+    /// subscription goes on with the next session, from the journal or live.
+    pub fn poll_blocking(
+        &mut self,
+        mut handler: impl FragmentHandler,
+        fragment_limit: usize,
+        timeout: Duration,
+    ) -> Result<Polled, Error> {
+        let mut handler = |p: &[u8], h: &Header| handler.on_fragment(p, h);
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let n = self.poll(&mut handler, fragment_limit)?;
+            if n > 0 {
+                return Ok(Polled::Fragments(n));
+            }
+            if let Some(why) = self.fault.take() {
+                return Ok(Polled::Fault(why));
+            }
+            let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() || !self.wait_readable(left) {
+                return Ok(Polled::TimedOut);
+            }
+        }
+    }
+
+    /// Waits until a poll may find something (`true`) or `timeout` passes (`false`). Reading the
+    /// live stream, it sleeps on the stream's doorbell as a live subscription does. Catching up
+    /// from the journal it does not wait while the recording holds more; once caught up, it
+    /// naps until the next look at the recording or the live stream (a millisecond at most: the
+    /// recorder rings no bell), so it never spins.
+    pub fn wait_readable(&mut self, timeout: Duration) -> bool {
+        if let Mode::Live { sub, .. } = &mut self.mode {
+            return sub.wait_readable(timeout);
+        }
+        if self.recorded_ahead() {
+            return true;
+        }
+        let nap = self.nap();
+        std::thread::sleep(nap.min(timeout));
+        nap <= timeout
+    }
+
+    /// `true` if replaying and the recording holds more than was read.
+    fn recorded_ahead(&mut self) -> bool {
+        match &mut self.mode {
+            Mode::Replay(replay) => replay.position() < replay.recorded_position(),
+            _ => false,
+        }
+    }
+
+    /// How long a poll that found nothing while not live has nothing to do: until its next look,
+    /// or a millisecond if that is due (the poll just looked).
+    fn nap(&self) -> Duration {
+        match self.next_try.saturating_duration_since(Instant::now()) {
+            Duration::ZERO => RETRY,
+            left => left,
+        }
     }
 
     /// The oldest loss not taken yet: what the journal no longer held (purged) or never held
@@ -387,6 +474,7 @@ impl PersistentSubscription {
     fn join_live(&mut self, position: i64, session: i32) -> Result<bool, Error> {
         match self.live_builder.clone().join_at(JoinAt::Position(position)).open() {
             Ok(sub) if sub.session_id() == Some(session) && sub.position() == position => {
+                self.generation += 1;
                 self.mode = Mode::Live { laps: sub.laps(), sub: Box::new(sub) };
                 Ok(true)
             }
@@ -441,6 +529,7 @@ impl PersistentSubscription {
 
     fn go_live(&mut self, join: JoinAt) -> Result<(), Error> {
         let sub = self.live_builder.clone().join_at(join).open()?;
+        self.generation += 1;
         self.mode = Mode::Live { laps: sub.laps(), sub: Box::new(sub) };
         Ok(())
     }
@@ -448,6 +537,49 @@ impl PersistentSubscription {
     fn lost(&mut self, session_id: i32, from: i64, to: i64, cause: LossCause) {
         if to > from {
             self.losses.push_back(Loss { session_id, from, to, cause });
+        }
+    }
+}
+
+/// The receivers' reads ([`crate::Receiver`], `AsyncReceiver`): a persistent subscription never
+/// closes; its faults are the live sessions'.
+impl Read for PersistentSubscription {
+    /// Stores the position *before* it reads: a receiver queues what a read decoded and reads
+    /// again only once it handed every queued message out, so the position stored is that of
+    /// the last message handed out, never of one still queued (a crash would lose it). A crash
+    /// delivers again at most the last read's messages, as after a poll.
+    fn read(&mut self, handler: impl FnMut(&[u8], &Header), limit: usize) -> Result<usize, Error> {
+        self.store()?;
+        self.deliver(handler, limit)
+    }
+
+    fn take_loss(&mut self) -> Option<Loss> {
+        PersistentSubscription::take_loss(self)
+    }
+
+    fn take_closed(&mut self) -> bool {
+        false
+    }
+
+    fn take_fault(&mut self) -> Option<&'static str> {
+        self.fault.take()
+    }
+
+    fn is_closed(&self) -> bool {
+        false
+    }
+
+    fn wait_readable(&mut self, timeout: Duration) -> bool {
+        PersistentSubscription::wait_readable(self, timeout)
+    }
+
+    #[cfg(feature = "async")]
+    fn sleep_on(&mut self) -> crate::api::source::SleepOn<'_> {
+        use crate::api::source::SleepOn;
+        let nap = if self.recorded_ahead() { Duration::ZERO } else { self.nap() };
+        match &mut self.mode {
+            Mode::Live { sub, .. } => SleepOn::Bell { sub, generation: self.generation },
+            _ => SleepOn::Nap(nap),
         }
     }
 }

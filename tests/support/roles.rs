@@ -738,13 +738,13 @@ fn persistent_reader(cfg: &Settings, ctx: &Ctx) -> ! {
     // sequence numbers written are those it checked, short messages counted from their neighbours.
     let (verifier, done) = (RefCell::new(Verifier::new(cfg.shape())), Cell::new(false));
     let (mut next, mut held) = (None::<u64>, 0u64);
-    let mut assembler = FragmentAssembler::new(|msg: &[u8], h: &Header| {
+    let mut deliver = |msg: &[u8], session: i32| {
         let mut v = verifier.borrow_mut();
         if v.total == 0 && next.is_none() && held == 0 {
-            v.begin_session(h.session_id(), from_start);
+            v.begin_session(session, from_start);
             next = from_start.then_some(0);
         }
-        v.on_message(msg, h.session_id());
+        v.on_message(msg, session);
         let seqs = match (super::wire::seq_of(msg), next) {
             (Some(s), None) => s.saturating_sub(held)..s + 1,
             (_, Some(n)) => n..n + 1,
@@ -758,27 +758,89 @@ fn persistent_reader(cfg: &Settings, ctx: &Ctx) -> ! {
         }
         next = Some(seqs.end);
         done.set(done.get() || seqs.contains(&last));
-    });
+    };
     let (mut live, mut fell_back) = (false, 0);
-    while !done.get() {
-        match sub.poll(&mut assembler, 64) {
-            Ok(0) => std::thread::sleep(Duration::from_micros(200)),
-            Ok(_) => {
-                if let Some(us) = cfg.u64("poll_sleep_us") {
-                    std::thread::sleep(Duration::from_micros(us));
-                }
-            }
-            Err(e) => ctx.fail(&format!("poll: {e}")),
-        }
+    let mut after = |sub: &mut PersistentSubscription, loss: Option<shmlog::Loss>| {
         if let Some(failure) = &verifier.borrow().failure {
             ctx.fail(&failure.replace(' ', "_"));
         }
-        if let Some(loss) = sub.take_loss() {
+        if let Some(loss) = loss.or_else(|| sub.take_loss()) {
             ctx.fail(&format!("loss: {loss}").replace(' ', "_"));
         }
         fell_back += usize::from(live && !sub.is_live());
         live = sub.is_live();
         ctx.check_deadline();
+    };
+    let nap = || {
+        if let Some(us) = cfg.u64("poll_sleep_us") {
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    };
+    // The receive shape (`shape`): poll, poll_blocking, Receiver, AsyncReceiver.
+    let shape = cfg.str("shape").unwrap_or("poll");
+    ctx.emit("shape", shape);
+    match shape {
+        "poll" | "blocking" => {
+            let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| deliver(m, h.session_id()));
+            while !done.get() {
+                let n = if shape == "poll" {
+                    sub.poll(&mut assembler, 64)
+                } else {
+                    sub.poll_blocking(&mut assembler, 64, Duration::from_millis(20)).map(|p| p.fragments())
+                };
+                match n {
+                    Ok(0) if shape == "poll" => std::thread::sleep(Duration::from_micros(200)),
+                    Ok(0) => {}
+                    Ok(_) => nap(),
+                    Err(e) => ctx.fail(&format!("poll: {e}")),
+                }
+                after(&mut sub, None);
+            }
+        }
+        "recv" | "async" => {
+            // The messages come without headers: the session is the recording's (one publisher).
+            let session = loop {
+                let found = shmlog::journal::recordings(&journal).ok().and_then(|list| {
+                    list.into_iter().flatten().find(|r| r.stream == cfg.name()).map(|r| r.session_id)
+                });
+                if let Some(s) = found {
+                    break s;
+                }
+                ctx.check_deadline();
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            let mut rx = shmlog::Receiver::new(sub, shmlog::Bytes);
+            let mut receive = |got: Result<Vec<u8>, shmlog::RecvError<std::convert::Infallible>>,
+                               sub: &mut PersistentSubscription| {
+                let loss = match got {
+                    Ok(m) => {
+                        deliver(&m, session);
+                        nap();
+                        None
+                    }
+                    Err(shmlog::RecvError::Timeout) => None,
+                    Err(shmlog::RecvError::Lost(loss)) => Some(loss),
+                    Err(e) => ctx.fail(&format!("receive: {e}").replace(' ', "_")),
+                };
+                after(sub, loss);
+            };
+            if shape == "recv" {
+                while !done.get() {
+                    let got = rx.recv_timeout(Duration::from_millis(20));
+                    receive(got, rx.source());
+                }
+            } else {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                rt.block_on(async {
+                    let mut arx = shmlog::AsyncReceiver::new(rx).expect("async receiver");
+                    while !done.get() {
+                        let got = arx.recv().await;
+                        receive(got, arx.source());
+                    }
+                });
+            }
+        }
+        other => ctx.fail(&format!("unknown shape {other}")),
     }
     ctx.emit("done", &format!("live={} fell_back={fell_back}", u8::from(live)));
     std::process::exit(0)
