@@ -6,6 +6,8 @@ mod support;
 use shmlog::journal::{self, Checksum, Fsync, Recorder, RecordingState, Replay, ReplayMerge, StopReason};
 use shmlog::{Action, Error, FragmentAssembler, Header, Publication, Subscription};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::wire::{seed_of, Shape, Verifier};
@@ -44,13 +46,28 @@ fn shape() -> Shape {
 
 /// Publishes `count` self-describing messages (some fragmented) on a thread; returns the session.
 fn publish(dir: &Path, name: &str, count: u64) -> std::thread::JoinHandle<i32> {
+    publish_after_first(dir, name, count, Arc::new(AtomicBool::new(true)))
+}
+
+/// [`publish`], holding every message after the first until `go` is set.
+fn publish_after_first(
+    dir: &Path,
+    name: &str,
+    count: u64,
+    go: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<i32> {
     let (dir, name) = (dir.to_path_buf(), name.to_owned());
     std::thread::spawn(move || {
         let mut p = Publication::builder(&name).dir(&dir).term_length(64 * 1024).mtu(MTU).create().unwrap();
         p.wait_connected(Duration::from_secs(10)).unwrap();
         let session = p.session_id();
         let (shape, seed, mut buf) = (shape(), seed_of(session), Vec::new());
+        let deadline = Instant::now() + Duration::from_secs(60);
         for seq in 0..count {
+            while seq == 1 && !go.load(Ordering::Acquire) {
+                assert!(Instant::now() < deadline, "never told to go on");
+                std::thread::yield_now();
+            }
             support::wire::fill(seed, seq, shape.len(seed, seq), &mut buf);
             while let Err(e) = p.offer(&buf) {
                 assert!(e.is_retryable(), "{e}");
@@ -554,13 +571,19 @@ fn an_untethered_recorder_reports_the_gaps_it_skipped_and_never_a_torn_message()
     let count = 60_000u64;
     let mut recorder =
         Recorder::builder("loose", disk.path()).stream_dir(shm.path()).tethered(false).start().unwrap();
-    let publisher = publish(shm.path(), "loose", count);
+    // The publisher goes on from its first message once the recorder has recorded it: however
+    // late the recorder's thread runs, it then stalls in a stream it is recording.
+    let go = Arc::new(AtomicBool::new(false));
+    let publisher = publish_after_first(shm.path(), "loose", count, Arc::clone(&go));
     // A recorder that falls behind: it polls once, then lets the publisher run into it.
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut started = false;
     loop {
         started |= recorder.recording_id().is_some();
         let n = recorder.poll().unwrap();
+        if n > 0 {
+            go.store(true, Ordering::Release);
+        }
         if n == 0 {
             if started && recorder.recording_id().is_none() && publisher.is_finished() {
                 break;

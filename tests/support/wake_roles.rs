@@ -92,15 +92,17 @@ pub fn sleeper(cfg: &Settings, ctx: &Ctx) -> ! {
                 sub.poll(|m: &[u8], _: &Header| t.on(ctx, m), 64);
             }
         }
-        "async" | "async_reactor" => {
-            // Made outside any runtime, the receiver sleeps through the waiter thread; made
-            // inside one with its IO driver, in the runtime's reactor.
+        "async" | "async_reactor" | "async_io" => {
+            // Made outside any runtime, the receiver sleeps through the waiter thread (`async`:
+            // spawned with SHMLOG_ASYNC_WAITER=1) or in async-io's reactor (`async_io`, feature
+            // `async-io`: async-io's thread wakes the tokio task); made inside a runtime with its
+            // IO driver, in that runtime's reactor.
             let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
             let make = || {
                 AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap_or_else(|e| ctx.fail(&format!("{e}")))
             };
-            let mut rx = if kind == "async" { make() } else { runtime.block_on(async { make() }) };
-            if rx.in_reactor() != (kind == "async_reactor") {
+            let mut rx = if kind == "async_reactor" { runtime.block_on(async { make() }) } else { make() };
+            if rx.in_reactor() != (kind != "async") {
                 ctx.fail(&format!("{kind}: in_reactor() is {}", rx.in_reactor()));
             }
             runtime.block_on(async {
