@@ -56,6 +56,8 @@ pub(crate) enum Entry {
     Log(String),
     /// `<name>.readers`: the reader-slot file of stream `name`.
     Readers(String),
+    /// `<name>.wake`: the wake FIFO of stream `name` (async sleepers in a reactor).
+    Wake(String),
     /// `.<name>.<16 hex digits>.<log|readers>.tmp` ([`temp_path`]): a file being initialised, or
     /// a crash's leftover.
     Temp,
@@ -83,6 +85,9 @@ pub(crate) fn classify(file_name: &str) -> Entry {
     }
     if let Some(name) = file_name.strip_suffix(".readers").filter(|n| !n.is_empty()) {
         return Entry::Readers(name.to_owned());
+    }
+    if let Some(name) = file_name.strip_suffix(".wake").filter(|n| !n.is_empty()) {
+        return Entry::Wake(name.to_owned());
     }
     Entry::Other
 }

@@ -14,7 +14,7 @@ pub(super) const RSS_BASE_KB: i64 = 96 << 10;
 /// (assembler, receiver queue) and an untethered copy batch: no buffer may keep what it held
 /// for a frame it never delivered (review N6).
 pub(super) const HEAP_SLACK: i64 = 256 << 10;
-/// The same, measured at a fault (no receiver queue, no second session).
+/// The same, measured at a fault (no second session; a receiver's queue is counted apart).
 pub(super) const FAULT_SLACK: i64 = 96 << 10;
 
 pub(super) fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
@@ -58,9 +58,10 @@ fn bounded(g: &Ledger, r: &ReaderLog, out: &mut Fails) {
         ));
     }
     // At a fault, an untethered reader (the one that copies frames before checking them) holds
-    // what it grew for the frame it stopped at: nothing beyond a batch and a few messages.
+    // what it grew for the frame it stopped at: nothing beyond a batch and a few messages, and a
+    // receiver's queue of decoded messages (Python's shapes read through one too).
     if !r.tethered {
-        let bound = FAULT_SLACK + 2 * x.max_msg + (64 << 10) + 2 * def.mtu;
+        let bound = FAULT_SLACK + (2 + queued) * x.max_msg + (64 << 10) + 2 * def.mtu;
         for e in &r.evs {
             if let EvKind::Fault { grown: Some(grown), .. } = e.kind {
                 if grown > bound {

@@ -156,6 +156,7 @@ pub fn clean(dir: impl AsRef<Path>, dry_run: bool) -> Result<CleanReport, Error>
     for (path, entry) in &listing.entries {
         match entry {
             Entry::Log(_) | Entry::Readers(_) => {}
+            Entry::Wake(name) => clean_wake(dir, path, name, dry_run, &mut report),
             Entry::Temp => clean_temp(path, dry_run, &mut report),
             Entry::Other => report.kept(path, CleanReason::NotOurs),
         }
@@ -294,6 +295,23 @@ fn clean_readers(path: &Path, absent_log: Option<&Path>, dry_run: bool, report: 
     }
 }
 
+/// Removes a stream's wake FIFO once its slot file is gone (the last user of a stream removes
+/// both; a killed one, or `clean` removing the slot file above, leaves the FIFO). While the
+/// slot file exists its reactor sleepers may be watching the FIFO: it stays.
+fn clean_wake(dir: &Path, path: &Path, name: &str, dry_run: bool, report: &mut CleanReport) {
+    if fs::symlink_metadata(dir.join(format!("{name}.readers"))).is_ok() {
+        return report.kept(path, CleanReason::InUse);
+    }
+    if dry_run {
+        return report.removed(path, CleanReason::NoReaders);
+    }
+    match fs::remove_file(path) {
+        Ok(()) => report.removed(path, CleanReason::NoReaders),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => report.kept(path, CleanReason::Invalid(Error::io("remove", path, e).to_string())),
+    }
+}
+
 /// Unlinks `path` if it is still the file we hold locked (`file`); the lock drops when the
 /// caller closes `file`.
 fn remove_locked(file: &File, path: &Path, reason: CleanReason, report: &mut CleanReport) {
@@ -349,6 +367,23 @@ mod tests {
     use crate::testing::TempDir;
     use crate::{Publication, Subscription};
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_wake_fifo_goes_with_its_slot_file() {
+        let dir = TempDir::new("inspect-wake");
+        let _live = publication(dir.path(), "live");
+        // What a killed stream's reactor sleepers leave: the FIFO (its kind does not matter to
+        // clean), with no slot file beside it; and a live stream's, which stays.
+        fs::write(dir.path().join("gone.wake"), b"").unwrap();
+        fs::write(dir.path().join("live.wake"), b"").unwrap();
+        let dry = clean(dir.path(), true).unwrap();
+        assert!(dry.removed.iter().any(|e| e.path.ends_with("gone.wake")), "{dry:?}");
+        assert!(dir.path().join("gone.wake").exists(), "dry run removes nothing");
+        let report = clean(dir.path(), false).unwrap();
+        assert!(report.removed.iter().any(|e| e.path.ends_with("gone.wake")), "{report:?}");
+        assert!(report.kept.iter().any(|e| e.path.ends_with("live.wake") && e.reason == CleanReason::InUse));
+        assert!(!dir.path().join("gone.wake").exists() && dir.path().join("live.wake").exists());
+    }
 
     #[test]
     fn clean_keeps_live_streams_and_removes_dead_leftovers() {
