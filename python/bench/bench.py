@@ -12,6 +12,10 @@ Every test runs a Python publisher process and Python subscriber processes on on
     again by the subscriber when it has the message; p50 / p99, and the subscriber's CPU.
   * fan-out: 8 subscribers at 1 000 msg/s; p50 / p99 over all of them, and their CPU in all.
 
+The two latency tests also run shmlog's asyncio receive (`async for m in sub` on an asyncio
+loop, which sleeps on the stream's wake FIFO through `add_reader`, issue 33) beside its blocking
+one (`for m in sub`): the goal is p50, p99 and CPU within 1.25x the blocking receive's.
+
 pyzmq is PUB/SUB over ipc:// without high-water-mark drops (every message is delivered, as
 with shmlog). The goals (issue 34): throughput >= 5x pyzmq one message per call and >= 8x with
 batch calls, p50 <= 0.3x, fan-out p50 <= 0.5x and subscriber CPU <= pyzmq's.
@@ -24,6 +28,7 @@ batch calls, p50 <= 0.3x, fan-out p50 <= 0.5x and subscriber CPU <= pyzmq's.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing as mp
 import os
 import shutil
@@ -69,8 +74,8 @@ def pace(rate: float, seq: int, start: int) -> int:
 class Plan:
     """What a publisher sends and its subscribers measure."""
 
-    def __init__(self, n: int, rate: float = 0.0, readers: int = 1, batch: bool = False):
-        self.n, self.rate, self.readers, self.batch = n, rate, readers, batch
+    def __init__(self, n: int, rate: float = 0.0, readers: int = 1, batch: bool = False, aio: bool = False):
+        self.n, self.rate, self.readers, self.batch, self.aio = n, rate, readers, batch, aio
 
 
 def report(out, t_last: int, lat: list, cpu: float, wall: float):
@@ -116,6 +121,18 @@ def shmlog_subscriber(name, dir, plan: Plan, ready, out):
     if plan.batch:
         while got < plan.n:
             got += len(sub.recv_many(4096))
+    elif plan.rate and plan.aio:
+
+        async def consume() -> int:
+            n = 0
+            async for m in sub:
+                lat.append(now() - STAMP.unpack_from(m)[1])
+                n += 1
+                if n == plan.n:
+                    break
+            return n
+
+        got = asyncio.run(consume())
     elif plan.rate:
         for m in sub:
             lat.append(now() - STAMP.unpack_from(m)[1])
@@ -145,6 +162,10 @@ def run_shmlog(ctx, plan: Plan):
         return collect(p, subs, ready, go, first, out, plan)
     finally:
         shutil.rmtree(dir, ignore_errors=True)
+
+
+def run_shmlog_aio(ctx, plan: Plan):
+    return run_shmlog(ctx, Plan(plan.n, plan.rate, plan.readers, plan.batch, aio=True))
 
 
 # ---- pyzmq PUB/SUB -----------------------------------------------------------------------------
@@ -281,6 +302,8 @@ def main() -> int:
     for r in range(rounds):
         for label, plan, with_zmq in tests:
             runs = [("shmlog", run_shmlog)] + ([("pyzmq", run_zmq)] if with_zmq and zmq else [])
+            if plan.rate:
+                runs.append(("asyncio", run_shmlog_aio))
             if r % 2:
                 runs.reverse()  # alternate which goes first
             for who, run in runs:
@@ -293,6 +316,15 @@ def main() -> int:
                     )
                 else:
                     print(f"round {r + 1} {label:32} {who:7} {res.throughput / 1e6:7.3f} M msg/s")
+    print("medians over the rounds, shmlog's asyncio receive / its blocking receive:")
+    med = lambda key, f: statistics.median(f(x) for x in results[key])  # noqa: E731
+    for label in ("10 000 msg/s one way", "8 subscribers at 1 000 msg/s"):
+        if smoke:
+            break
+        ratio = lambda f: med((label, "asyncio"), f) / med((label, "shmlog"), f)  # noqa: E731
+        p50, p99, c = ratio(lambda x: x.pct(50)), ratio(lambda x: x.pct(99)), ratio(lambda x: x.cpu)
+        print(f"  {label:32} p50 {p50:5.2f}x {verdict(p50, 1.25, True)}   p99 {p99:5.2f}x {verdict(p99, 1.25, True)}   "
+              f"subscriber CPU {c:5.2f}x {verdict(c, 1.25, True)}")
     if smoke:
         # A few thousand messages measure start-up, not transfer: no ratio, no goal verdict.
         print("smoke run: every path ran; no ratios (too short to judge; run without --smoke)")
@@ -300,7 +332,6 @@ def main() -> int:
     if zmq is None:
         return 0
     print("medians over the rounds, shmlog / pyzmq PUB/SUB:")
-    med = lambda key, f: statistics.median(f(x) for x in results[key])  # noqa: E731
     zt = med(("throughput, 1 message per call", "pyzmq"), lambda x: x.throughput)
     for label in ("throughput, 1 message per call", "throughput, batch calls"):
         t = med((label, "shmlog"), lambda x: x.throughput) / zt
