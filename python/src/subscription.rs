@@ -459,11 +459,45 @@ impl PySubscription {
     ///
     /// What is there now is taken as by `recv_many` (so the end of a session raises `Closed`, a
     /// fault `Fault`); only when nothing is does the receiver go to the core's `AsyncReceiver`,
-    /// whose poll counts it among the stream's reactor sleepers. The next call takes it back.
+    /// whose poll counts it among the stream's reactor sleepers. It stays there for the next
+    /// asyncio receive (polled as it is: its sleep is set up once, not per message); a blocking
+    /// receive takes it back.
     fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
         let mut out = Vec::new();
         self.handle.with(py, |inner| {
             let waker = inner.wake.get()?.waker();
+            // Made by an earlier asyncio receive: polled as it is (its sleep stays set up, and
+            // each poll ends the sleep before it takes a message), one message after another.
+            if let Inner { mode: Mode::Async(a), returned, losses, losses_dropped, pending, .. } = &mut *inner
+            {
+                let mut cx = Context::from_waker(&waker);
+                while out.len() < limit.max(1) {
+                    match std::pin::pin!(a.recv()).poll(&mut cx) {
+                        Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(()),
+                        Poll::Ready(Ok(m)) => {
+                            *returned += 1;
+                            out.push(m);
+                        }
+                        Poll::Ready(Err(RecvError::Lost(loss))) => {
+                            receive::report(losses, losses_dropped, loss)
+                        }
+                        Poll::Ready(Err(e)) if !out.is_empty() => {
+                            *pending = Some(match e {
+                                RecvError::Closed => Pending::End,
+                                RecvError::Fault(why) => Pending::Fault(why),
+                                _ => Pending::Fault(UNKNOWN_OUTCOME),
+                            });
+                            return Ok(());
+                        }
+                        Poll::Ready(Err(RecvError::Closed)) => return Err(self.answer(py, Pending::End)),
+                        Poll::Ready(Err(RecvError::Fault(why))) => {
+                            return Err(self.answer(py, Pending::Fault(why)))
+                        }
+                        Poll::Ready(Err(_)) => return Err(self.answer(py, Pending::Fault(UNKNOWN_OUTCOME))),
+                    }
+                }
+                return Ok(());
+            }
             loop {
                 self.take_many(py, inner, &mut out, limit.max(1))?;
                 if !out.is_empty() {
