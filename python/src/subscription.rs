@@ -470,6 +470,10 @@ impl PySubscription {
             // each poll ends the sleep before it takes a message), one message after another.
             if let Inner { mode: Mode::Async(a), returned, losses, losses_dropped, pending, .. } = &mut *inner
             {
+                // An answer a batch met after its messages comes first, as for any receive.
+                if let Some(p) = pending.take() {
+                    return Err(self.answer(py, p));
+                }
                 let mut cx = Context::from_waker(&waker);
                 while out.len() < limit.max(1) {
                     match std::pin::pin!(a.recv()).poll(&mut cx) {

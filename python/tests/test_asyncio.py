@@ -147,3 +147,28 @@ def test_asyncio_receive_is_woken_through_the_fifo_not_the_waiter_thread(stream_
     switches = _waiter_switches() - (before or 0)
     print(f"waiter thread: {switches} switches for {count} messages")
     assert switches < count // 10, f"the waiter thread woke {switches} times for {count} messages"
+
+
+def test_an_asyncio_batch_that_meets_the_end_returns_its_messages_then_closed(stream_dir, name):
+    """The asyncio receive keeps its receiver in the reactor between calls; an end its batch met
+    after messages is still said once, by the next receive (not lost to the next session)."""
+    sub = shmlog.Subscription(name, stream_dir)
+    pub = shmlog.Publication(name, stream_dir)
+    assert sub.try_recv() is None
+    pub.wait_connected(timeout=5)
+
+    async def main():
+        # Nothing yet: the receive sleeps in the reactor, and its receiver stays there.
+        assert await sub.recv_many_async(16, timeout=0.05) == []
+        for m in (b"a", b"b", b"c"):
+            pub.offer(m)
+        pub.close()
+        got = await sub.recv_many_async(16, timeout=5)
+        try:
+            await sub.recv_many_async(16, timeout=5)
+        except shmlog.Closed:
+            return got, True
+        return got, False
+
+    assert asyncio.run(main()) == ([b"a", b"b", b"c"], True)
+    sub.close()
