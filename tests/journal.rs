@@ -1866,11 +1866,17 @@ fn a_session_a_wait_joined_late_is_read_from_the_journal_from_its_start() {
     use shmlog::journal::PersistentSubscription;
     let (shm, disk) = (ShmDir::new("journal-pwaitjoin"), DiskDir::new("pwaitjoin"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started, recording) = std::sync::mpsc::channel();
     let recorder = {
         let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
         std::thread::spawn(move || {
-            let mut r =
-                Recorder::builder("pwaitjoin", disk).stream_dir(shm).segment_length(1 << 20).start().unwrap();
+            let mut r = Recorder::builder("pwaitjoin", disk)
+                .stream_dir(shm)
+                .segment_length(1 << 20)
+                .join_at(shmlog::JoinAt::Earliest)
+                .start()
+                .unwrap();
+            started.send(()).unwrap();
             r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
         })
     };
@@ -1878,6 +1884,9 @@ fn a_session_a_wait_joined_late_is_read_from_the_journal_from_its_start() {
         .live(Subscription::builder("pwaitjoin").dir(shm.path()))
         .open()
         .unwrap();
+    // The live reader alone lets the publisher go on: a recorder that starts late (a loaded
+    // machine) would miss session A and the loop below would wait for its recording in vain.
+    recording.recv().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     // Session A, read live to its end.
     let a = publish(shm.path(), "pwaitjoin", 10).join().unwrap();
