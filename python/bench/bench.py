@@ -14,7 +14,9 @@ Every test runs a Python publisher process and Python subscriber processes on on
 
 The two latency tests also run shmlog's asyncio receive (`async for m in sub` on an asyncio
 loop, which sleeps on the stream's wake FIFO through `add_reader`, issue 33) beside its blocking
-one (`for m in sub`): the goal is p50, p99 and CPU within 1.25x the blocking receive's.
+one (`for m in sub`): the goal is p50, p99 and CPU within 1.25x the blocking receive's. Beside
+them run the floors: the same messages through a FIFO per subscriber, read blocking and awaited
+through `add_reader`, nothing of shmlog in either: their ratio is the least asyncio itself adds.
 
 pyzmq is PUB/SUB over ipc:// without high-water-mark drops (every message is delivered, as
 with shmlog). The goals (issue 34): throughput >= 5x pyzmq one message per call and >= 8x with
@@ -168,6 +170,86 @@ def run_shmlog_aio(ctx, plan: Plan):
     return run_shmlog(ctx, Plan(plan.n, plan.rate, plan.readers, plan.batch, aio=True))
 
 
+# ---- the floors: a pipe per subscriber, no protocol ---------------------------------------------
+#
+# What a wake-up costs Python with nothing of shmlog's: the publisher writes each stamped message
+# into a FIFO per subscriber; a blocking subscriber reads it (one system call that sleeps), an
+# asyncio subscriber awaits it through ``loop.add_reader`` (the callback reads what is there and
+# sets the future the task awaits: the least a task woken by a descriptor costs). Their ratio is
+# the least asyncio adds to a blocking receive on this machine.
+
+
+def pipe_publisher(fifos, plan: Plan, created, go, first):
+    created.set()
+    go.wait(60)
+    fds = [os.open(f, os.O_WRONLY) for f in fifos]  # every subscriber holds its FIFO open
+    start = first.value = now()
+    for i in range(plan.n):
+        m = message(i, pace(plan.rate, i, start))
+        for fd in fds:
+            os.write(fd, m)
+    for fd in fds:
+        os.close(fd)
+
+
+def pipe_subscriber(fifo, plan: Plan, ready, out):
+    # Read-write: a FIFO with no writer yet would read as at its end.
+    fd = os.open(fifo, os.O_RDWR | (os.O_NONBLOCK if plan.aio else 0))
+    ready.release()
+    lat = []
+    c0, w0 = time.process_time(), time.monotonic()
+    if plan.aio:
+
+        async def consume() -> None:
+            loop = asyncio.get_running_loop()
+            box: list = [None, b""]
+
+            def on_readable() -> None:
+                box[1] += os.read(fd, SIZE * 256)
+                if box[0] is not None and not box[0].done():
+                    box[0].set_result(None)
+
+            loop.add_reader(fd, on_readable)
+            while len(lat) < plan.n:
+                if len(box[1]) < SIZE:
+                    box[0] = loop.create_future()
+                    await box[0]
+                    continue
+                m, box[1] = box[1][:SIZE], box[1][SIZE:]
+                lat.append(now() - STAMP.unpack_from(m)[1])
+            loop.remove_reader(fd)
+
+        asyncio.run(consume())
+    else:
+        while len(lat) < plan.n:
+            m = os.read(fd, SIZE)  # the publisher writes whole messages (< PIPE_BUF: atomic)
+            lat.append(now() - STAMP.unpack_from(m)[1])
+    t_last = now()
+    report(out, t_last, lat, time.process_time() - c0, time.monotonic() - w0)
+    os.close(fd)
+
+
+def run_pipe(ctx, plan: Plan):
+    dir = tempfile.mkdtemp(prefix="shmlog-py-bench-pipe-")
+    fifos = [os.path.join(dir, f"fifo{i}") for i in range(plan.readers)]
+    for f in fifos:
+        os.mkfifo(f)
+    created, go, ready = ctx.Event(), ctx.Event(), ctx.Semaphore(0)
+    first, out = ctx.Value("q", 0), ctx.Queue()
+    try:
+        p = ctx.Process(target=pipe_publisher, args=(fifos, plan, created, go, first))
+        p.start()
+        created.wait(60)
+        subs = [ctx.Process(target=pipe_subscriber, args=(f, plan, ready, out)) for f in fifos]
+        return collect(p, subs, ready, go, first, out, plan)
+    finally:
+        shutil.rmtree(dir, ignore_errors=True)
+
+
+def run_pipe_aio(ctx, plan: Plan):
+    return run_pipe(ctx, Plan(plan.n, plan.rate, plan.readers, plan.batch, aio=True))
+
+
 # ---- pyzmq PUB/SUB -----------------------------------------------------------------------------
 
 
@@ -303,7 +385,7 @@ def main() -> int:
         for label, plan, with_zmq in tests:
             runs = [("shmlog", run_shmlog)] + ([("pyzmq", run_zmq)] if with_zmq and zmq else [])
             if plan.rate:
-                runs.append(("asyncio", run_shmlog_aio))
+                runs += [("asyncio", run_shmlog_aio), ("floor", run_pipe), ("aiofloor", run_pipe_aio)]
             if r % 2:
                 runs.reverse()  # alternate which goes first
             for who, run in runs:
@@ -311,11 +393,11 @@ def main() -> int:
                 results.setdefault((label, who), []).append(res)
                 if plan.rate:
                     print(
-                        f"round {r + 1} {label:32} {who:7} p50 {res.pct(50):8.1f} us  p99 {res.pct(99):8.1f} us  "
+                        f"round {r + 1} {label:32} {who:8} p50 {res.pct(50):8.1f} us  p99 {res.pct(99):8.1f} us  "
                         f"subscriber CPU {res.cpu * 100:5.1f} %"
                     )
                 else:
-                    print(f"round {r + 1} {label:32} {who:7} {res.throughput / 1e6:7.3f} M msg/s")
+                    print(f"round {r + 1} {label:32} {who:8} {res.throughput / 1e6:7.3f} M msg/s")
     print("medians over the rounds, shmlog's asyncio receive / its blocking receive:")
     med = lambda key, f: statistics.median(f(x) for x in results[key])  # noqa: E731
     for label in ("10 000 msg/s one way", "8 subscribers at 1 000 msg/s"):
@@ -325,6 +407,12 @@ def main() -> int:
         p50, p99, c = ratio(lambda x: x.pct(50)), ratio(lambda x: x.pct(99)), ratio(lambda x: x.cpu)
         print(f"  {label:32} p50 {p50:5.2f}x {verdict(p50, 1.25, True)}   p99 {p99:5.2f}x {verdict(p99, 1.25, True)}   "
               f"subscriber CPU {c:5.2f}x {verdict(c, 1.25, True)}")
+        # The floor: what asyncio adds to a blocking read of a pipe, nothing of shmlog in it.
+        for what, num, den in (("asyncio floor / blocking floor", "aiofloor", "floor"),
+                               ("shmlog asyncio / asyncio floor", "asyncio", "aiofloor")):
+            r = lambda f: med((label, num), f) / med((label, den), f)  # noqa: E731
+            print(f"  {'':32} {what}: p50 {r(lambda x: x.pct(50)):5.2f}x   p99 {r(lambda x: x.pct(99)):5.2f}x   "
+                  f"subscriber CPU {r(lambda x: x.cpu):5.2f}x")
     if smoke:
         # A few thousand messages measure start-up, not transfer: no ratio, no goal verdict.
         print("smoke run: every path ran; no ratios (too short to judge; run without --smoke)")

@@ -172,3 +172,79 @@ def test_an_asyncio_batch_that_meets_the_end_returns_its_messages_then_closed(st
 
     assert asyncio.run(main()) == ([b"a", b"b", b"c"], True)
     sub.close()
+
+
+def test_the_loop_watches_a_subscription_from_one_receive_to_the_next_until_it_is_closed(stream_dir, name):
+    """The event loop's watch on the wake descriptor is set up by the first receive that waits
+    and kept (issue 33: setting it up per wait cost two epoll_ctl and a selector update a
+    message); close() ends it before the descriptor is closed, so the loop never watches a
+    closed (or reused) descriptor number."""
+    count = 50
+    pub = shmlog.Publication(name, stream_dir)
+    sub = shmlog.Subscription(name, stream_dir)
+    pub.wait_connected(timeout=5)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        added = []
+        add_reader = loop.add_reader
+        loop.add_reader = lambda fd, cb, *a: (added.append(fd), add_reader(fd, cb, *a))[1]
+        got = []
+        for i in range(count):
+            # Offered once the receive waits: every receive waits for its message.
+            loop.call_soon(pub.offer, struct.pack("<Q", i))
+            m = await sub.recv_async(timeout=5)
+            assert m is not None, f"message {i} timed out"
+            got.append(struct.unpack_from("<Q", m)[0])
+        fd = sub._async_fd()
+        sub.close()
+        return got, added, fd, loop.remove_reader(fd)
+
+    got, added, fd, still_watched = asyncio.run(main())
+    assert got == list(range(count))
+    assert added == [fd], f"watched {len(added)} times for {count} waits"
+    assert not still_watched, "close() left the loop watching the closed descriptor"
+    pub.close()
+
+
+def test_a_subscription_dropped_while_its_loop_runs_is_collected_and_leaves_the_stream(stream_dir, name):
+    """The loop's watch holds its subscription weakly: a dropped subscription is collected (and
+    stops being a reader the publisher waits for) while the loop that watched it still runs."""
+    import gc
+    import weakref
+
+    pub = shmlog.Publication(name, stream_dir)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        sub = shmlog.Subscription(name, stream_dir)
+        assert await sub.recv_async(timeout=0.02) is None  # waited: watched by this loop
+        fd, ref = sub._async_fd(), weakref.ref(sub)
+        assert pub.connected_readers == 1
+        del sub
+        gc.collect()
+        return ref() is None, loop.remove_reader(fd)
+
+    collected, still_watched = asyncio.run(main())
+    assert collected, "the loop's watch kept a dropped subscription alive"
+    assert not still_watched, "the loop still watched a collected subscription's descriptor"
+    assert pub.connected_readers == 0
+    pub.close()
+
+
+def test_receives_on_one_loop_then_another_are_woken_on_each(stream_dir, name):
+    """The watch moves to the loop a receive runs on (``asyncio.run`` twice): a watch left on the
+    first, closed loop would never wake the second's receive."""
+    pub = shmlog.Publication(name, stream_dir)
+    sub = shmlog.Subscription(name, stream_dir)
+    pub.wait_connected(timeout=5)
+
+    async def one(m: bytes):
+        asyncio.get_running_loop().call_later(0.01, pub.offer, m)
+        # No timeout of its own: one would end in a last look that finds the message unwoken.
+        return await asyncio.wait_for(sub.recv_async(), 5)
+
+    assert asyncio.run(one(b"first")) == b"first"
+    assert asyncio.run(one(b"second")) == b"second"
+    sub.close()
+    pub.close()

@@ -119,29 +119,101 @@ def _check_timeout(timeout: Optional[float]) -> None:
         raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout}")
 
 
-def _wake(fut: asyncio.Future) -> None:
+def _ready(fut: asyncio.Future, result: bool) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(result)
 
 
-async def _readable(loop: asyncio.AbstractEventLoop, fd: int, deadline: Optional[float]) -> bool:
-    """Awaits the wake-up socket `fd`; ``False`` if `deadline` (loop time) passed first."""
-    fut = loop.create_future()
-    loop.add_reader(fd, _wake, fut)
-    try:
-        if deadline is None:
-            await fut
-            return True
-        left = deadline - loop.time()
-        if left <= 0:
-            return False
+class _Watch:
+    """An event loop's watch on the wake descriptor of one publication or subscription, kept from
+    one wait to the next: registered per wait, it cost two ``epoll_ctl``, a selector update and a
+    handle per message (issue 33). The loop calls :meth:`_on_readable` when the descriptor has
+    wake-ups; it takes them (a level-triggered loop would call again) and wakes the awaiting task.
+
+    No wake-up is missed: a receive polls after the last take, and sets its waiter before it
+    yields to the loop, so a ring after the take finds the descriptor readable and the waiter set.
+    The watch holds its owner weakly (a dropped subscription is not kept alive, and counted as a
+    reader, by the loop that watched it) and ends before the descriptor is closed: at ``close()``,
+    when the owner is collected, or when a wait runs on another loop.
+    """
+
+    __slots__ = ("_owner", "_fd", "_loop", "_waiter", "__weakref__")
+
+    def __init__(self, owner: Union["Publication", "Subscription"]) -> None:
+        self._owner = weakref.ref(owner)
+        self._fd = owner._async_fd()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._waiter: Optional[asyncio.Future] = None
+        weakref.finalize(owner, self.stop)
+
+    def _on_readable(self) -> None:
+        owner = self._owner()
+        if owner is None:
+            self.stop()
+            return
         try:
-            await asyncio.wait_for(fut, left)
-            return True
-        except asyncio.TimeoutError:
-            return False
-    finally:
-        loop.remove_reader(fd)
+            owner._drain_wakes()
+        except (ShmlogError, RuntimeError):  # closed (or busy) under the watch: the waiter's poll says
+            self.stop()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop, deadline: Optional[float]) -> bool:
+        """Awaits a wake-up; ``False`` if `deadline` (loop time) passed first."""
+        if self._loop is not loop:
+            self.stop()
+            loop.add_reader(self._fd, self._on_readable)
+            self._loop = loop
+        fut = self._waiter = loop.create_future()
+        timer = None if deadline is None else loop.call_at(deadline, _ready, fut, False)
+        try:
+            return await fut
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def stop(self) -> None:
+        """Stops watching (twice does nothing)."""
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._fd)
+
+
+class _Messages:
+    """``async for msg in sub``: one message per step (a consumer that leaves the loop early
+    loses nothing), straight to :meth:`Subscription.recv_many_async` (an async generator and a
+    second coroutine per message cost as much as a system call)."""
+
+    __slots__ = ("_sub",)
+
+    def __init__(self, sub: "Subscription") -> None:
+        self._sub = sub
+
+    def __aiter__(self) -> "_Messages":
+        return self
+
+    async def __anext__(self) -> bytes:
+        sub = self._sub
+        try:
+            return (await sub.recv_many_async(1))[0]
+        except Closed:
+            if sub.closed:
+                raise
+            raise StopAsyncIteration from None
+
+
+def _watch_of(owner: Union["Publication", "Subscription"]) -> _Watch:
+    """`owner`'s watch, made by its first wait (its descriptor too)."""
+    watch = owner._watch = _Watch(owner)
+    return watch
+
+
+def _unwatch(owner: Union["Publication", "Subscription"]) -> None:
+    watch = owner._watch
+    if watch is not None:
+        watch.stop()
 
 
 async def _poll_until(check, timeout: Optional[float]) -> None:
@@ -170,9 +242,20 @@ class Publication(_shmlog.Publication):
     (``close()``, its ``with`` block, or the interpreter's exit) ends the stream.
     """
 
+    _watch: Optional[_Watch] = None
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         # The object was made by the extension's constructor; only remember it for the exit.
         _live.add(self)
+
+    def close(self) -> None:
+        """Ends the stream (see the extension's ``close``); an event loop's watch first."""
+        _unwatch(self)
+        super().close()
+
+    def __exit__(self, *exc: object) -> bool:
+        self.close()
+        return False
 
     async def send(self, data: _BytesLike, timeout: Optional[float] = None) -> int:
         """Appends `data` as one message, awaiting room while back-pressured without blocking
@@ -190,17 +273,14 @@ class Publication(_shmlog.Publication):
             if timeout == 0:
                 raise
         message = data if type(data) is bytes else bytes(data)
+        watch = self._watch or _watch_of(self)
         loop = asyncio.get_running_loop()
-        fd = self._async_fd()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            # Drained before the poll: a wake-up after the poll stays in the socket.
-            self._drain_wakes()
             position = self._poll_send(message)
             if position is not None:
                 return position
-            if not await _readable(loop, fd, deadline):
-                self._drain_wakes()
+            if not await watch.wait(loop, deadline):
                 return self.offer(message)  # a last look; BackPressured if still no room
 
     async def wait_connected_async(self, timeout: Optional[float] = None) -> None:
@@ -227,8 +307,19 @@ class Subscription(_shmlog.Subscription):
     waits for the next publisher's session.
     """
 
+    _watch: Optional[_Watch] = None
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         _live.add(self)
+
+    def close(self) -> None:
+        """Stops reading (see the extension's ``close``); an event loop's watch first."""
+        _unwatch(self)
+        super().close()
+
+    def __exit__(self, *exc: object) -> bool:
+        self.close()
+        return False
 
     async def recv_async(self, timeout: Optional[float] = None) -> Optional[bytes]:
         """The next message, awaited without blocking the event loop; ``None`` after `timeout`
@@ -249,35 +340,26 @@ class Subscription(_shmlog.Subscription):
         _check_timeout(timeout)
         if limit < 1:
             raise InvalidConfig(f"limit must be a positive integer, got {limit}")
+        watch = self._watch or _watch_of(self)
+        batch = self._poll_async(limit)
+        if batch:
+            return batch
         loop = asyncio.get_running_loop()
-        fd = self._async_fd()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            # Drained before the poll: a wake-up after the poll stays in the socket.
-            self._drain_wakes()
+            if not await watch.wait(loop, deadline):
+                return self._poll_async(limit)
             batch = self._poll_async(limit)
             if batch:
                 return batch
-            if not await _readable(loop, fd, deadline):
-                self._drain_wakes()
-                return self._poll_async(limit)
 
-    async def aiter(self) -> AsyncIterator[bytes]:
+    def aiter(self) -> AsyncIterator[bytes]:
         """Every message, awaited, until the session is over (``async for msg in sub.aiter()``);
         iterating again waits for the next session."""
-        while True:
-            # One at a time: a consumer that leaves the loop early loses nothing.
-            try:
-                msg = await self.recv_async()
-            except Closed:
-                if self.closed:
-                    raise
-                return
-            if msg is not None:
-                yield msg
+        return _Messages(self)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
-        return self.aiter()
+        return _Messages(self)
 
     async def wait_connected_async(self, timeout: Optional[float] = None) -> None:
         """Awaits a live publisher's session, at most `timeout` seconds; raises :class:`Timeout`
