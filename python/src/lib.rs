@@ -7,6 +7,7 @@ mod clean;
 mod errors;
 mod handle;
 mod journal;
+mod outcome;
 mod persistent;
 mod publication;
 mod subscription;

@@ -5,14 +5,14 @@
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
+use crate::outcome::{Losses, Pending, Step};
 use crate::subscription::PyLoss;
 use crate::util::{self, PyBytesCodec};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use shmlog::journal::{PersistentSubscription, Start};
-use shmlog::{Loss, Receiver, RecvError, Subscription, MAX_LOSSES};
-use std::collections::VecDeque;
+use shmlog::{Receiver, Subscription};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -20,8 +20,7 @@ type Rx = Receiver<Py<PyBytes>, PyBytesCodec, PersistentSubscription>;
 
 struct Inner {
     rx: Rx,
-    losses: VecDeque<Loss>,
-    losses_dropped: u64,
+    losses: Losses,
 }
 
 impl Inner {
@@ -29,22 +28,16 @@ impl Inner {
     /// `None`. Losses go to `take_loss`.
     fn take(&mut self, py: Python<'_>, what: &str) -> PyResult<Option<Py<PyBytes>>> {
         loop {
-            match self.rx.try_recv() {
-                Ok(m) => return Ok(Some(m)),
-                Err(RecvError::Timeout) => return Ok(None),
-                Err(RecvError::Lost(loss)) => {
-                    if self.losses.len() >= MAX_LOSSES {
-                        self.losses.pop_front();
-                        self.losses_dropped += 1;
-                    }
-                    self.losses.push_back(loss);
-                }
-                Err(RecvError::Journal(e)) => return Err(errors::error(py, e)),
-                Err(RecvError::Fault(why)) => {
+            match Step::of(self.rx.try_recv()) {
+                Step::Message(m) => return Ok(Some(m)),
+                Step::Nothing => return Ok(None),
+                Step::Lost(loss) => self.losses.report(loss),
+                Step::Journal(e) => return Err(errors::error(py, e)),
+                Step::Answer(Pending::Fault(why)) => {
                     return Err(errors::new_err(py, Kind::Fault, format!("{what}: {why}")))
                 }
-                Err(RecvError::Decode(never)) => match never {},
-                Err(other) => return Err(errors::new_err(py, Kind::Fault, format!("{what}: {other}"))),
+                // A persistent subscription goes on with the next session: never said.
+                Step::Answer(Pending::End) => return Ok(None),
             }
         }
     }
@@ -113,11 +106,7 @@ impl PyPersistentSubscription {
         }
         let b = PersistentSubscription::builder(journal, name.clone()).live(live).start(start);
         let sub = py.detach(|| b.open()).map_err(|e| errors::error(py, e))?;
-        let inner = Inner {
-            rx: Receiver::new(sub, PyBytesCodec::default()),
-            losses: VecDeque::new(),
-            losses_dropped: 0,
-        };
+        let inner = Inner { rx: Receiver::new(sub, PyBytesCodec::default()), losses: Losses::default() };
         Ok(Self { handle: Handle::new(inner, format!("persistent subscription {name:?}")), name })
     }
 
@@ -177,14 +166,14 @@ impl PyPersistentSubscription {
                     return Ok(Some(PyLoss(loss)));
                 }
             }
-            Ok(inner.losses.pop_front().map(PyLoss))
+            Ok(inner.losses.take().map(PyLoss))
         })
     }
 
     /// Loss reports dropped unread because more than 1024 were waiting.
     #[getter]
     fn losses_dropped(&self, py: Python<'_>) -> PyResult<u64> {
-        self.handle.with(py, |inner| Ok(inner.losses_dropped))
+        self.handle.with(py, |inner| Ok(inner.losses.dropped))
     }
 
     /// The durable position: `(recording id, position after the last message handed out)`, or

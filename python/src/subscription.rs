@@ -17,17 +17,16 @@ pub(crate) use wait::wait_any;
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
+use crate::outcome::{Losses, Pending};
 use crate::util::{self, AsyncWake, PyBytesCodec};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
-use receive::{Got, Inner, Mode, Pending, UNKNOWN_OUTCOME};
-use shmlog::{AsyncReceiver, JoinAt, Receiver, RecvError, Resume, Subscription};
-use std::collections::VecDeque;
-use std::future::Future;
+use receive::{Got, Inner, Mode};
+use shmlog::{AsyncReceiver, JoinAt, Receiver, Resume, Subscription};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::{Duration, Instant};
 
 /// A reader of stream `name`: maps the publisher's log read-only and copies each message into a
@@ -193,8 +192,7 @@ impl PySubscription {
             decoded: Arc::clone(&codec.decoded),
             returned: 0,
             mode: Mode::Blocking(Receiver::new(sub, codec)),
-            losses: VecDeque::new(),
-            losses_dropped: 0,
+            losses: Losses::default(),
             pending: None,
             wake: AsyncWake::default(),
         };
@@ -375,7 +373,7 @@ impl PySubscription {
                     }
                 }
             }
-            Ok(inner.losses.pop_front().map(PyLoss))
+            Ok(inner.losses.take().map(PyLoss))
         })
     }
 
@@ -383,7 +381,7 @@ impl PySubscription {
     #[getter]
     fn losses_dropped(&self, py: Python<'_>) -> PyResult<u64> {
         self.handle.with(py, |inner| {
-            let own = inner.losses_dropped;
+            let own = inner.losses.dropped;
             let core = inner.blocking().map_or(0, |rx| rx.subscription().losses_dropped());
             Ok(own + core)
         })
@@ -464,46 +462,11 @@ impl PySubscription {
     /// receive takes it back.
     fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
         let mut out = Vec::new();
+        let limit = limit.max(1);
         self.handle.with(py, |inner| {
             let waker = inner.wake.get()?.waker();
-            // Made by an earlier asyncio receive: polled as it is (its sleep stays set up, and
-            // each poll ends the sleep before it takes a message), one message after another.
-            if let Inner { mode: Mode::Async(a), returned, losses, losses_dropped, pending, .. } = &mut *inner
-            {
-                // An answer a batch met after its messages comes first, as for any receive.
-                if let Some(p) = pending.take() {
-                    return Err(self.answer(py, p));
-                }
-                let mut cx = Context::from_waker(&waker);
-                while out.len() < limit.max(1) {
-                    match std::pin::pin!(a.recv()).poll(&mut cx) {
-                        Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(()),
-                        Poll::Ready(Ok(m)) => {
-                            *returned += 1;
-                            out.push(m);
-                        }
-                        Poll::Ready(Err(RecvError::Lost(loss))) => {
-                            receive::report(losses, losses_dropped, loss)
-                        }
-                        Poll::Ready(Err(e)) if !out.is_empty() => {
-                            *pending = Some(match e {
-                                RecvError::Closed => Pending::End,
-                                RecvError::Fault(why) => Pending::Fault(why),
-                                _ => Pending::Fault(UNKNOWN_OUTCOME),
-                            });
-                            return Ok(());
-                        }
-                        Poll::Ready(Err(RecvError::Closed)) => return Err(self.answer(py, Pending::End)),
-                        Poll::Ready(Err(RecvError::Fault(why))) => {
-                            return Err(self.answer(py, Pending::Fault(why)))
-                        }
-                        Poll::Ready(Err(_)) => return Err(self.answer(py, Pending::Fault(UNKNOWN_OUTCOME))),
-                    }
-                }
-                return Ok(());
-            }
-            loop {
-                self.take_many(py, inner, &mut out, limit.max(1))?;
+            if !matches!(inner.mode, Mode::Async(_)) {
+                self.take_many(py, inner, &mut out, limit)?;
                 if !out.is_empty() {
                     return Ok(());
                 }
@@ -511,25 +474,13 @@ impl PySubscription {
                     return Err(self.handle.closed_error(py));
                 };
                 // On an error the receiver is gone with it: the subscription is closed.
-                let mut a =
+                let a =
                     AsyncReceiver::with_wake_fd(rx, inner.wake.get()?).map_err(|e| errors::error(py, e))?;
-                let polled = std::pin::pin!(a.recv()).poll(&mut Context::from_waker(&waker));
                 inner.mode = Mode::Async(a);
-                match polled {
-                    Poll::Pending | Poll::Ready(Err(RecvError::Timeout)) => return Ok(()),
-                    Poll::Ready(Ok(m)) => {
-                        inner.returned += 1;
-                        out.push(m);
-                        return Ok(());
-                    }
-                    Poll::Ready(Err(RecvError::Lost(loss))) => inner.report(loss),
-                    Poll::Ready(Err(RecvError::Closed)) => return Err(self.answer(py, Pending::End)),
-                    Poll::Ready(Err(RecvError::Fault(why))) => {
-                        return Err(self.answer(py, Pending::Fault(why)))
-                    }
-                    Poll::Ready(Err(RecvError::Decode(never))) => match never {},
-                    Poll::Ready(Err(_)) => return Err(self.answer(py, Pending::Fault(UNKNOWN_OUTCOME))),
-                }
+            }
+            match inner.take_async(&mut Context::from_waker(&waker), &mut out, limit) {
+                Some(answer) => Err(self.answer(py, answer)),
+                None => Ok(()),
             }
         })?;
         PyList::new(py, out)

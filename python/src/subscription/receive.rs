@@ -1,13 +1,15 @@
 //! A subscription's receiving state: the core's receiver (blocking or asyncio), the loss reports
 //! taken from it, and an answer a batch kept for the next receive.
 
+use crate::outcome::{Losses, Pending, Step};
 use crate::util::{AsyncWake, PyBytesCodec};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use shmlog::{AsyncReceiver, Loss, Receiver, RecvError, MAX_LOSSES};
-use std::collections::VecDeque;
+use shmlog::{AsyncReceiver, Receiver};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 pub(super) type Rx = Receiver<Py<PyBytes>, PyBytesCodec>;
 pub(super) type AsyncRx = AsyncReceiver<Py<PyBytes>, PyBytesCodec>;
@@ -18,16 +20,6 @@ pub(super) enum Mode {
     Async(AsyncRx),
     /// Lost with an error of the switch to asyncio (the system refused a page or a thread).
     Gone,
-}
-
-/// A receive outcome of a newer core than this binding knows (`RecvError` grows): said as a fault.
-pub(super) const UNKNOWN_OUTCOME: &str = "a receive outcome this build of the bindings does not know";
-
-/// An answer of the receiver that a batch met after it had messages: the next receive gives it.
-#[derive(Clone, Copy)]
-pub(super) enum Pending {
-    End,
-    Fault(&'static str),
 }
 
 /// What one look at the receiver found.
@@ -43,20 +35,10 @@ pub(super) struct Inner {
     /// queue is empty.
     pub(super) decoded: Arc<AtomicU64>,
     pub(super) returned: u64,
-    pub(super) losses: VecDeque<Loss>,
-    pub(super) losses_dropped: u64,
+    pub(super) losses: Losses,
     pub(super) pending: Option<Pending>,
     /// The descriptor asyncio receives wake the loop through (made by the first).
     pub(super) wake: AsyncWake,
-}
-
-/// Keeps a loss report for `take_loss`, dropping the oldest past `MAX_LOSSES` (counted).
-pub(super) fn report(losses: &mut VecDeque<Loss>, dropped: &mut u64, loss: Loss) {
-    if losses.len() >= MAX_LOSSES {
-        losses.pop_front();
-        *dropped += 1;
-    }
-    losses.push_back(loss);
 }
 
 impl Inner {
@@ -64,10 +46,6 @@ impl Inner {
     /// receiver's queue, or an answer kept for it.
     pub(super) fn has_queued(&self) -> bool {
         self.pending.is_some() || self.decoded.load(Ordering::Relaxed) != self.returned
-    }
-
-    pub(super) fn report(&mut self, loss: Loss) {
-        report(&mut self.losses, &mut self.losses_dropped, loss);
     }
 
     /// The receiver for blocking calls (taking it back from asyncio if it was there).
@@ -93,17 +71,14 @@ impl Inner {
         }
         loop {
             let rx = self.blocking()?;
-            match rx.try_recv() {
-                Ok(m) => {
+            match Step::live(rx.try_recv()) {
+                Step::Message(m) => {
                     self.returned += 1;
                     return Some(Got::Message(m));
                 }
-                Err(RecvError::Lost(loss)) => self.report(loss),
-                Err(RecvError::Timeout) => return Some(Got::Nothing),
-                Err(RecvError::Closed) => return Some(Got::Answer(Pending::End)),
-                Err(RecvError::Fault(why)) => return Some(Got::Answer(Pending::Fault(why))),
-                Err(RecvError::Decode(never)) => match never {},
-                Err(_) => return Some(Got::Answer(Pending::Fault(UNKNOWN_OUTCOME))),
+                Step::Lost(loss) => self.losses.report(loss),
+                Step::Nothing | Step::Journal(_) => return Some(Got::Nothing),
+                Step::Answer(p) => return Some(Got::Answer(p)),
             }
         }
     }
@@ -116,23 +91,55 @@ impl Inner {
             return Some(Some(p));
         }
         self.blocking()?;
-        let Self { mode: Mode::Blocking(rx), returned, losses, losses_dropped, .. } = self else {
+        let Self { mode: Mode::Blocking(rx), returned, losses, .. } = self else {
             return None;
         };
         while out.len() < limit {
-            match rx.try_recv() {
-                Ok(m) => {
+            match Step::live(rx.try_recv()) {
+                Step::Message(m) => {
                     *returned += 1;
                     out.push(m);
                 }
-                Err(RecvError::Lost(loss)) => report(losses, losses_dropped, loss),
-                Err(RecvError::Timeout) => break,
-                Err(RecvError::Closed) => return Some(Some(Pending::End)),
-                Err(RecvError::Fault(why)) => return Some(Some(Pending::Fault(why))),
-                Err(RecvError::Decode(never)) => match never {},
-                Err(_) => return Some(Some(Pending::Fault(UNKNOWN_OUTCOME))),
+                Step::Lost(loss) => losses.report(loss),
+                Step::Nothing | Step::Journal(_) => break,
+                Step::Answer(p) => return Some(Some(p)),
             }
         }
         Some(None)
+    }
+
+    /// Up to `limit` messages the asyncio receiver has now into `out` (its sleep in the reactor
+    /// stays set up: each poll ends it before it takes a message), and the answer to say now, if
+    /// any: one met after messages is kept for the next receive. `None` too if the receiver is
+    /// not asyncio's.
+    pub(super) fn take_async(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Vec<Py<PyBytes>>,
+        limit: usize,
+    ) -> Option<Pending> {
+        if let Some(p) = self.pending.take() {
+            return Some(p);
+        }
+        let Self { mode: Mode::Async(a), returned, losses, pending, .. } = self else {
+            return None;
+        };
+        while out.len() < limit {
+            let Poll::Ready(received) = std::pin::pin!(a.recv()).poll(cx) else { return None };
+            match Step::live(received) {
+                Step::Message(m) => {
+                    *returned += 1;
+                    out.push(m);
+                }
+                Step::Lost(loss) => losses.report(loss),
+                Step::Nothing | Step::Journal(_) => return None,
+                Step::Answer(p) if out.is_empty() => return Some(p),
+                Step::Answer(p) => {
+                    *pending = Some(p);
+                    return None;
+                }
+            }
+        }
+        None
     }
 }
