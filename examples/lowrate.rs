@@ -255,6 +255,27 @@ fn udp_socket(port: u16, receiver: bool) -> UdpSocket {
     }
 }
 
+/// Awaits `rx`'s messages until the end of the session or `on_message` says stop.
+async fn receive_all(rx: &mut AsyncReceiver<Vec<u8>, Bytes>, on_message: &mut impl FnMut(u64, u64) -> bool) {
+    loop {
+        match rx.recv().await {
+            Ok(m) => {
+                let (seq, sent) = decode(&m);
+                if !on_message(seq, sent) {
+                    break;
+                }
+            }
+            Err(RecvError::Closed) => break,
+            Err(e) => panic!("async receiver: {e}"),
+        }
+    }
+}
+
+/// A message's sequence number and send time.
+fn decode(m: &[u8]) -> (u64, u64) {
+    (u64::from_le_bytes(m[0..8].try_into().unwrap()), u64::from_le_bytes(m[8..16].try_into().unwrap()))
+}
+
 /// A subscriber process: `lowrate --child <lane> <stream> <port> <warmup>`.
 fn child(argv: &[String]) {
     let (lane, stream, port, warmup) =
@@ -276,9 +297,6 @@ fn child(argv: &[String]) {
             hist.saturating_record(now_ns().saturating_sub(sent).max(1));
         }
         true
-    };
-    let decode = |m: &[u8]| {
-        (u64::from_le_bytes(m[0..8].try_into().unwrap()), u64::from_le_bytes(m[8..16].try_into().unwrap()))
     };
     let ready = || {
         println!("ready");
@@ -309,40 +327,14 @@ fn child(argv: &[String]) {
             let mut rx = if lane == "shmlog-async" { runtime.block_on(async { make() }) } else { make() };
             assert_eq!(rx.in_reactor(), lane == "shmlog-async");
             ready();
-            runtime.block_on(async {
-                loop {
-                    match rx.recv().await {
-                        Ok(m) => {
-                            let (seq, sent) = decode(&m);
-                            if !on_message(seq, sent) {
-                                break;
-                            }
-                        }
-                        Err(RecvError::Closed) => break,
-                        Err(e) => panic!("async receiver: {e}"),
-                    }
-                }
-            });
+            runtime.block_on(receive_all(&mut rx, &mut on_message));
         }
         "shmlog-block-on" | "shmlog-async-io" => {
             let sub = Subscription::builder(stream.as_str()).dir(&dir).open().unwrap();
             let mut rx = AsyncReceiver::new(Receiver::new(sub, Bytes)).unwrap();
             assert_eq!(rx.in_reactor(), lane == "shmlog-async-io");
             ready();
-            let received = async {
-                loop {
-                    match rx.recv().await {
-                        Ok(m) => {
-                            let (seq, sent) = decode(&m);
-                            if !on_message(seq, sent) {
-                                break;
-                            }
-                        }
-                        Err(RecvError::Closed) => break,
-                        Err(e) => panic!("async receiver: {e}"),
-                    }
-                }
-            };
+            let received = receive_all(&mut rx, &mut on_message);
             #[cfg(feature = "async-io")]
             if lane == "shmlog-async-io" {
                 async_io::block_on(received);
