@@ -1475,8 +1475,25 @@ fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothin
 
 #[test]
 fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_gap() {
+    lapped_persistent_poll("lapped", None);
+}
+
+/// The lapped persistent subscription above driven by `controlled_poll`, its handler answering
+/// with random actions (a seeded draw: `Abort` one fragment in ten, `Break` and `Commit` one in
+/// twenty each): every message once, in order, across its falls back and merges, and an aborted
+/// fragment is the next one the handler sees, whether the next poll reads live, falls back to
+/// the journal or merges into the live stream.
+#[test]
+fn a_lapped_persistent_subscription_steered_by_actions_delivers_every_message_once() {
+    lapped_persistent_poll("lapped-ctl", Some(support::Rng::new("journal-lapped-ctl")));
+}
+
+/// A persistent subscription read through `poll` (`actions` `None`) or `controlled_poll` with
+/// actions drawn from `actions`, while a publisher laps it now and then.
+fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
     use shmlog::journal::{PersistentSubscription, Start};
-    let (shm, disk) = (ShmDir::new("journal-lapped"), DiskDir::new("lapped"));
+    use shmlog::FragmentHandler;
+    let (shm, disk) = (ShmDir::new(&format!("journal-{tag}")), DiskDir::new(tag));
     let count = 200_000;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (started, recording) = std::sync::mpsc::channel();
@@ -1513,8 +1530,35 @@ fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_
         }
         v.on_message(m, h.session_id());
     });
+    // The fragment last aborted (its position), and the aborts made reading live and catching up.
+    let mut aborted: Option<i64> = None;
+    let (mut aborts_live, mut aborts_replaying) = (0u64, 0u64);
     while v.borrow().total < count {
-        let n = sub.poll(&mut assembler, 64).unwrap();
+        let n = match &mut actions {
+            None => sub.poll(&mut assembler, 64).unwrap(),
+            Some(rng) => {
+                let was_live = sub.is_live();
+                let handler = |payload: &[u8], h: &Header| {
+                    if let Some(at) = aborted.take() {
+                        assert_eq!(h.position(), at, "the fragment aborted is not the next one delivered");
+                    }
+                    let action = match rng.range(0, 100) {
+                        0..10 => Action::Abort,
+                        10..15 => Action::Break,
+                        15..20 => Action::Commit,
+                        _ => Action::Continue,
+                    };
+                    if action == Action::Abort {
+                        aborted = Some(h.position());
+                        *if was_live { &mut aborts_live } else { &mut aborts_replaying } += 1;
+                    } else {
+                        assembler.on_fragment(payload, h);
+                    }
+                    action
+                };
+                sub.controlled_poll(handler, 64).unwrap()
+            }
+        };
         polls += 1;
         // Slow now and then while live: the publisher laps it.
         if n > 0 && live && polls % 4 == 0 {
@@ -1539,6 +1583,13 @@ fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_
     assert_eq!(v.failure, None);
     assert_eq!(v.total, count, "every message once, in order");
     assert!(fell_back > 0, "the publisher never lapped the live reads: nothing was tested");
+    if actions.is_some() {
+        assert!(
+            aborts_live > 0 && aborts_replaying > 0,
+            "aborts: {aborts_live} live, {aborts_replaying} replaying"
+        );
+        println!("aborted {aborts_live} fragments live, {aborts_replaying} catching up");
+    }
     let (id, position) = sub.position().expect("a durable position");
     // Stored after the last message: the journal holds nothing more to deliver from there.
     let (rest, error) = replay_from(disk.path(), id, Some(position));
@@ -1854,6 +1905,88 @@ fn a_persistent_receiver_dropped_with_messages_queued_resumes_with_no_gap() {
         // The rest of its read stays queued, unread.
     }
     assert!(next >= 200, "{next}");
+}
+
+/// A process that goes away between an `Abort` and its next poll (dropped here, which leaves the
+/// name as a kill -9 does: the position is stored after each poll) resumes in front of the
+/// fragment aborted: the next process delivers it, from the start of its message, and nothing of
+/// the stream is skipped. A `Commit` stores the position at once: the next fragment's handler
+/// finds it in the `readers` file.
+#[test]
+fn an_aborted_fragment_is_delivered_again_after_a_restart_and_a_commit_is_stored_at_once() {
+    use shmlog::journal::{durable_readers, PersistentSubscription, Start};
+    let (shm, disk) = (ShmDir::new("journal-pabort"), DiskDir::new("pabort"));
+    let (_, id) = record_messages(shm.path(), disk.path(), "pabort", 600, 64 << 10);
+    // Every fragment of the recording: its position (after it) and whether it ends a message.
+    let mut fragments = Vec::<(i64, bool)>::new();
+    let mut replay = Replay::builder(disk.path(), id).open().unwrap();
+    while !replay.is_done() {
+        replay.poll(|_: &[u8], h: &Header| fragments.push((h.position(), h.is_end())), 256).unwrap();
+    }
+    // The index of the first fragment of the message fragment `k` is in.
+    let message_start = |k: usize| (0..k).rev().find(|&i| fragments[i].1).map_or(0, |i| i + 1);
+    let stored = || {
+        let readers = durable_readers(disk.path()).unwrap();
+        readers.into_iter().find(|r| r.name == "aborter").and_then(|r| r.position)
+    };
+    let mut rng = support::Rng::new("journal-pabort");
+    // Abort points: a message's first fragment, one inside a fragmented message, then random.
+    let first_inside = (1..fragments.len()).find(|&k| message_start(k) < k).expect("a fragmented message");
+    let mut points = vec![3, first_inside];
+    points.sort_unstable();
+    points.dedup();
+    while points.len() < 12 {
+        let last = *points.last().unwrap() as u64;
+        points.push(rng.range(last + 1, last + 40) as usize);
+    }
+    assert!(*points.last().unwrap() < fragments.len(), "{} fragments", fragments.len());
+    // Where the previous process aborted: the next one starts with that fragment's message.
+    let mut expect_first = 0;
+    let (mut commits_seen, mut seen_inside) = (0, false);
+    for &k in &points {
+        let mut sub = PersistentSubscription::builder(disk.path(), "aborter")
+            .live(Subscription::builder("pabort").dir(shm.path()))
+            .start(Start::Earliest)
+            .open()
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut committed: Option<i64> = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seen.last() != Some(&fragments[k].0) {
+            sub.controlled_poll(
+                |_: &[u8], h: &Header| {
+                    if let Some(at) = committed.take() {
+                        assert_eq!(stored(), Some((id, at)), "a Commit did not store the position at once");
+                        commits_seen += 1;
+                    }
+                    seen.push(h.position());
+                    if h.position() == fragments[k].0 {
+                        return Action::Abort;
+                    }
+                    if h.is_end() && rng.chance(30) {
+                        committed = Some(h.position());
+                        return Action::Commit;
+                    }
+                    Action::Continue
+                },
+                16,
+            )
+            .unwrap();
+            assert!(Instant::now() < deadline, "fragment {k} never came");
+        }
+        let first = fragments.iter().position(|f| f.0 == seen[0]).unwrap();
+        assert_eq!(first, expect_first, "resumed at fragment {first}, not where the aborted message starts");
+        let want: Vec<i64> = fragments[first..=k].iter().map(|f| f.0).collect();
+        assert_eq!(seen, want, "fragments {first}..={k}: a gap or a duplicate");
+        expect_first = message_start(k);
+        seen_inside |= expect_first < k;
+        // Stored after the poll: in front of the aborted fragment's message, not past it.
+        let start =
+            if expect_first == 0 { replay.recording().start_position } else { fragments[expect_first - 1].0 };
+        assert_eq!(sub.position(), Some((id, start)));
+        drop(sub);
+    }
+    assert!(seen_inside && commits_seen > 0, "inside a message: {seen_inside}, commits: {commits_seen}");
 }
 
 /// A wait joins a session that started while the reader waited, and queues the loss of what it
