@@ -1530,17 +1530,20 @@ fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
         }
         v.on_message(m, h.session_id());
     });
-    // The fragment last aborted (its position), and the aborts made reading live and catching up.
-    let mut aborted: Option<i64> = None;
-    let (mut aborts_live, mut aborts_replaying) = (0u64, 0u64);
+    // The fragment last aborted (its position, and whether it was read live), the aborts made
+    // reading live and catching up, and the aborted fragments delivered again by a poll that read
+    // the other way (a fall-back or a merge in between).
+    let mut aborted: Option<(i64, bool)> = None;
+    let (mut aborts_live, mut aborts_replaying, mut across) = (0u64, 0u64, 0u64);
     while v.borrow().total < count {
         let n = match &mut actions {
             None => sub.poll(&mut assembler, 64).unwrap(),
             Some(rng) => {
                 let was_live = sub.is_live();
                 let handler = |payload: &[u8], h: &Header| {
-                    if let Some(at) = aborted.take() {
+                    if let Some((at, live)) = aborted.take() {
                         assert_eq!(h.position(), at, "the fragment aborted is not the next one delivered");
+                        across += u64::from(live != was_live);
                     }
                     let action = match rng.range(0, 100) {
                         0..10 => Action::Abort,
@@ -1549,7 +1552,7 @@ fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
                         _ => Action::Continue,
                     };
                     if action == Action::Abort {
-                        aborted = Some(h.position());
+                        aborted = Some((h.position(), was_live));
                         *if was_live { &mut aborts_live } else { &mut aborts_replaying } += 1;
                     } else {
                         assembler.on_fragment(payload, h);
@@ -1588,7 +1591,7 @@ fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
             aborts_live > 0 && aborts_replaying > 0,
             "aborts: {aborts_live} live, {aborts_replaying} replaying"
         );
-        println!("aborted {aborts_live} fragments live, {aborts_replaying} catching up");
+        println!("aborted {aborts_live} fragments live, {aborts_replaying} catching up, {across} delivered again across a fall-back or a merge");
     }
     let (id, position) = sub.position().expect("a durable position");
     // Stored after the last message: the journal holds nothing more to deliver from there.
