@@ -1393,8 +1393,9 @@ fn read_seqs(out: &Path) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
-/// Every receive shape in turn (poll, poll_blocking, Receiver, AsyncReceiver), each incarnation
-/// killed -9 at a random point and the next one of another shape resuming under the same name.
+/// Every receive shape in turn (poll, poll_blocking, controlled_poll with random actions,
+/// Receiver, AsyncReceiver), each incarnation killed -9 at a random point and the next one of
+/// another shape resuming under the same name.
 #[test]
 fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothing() {
     let _x = support::exclusive();
@@ -1411,8 +1412,8 @@ fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothin
     let mut publisher =
         Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "persist").set("count", count));
     publisher.expect("ready", Duration::from_secs(10));
-    let shapes = ["poll", "blocking", "recv", "async"];
-    let first_shape = rng.range(0, 4) as usize;
+    let shapes = ["poll", "blocking", "controlled", "recv", "async"];
+    let first_shape = rng.range(0, shapes.len() as u64) as usize;
     let reader = |k: usize, extra: &[(&str, u64)]| {
         let mut cfg = Cfg::new()
             .set("shape", shapes[(first_shape + k) % shapes.len()])
