@@ -1993,6 +1993,60 @@ fn an_aborted_fragment_is_delivered_again_after_a_restart_and_a_commit_is_stored
     assert!(seen_inside && commits_seen > 0, "inside a message: {seen_inside}, commits: {commits_seen}");
 }
 
+/// A persistent subscription that reads a session live ahead of its recorder (which has recorded
+/// less than the reader read) stores its position all the same, in the recording of that
+/// session: a restart resumes there (from the live log, or once the recorder gets there). Found
+/// by the ledger (seed 606: a fast reader delivered 52 messages of a new session, never stored,
+/// and its next incarnation delivered them again).
+#[test]
+fn a_persistent_subscription_ahead_of_its_recorder_stores_its_position() {
+    use shmlog::journal::PersistentSubscription;
+    let (shm, disk) = (ShmDir::new("journal-pahead"), DiskDir::new("pahead"));
+    let mut recorder = Recorder::builder("pahead", disk.path()).stream_dir(shm.path()).start().unwrap();
+    let go = Arc::new(AtomicBool::new(false));
+    let count = 20;
+    let publisher = publish_after_first(shm.path(), "pahead", count, go.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The recorder records the first message, then does not poll again until the end.
+    let id = loop {
+        recorder.poll().unwrap();
+        let recorded = journal::recordings(disk.path()).unwrap().into_iter().flatten().next();
+        if let Some(r) = recorded.filter(|r| r.stop_position > r.start_position) {
+            break r.id;
+        }
+        assert!(Instant::now() < deadline, "the first message was not recorded");
+    };
+    let mut sub = PersistentSubscription::builder(disk.path(), "ahead")
+        .live(Subscription::builder("pahead").dir(shm.path()))
+        .open()
+        .unwrap();
+    go.store(true, Ordering::Release);
+    let last_end = std::cell::Cell::new(None);
+    let mut assembler = FragmentAssembler::new(|_: &[u8], h: &Header| last_end.set(Some(h.position())));
+    while !publisher.is_finished() {
+        sub.poll(&mut assembler, 64).unwrap();
+        assert!(Instant::now() < deadline, "the publisher did not finish");
+    }
+    // Read to the publisher's end; the position's store looks the recording up once a millisecond.
+    while last_end.get().is_none() || sub.position().map(|(_, at)| at) != last_end.get() {
+        sub.poll(&mut assembler, 64).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "stored {:?}, delivered up to {:?}",
+            sub.position(),
+            last_end.get()
+        );
+    }
+    drop(assembler);
+    let recorded = journal::recording(disk.path(), id).unwrap().stop_position;
+    assert!(recorded < last_end.get().unwrap(), "the recorder went on: nothing was tested");
+    assert_eq!(sub.position().map(|(rec, _)| rec), Some(id));
+    publisher.join().unwrap();
+    while recorder.poll().unwrap() > 0 || recorder.recording_id().is_some() {
+        assert!(Instant::now() < deadline, "the recorder did not finish");
+    }
+}
+
 /// A wait joins a session that started while the reader waited, and queues the loss of what it
 /// joined past (the publisher wrote more than its log holds meanwhile: an untethered reader is
 /// not waited for): the persistent subscription sees that loss before it delivers anything of

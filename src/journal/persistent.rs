@@ -382,7 +382,10 @@ impl PersistentSubscription {
     }
 
     /// Stores `(recording, boundary)` if the recording of the boundary's session is known
-    /// (looked up in the catalog at most once a millisecond).
+    /// (looked up in the catalog at most once a millisecond). A recording still recording holds
+    /// the boundary also past what it has recorded: a reader reading live may be ahead of the
+    /// recorder (a resume there is [`Mode::Ahead`]'s), and a fast one would otherwise store
+    /// nothing of a new session while it stays ahead.
     fn store(&mut self) -> Result<(), Error> {
         let Some(session) = self.session else { return Ok(()) };
         if self.recording.map(|(_, s)| s) != Some(session) {
@@ -393,7 +396,7 @@ impl PersistentSubscription {
             let found = self.recordings()?.into_iter().rev().find(|r| {
                 r.session_id == session
                     && r.start_position <= self.boundary
-                    && self.boundary <= r.stop_position
+                    && (self.boundary <= r.stop_position || !r.is_stopped())
             });
             match found {
                 Some(r) => self.recording = Some((r.id, session)),
