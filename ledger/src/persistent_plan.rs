@@ -98,10 +98,18 @@ fn lifecycle(
                     t += d;
                     continue;
                 }
-                "kill" => out.push((t, Action::Kill(proc.clone()))),
-                _ => out.push((t, Action::Close(proc.clone()))),
+                "kill" => {
+                    out.push((t, Action::Kill(proc.clone())));
+                    t += rng.range(0, 700);
+                }
+                _ => {
+                    // A closed incarnation stuck in a blocking receive (an idle iterator: a
+                    // persistent one never ends) is ended by force 700 ms later (the roles'
+                    // grace); until then it holds the name, and a next one opening it fails.
+                    out.push((t, Action::Close(proc.clone())));
+                    t += rng.range(800, 1500);
+                }
             }
-            t += rng.range(0, 700);
             break;
         }
     }
