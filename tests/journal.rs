@@ -1651,6 +1651,17 @@ impl Steered for Subscription {
     }
 }
 
+/// Its position is the durable one: stored after each poll (and at a `Commit`); none while
+/// reading live before the first fragment it delivered (the stream's start, 0, here).
+impl Steered for journal::PersistentSubscription {
+    fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize {
+        self.controlled_poll(|p: &[u8], h: &Header| handler(p, h), limit).unwrap()
+    }
+    fn at(&self) -> i64 {
+        self.position().map_or(0, |(_, at)| at)
+    }
+}
+
 impl Steered for Replay {
     fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize {
         self.controlled_poll(|p: &[u8], h: &Header| handler(p, h), limit).unwrap()
@@ -1681,8 +1692,8 @@ fn run_script(reader: &mut dyn Steered, script: &[(usize, &[Action])]) -> Vec<(u
 }
 
 /// `Abort`, `Break`, `Commit` and `Continue` mean the same in every delivery: in place, copied,
-/// untethered (from its checked copy) and replayed from a recording (one frame loop serves them
-/// all: `log::frame_loop`).
+/// untethered (from its checked copy), replayed from a recording (one frame loop serves them
+/// all: `log::frame_loop`), and a persistent subscription's, live or from the journal.
 #[test]
 fn every_delivery_path_follows_the_same_actions() {
     let (shm, disk) = (ShmDir::new("journal-actions"), DiskDir::new("actions"));
@@ -1693,6 +1704,14 @@ fn every_delivery_path_follows_the_same_actions() {
     let mut copied = open(Subscription::builder(name).copy_payloads(true));
     let mut untethered = open(Subscription::builder(name).tethered(false));
     assert!(untethered.is_untethered());
+    let persistent = |name: &str, start| {
+        journal::PersistentSubscription::builder(disk.path(), name)
+            .live(Subscription::builder("steered").dir(shm.path()))
+            .start(start)
+            .open()
+            .unwrap()
+    };
+    let mut persistent_live = persistent("live", journal::Start::Live);
     let mut recorder = Recorder::builder(name, disk.path()).stream_dir(shm.path()).start().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while p.wait_for_readers(4, Duration::from_millis(10)).is_err() {
@@ -1706,6 +1725,8 @@ fn every_delivery_path_follows_the_same_actions() {
     record_until_closed(&mut recorder, || true);
     let id = journal::recordings(disk.path()).unwrap().last().unwrap().as_ref().unwrap().id;
     let mut replay = Replay::builder(disk.path(), id).open().unwrap();
+    let mut persistent_replay = persistent("replay", journal::Start::Earliest);
+    assert!(persistent_live.is_live() && !persistent_replay.is_live());
 
     use Action::{Abort, Break, Commit};
     let script: &[(usize, &[Action])] = &[
@@ -1724,11 +1745,13 @@ fn every_delivery_path_follows_the_same_actions() {
         (1, vec![5], 384),
         (0, vec![], 384),
     ];
-    let readers: [(&str, &mut dyn Steered); 4] = [
+    let readers: [(&str, &mut dyn Steered); 6] = [
         ("in place", &mut in_place),
         ("copied", &mut copied),
         ("untethered", &mut untethered),
         ("replay", &mut replay),
+        ("persistent, live", &mut persistent_live),
+        ("persistent, from the journal", &mut persistent_replay),
     ];
     for (path, reader) in readers {
         assert_eq!(run_script(reader, script), expected, "{path}");
