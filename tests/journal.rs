@@ -1393,8 +1393,9 @@ fn read_seqs(out: &Path) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
-/// Every receive shape in turn (poll, poll_blocking, Receiver, AsyncReceiver), each incarnation
-/// killed -9 at a random point and the next one of another shape resuming under the same name.
+/// Every receive shape in turn (poll, poll_blocking, controlled_poll with random actions,
+/// Receiver, AsyncReceiver), each incarnation killed -9 at a random point and the next one of
+/// another shape resuming under the same name.
 #[test]
 fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothing() {
     let _x = support::exclusive();
@@ -1411,8 +1412,8 @@ fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothin
     let mut publisher =
         Peer::spawn("publisher", "publisher", &publisher_cfg(shm.path(), "persist").set("count", count));
     publisher.expect("ready", Duration::from_secs(10));
-    let shapes = ["poll", "blocking", "recv", "async"];
-    let first_shape = rng.range(0, 4) as usize;
+    let shapes = ["poll", "blocking", "controlled", "recv", "async"];
+    let first_shape = rng.range(0, shapes.len() as u64) as usize;
     let reader = |k: usize, extra: &[(&str, u64)]| {
         let mut cfg = Cfg::new()
             .set("shape", shapes[(first_shape + k) % shapes.len()])
@@ -1475,8 +1476,25 @@ fn a_persistent_reader_killed_anywhere_resumes_where_it_stopped_and_loses_nothin
 
 #[test]
 fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_gap() {
+    lapped_persistent_poll("lapped", None);
+}
+
+/// The lapped persistent subscription above driven by `controlled_poll`, its handler answering
+/// with random actions (a seeded draw: `Abort` one fragment in ten, `Break` and `Commit` one in
+/// twenty each): every message once, in order, across its falls back and merges, and an aborted
+/// fragment is the next one the handler sees, whether the next poll reads live, falls back to
+/// the journal or merges into the live stream.
+#[test]
+fn a_lapped_persistent_subscription_steered_by_actions_delivers_every_message_once() {
+    lapped_persistent_poll("lapped-ctl", Some(support::Rng::new("journal-lapped-ctl")));
+}
+
+/// A persistent subscription read through `poll` (`actions` `None`) or `controlled_poll` with
+/// actions drawn from `actions`, while a publisher laps it now and then.
+fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
     use shmlog::journal::{PersistentSubscription, Start};
-    let (shm, disk) = (ShmDir::new("journal-lapped"), DiskDir::new("lapped"));
+    use shmlog::FragmentHandler;
+    let (shm, disk) = (ShmDir::new(&format!("journal-{tag}")), DiskDir::new(tag));
     let count = 200_000;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (started, recording) = std::sync::mpsc::channel();
@@ -1513,8 +1531,38 @@ fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_
         }
         v.on_message(m, h.session_id());
     });
+    // The fragment last aborted (its position, and whether it was read live), the aborts made
+    // reading live and catching up, and the aborted fragments delivered again by a poll that read
+    // the other way (a fall-back or a merge in between).
+    let mut aborted: Option<(i64, bool)> = None;
+    let (mut aborts_live, mut aborts_replaying, mut across) = (0u64, 0u64, 0u64);
     while v.borrow().total < count {
-        let n = sub.poll(&mut assembler, 64).unwrap();
+        let n = match &mut actions {
+            None => sub.poll(&mut assembler, 64).unwrap(),
+            Some(rng) => {
+                let was_live = sub.is_live();
+                let handler = |payload: &[u8], h: &Header| {
+                    if let Some((at, live)) = aborted.take() {
+                        assert_eq!(h.position(), at, "the fragment aborted is not the next one delivered");
+                        across += u64::from(live != was_live);
+                    }
+                    let action = match rng.range(0, 100) {
+                        0..10 => Action::Abort,
+                        10..15 => Action::Break,
+                        15..20 => Action::Commit,
+                        _ => Action::Continue,
+                    };
+                    if action == Action::Abort {
+                        aborted = Some((h.position(), was_live));
+                        *if was_live { &mut aborts_live } else { &mut aborts_replaying } += 1;
+                    } else {
+                        assembler.on_fragment(payload, h);
+                    }
+                    action
+                };
+                sub.controlled_poll(handler, 64).unwrap()
+            }
+        };
         polls += 1;
         // Slow now and then while live: the publisher laps it.
         if n > 0 && live && polls % 4 == 0 {
@@ -1539,6 +1587,13 @@ fn a_lapped_persistent_subscription_goes_back_to_the_journal_and_merges_with_no_
     assert_eq!(v.failure, None);
     assert_eq!(v.total, count, "every message once, in order");
     assert!(fell_back > 0, "the publisher never lapped the live reads: nothing was tested");
+    if actions.is_some() {
+        assert!(
+            aborts_live > 0 && aborts_replaying > 0,
+            "aborts: {aborts_live} live, {aborts_replaying} replaying"
+        );
+        println!("aborted {aborts_live} fragments live, {aborts_replaying} catching up, {across} delivered again across a fall-back or a merge");
+    }
     let (id, position) = sub.position().expect("a durable position");
     // Stored after the last message: the journal holds nothing more to deliver from there.
     let (rest, error) = replay_from(disk.path(), id, Some(position));
@@ -1596,6 +1651,17 @@ impl Steered for Subscription {
     }
 }
 
+/// Its position is the durable one: stored after each poll (and at a `Commit`); none while
+/// reading live before the first fragment it delivered (the stream's start, 0, here).
+impl Steered for journal::PersistentSubscription {
+    fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize {
+        self.controlled_poll(|p: &[u8], h: &Header| handler(p, h), limit).unwrap()
+    }
+    fn at(&self) -> i64 {
+        self.position().map_or(0, |(_, at)| at)
+    }
+}
+
 impl Steered for Replay {
     fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize {
         self.controlled_poll(|p: &[u8], h: &Header| handler(p, h), limit).unwrap()
@@ -1626,8 +1692,8 @@ fn run_script(reader: &mut dyn Steered, script: &[(usize, &[Action])]) -> Vec<(u
 }
 
 /// `Abort`, `Break`, `Commit` and `Continue` mean the same in every delivery: in place, copied,
-/// untethered (from its checked copy) and replayed from a recording (one frame loop serves them
-/// all: `log::frame_loop`).
+/// untethered (from its checked copy), replayed from a recording (one frame loop serves them
+/// all: `log::frame_loop`), and a persistent subscription's, live or from the journal.
 #[test]
 fn every_delivery_path_follows_the_same_actions() {
     let (shm, disk) = (ShmDir::new("journal-actions"), DiskDir::new("actions"));
@@ -1638,6 +1704,14 @@ fn every_delivery_path_follows_the_same_actions() {
     let mut copied = open(Subscription::builder(name).copy_payloads(true));
     let mut untethered = open(Subscription::builder(name).tethered(false));
     assert!(untethered.is_untethered());
+    let persistent = |name: &str, start| {
+        journal::PersistentSubscription::builder(disk.path(), name)
+            .live(Subscription::builder("steered").dir(shm.path()))
+            .start(start)
+            .open()
+            .unwrap()
+    };
+    let mut persistent_live = persistent("live", journal::Start::Live);
     let mut recorder = Recorder::builder(name, disk.path()).stream_dir(shm.path()).start().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while p.wait_for_readers(4, Duration::from_millis(10)).is_err() {
@@ -1651,6 +1725,8 @@ fn every_delivery_path_follows_the_same_actions() {
     record_until_closed(&mut recorder, || true);
     let id = journal::recordings(disk.path()).unwrap().last().unwrap().as_ref().unwrap().id;
     let mut replay = Replay::builder(disk.path(), id).open().unwrap();
+    let mut persistent_replay = persistent("replay", journal::Start::Earliest);
+    assert!(persistent_live.is_live() && !persistent_replay.is_live());
 
     use Action::{Abort, Break, Commit};
     let script: &[(usize, &[Action])] = &[
@@ -1669,11 +1745,13 @@ fn every_delivery_path_follows_the_same_actions() {
         (1, vec![5], 384),
         (0, vec![], 384),
     ];
-    let readers: [(&str, &mut dyn Steered); 4] = [
+    let readers: [(&str, &mut dyn Steered); 6] = [
         ("in place", &mut in_place),
         ("copied", &mut copied),
         ("untethered", &mut untethered),
         ("replay", &mut replay),
+        ("persistent, live", &mut persistent_live),
+        ("persistent, from the journal", &mut persistent_replay),
     ];
     for (path, reader) in readers {
         assert_eq!(run_script(reader, script), expected, "{path}");
@@ -1854,6 +1932,142 @@ fn a_persistent_receiver_dropped_with_messages_queued_resumes_with_no_gap() {
         // The rest of its read stays queued, unread.
     }
     assert!(next >= 200, "{next}");
+}
+
+/// A process that goes away between an `Abort` and its next poll (dropped here, which leaves the
+/// name as a kill -9 does: the position is stored after each poll) resumes in front of the
+/// fragment aborted: the next process delivers it, from the start of its message, and nothing of
+/// the stream is skipped. A `Commit` stores the position at once: the next fragment's handler
+/// finds it in the `readers` file.
+#[test]
+fn an_aborted_fragment_is_delivered_again_after_a_restart_and_a_commit_is_stored_at_once() {
+    use shmlog::journal::{durable_readers, PersistentSubscription, Start};
+    let (shm, disk) = (ShmDir::new("journal-pabort"), DiskDir::new("pabort"));
+    let (_, id) = record_messages(shm.path(), disk.path(), "pabort", 600, 64 << 10);
+    // Every fragment of the recording: its position (after it) and whether it ends a message.
+    let mut fragments = Vec::<(i64, bool)>::new();
+    let mut replay = Replay::builder(disk.path(), id).open().unwrap();
+    while !replay.is_done() {
+        replay.poll(|_: &[u8], h: &Header| fragments.push((h.position(), h.is_end())), 256).unwrap();
+    }
+    // The index of the first fragment of the message fragment `k` is in.
+    let message_start = |k: usize| (0..k).rev().find(|&i| fragments[i].1).map_or(0, |i| i + 1);
+    let stored = || {
+        let readers = durable_readers(disk.path()).unwrap();
+        readers.into_iter().find(|r| r.name == "aborter").and_then(|r| r.position)
+    };
+    let mut rng = support::Rng::new("journal-pabort");
+    // Abort points: a message's first fragment, one inside a fragmented message, then random.
+    let first_inside = (1..fragments.len()).find(|&k| message_start(k) < k).expect("a fragmented message");
+    let mut points = vec![3, first_inside];
+    points.sort_unstable();
+    points.dedup();
+    while points.len() < 12 {
+        let last = *points.last().unwrap() as u64;
+        points.push(rng.range(last + 1, last + 40) as usize);
+    }
+    assert!(*points.last().unwrap() < fragments.len(), "{} fragments", fragments.len());
+    // Where the previous process aborted: the next one starts with that fragment's message.
+    let mut expect_first = 0;
+    let (mut commits_seen, mut seen_inside) = (0, false);
+    for &k in &points {
+        let mut sub = PersistentSubscription::builder(disk.path(), "aborter")
+            .live(Subscription::builder("pabort").dir(shm.path()))
+            .start(Start::Earliest)
+            .open()
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut committed: Option<i64> = None;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seen.last() != Some(&fragments[k].0) {
+            sub.controlled_poll(
+                |_: &[u8], h: &Header| {
+                    if let Some(at) = committed.take() {
+                        assert_eq!(stored(), Some((id, at)), "a Commit did not store the position at once");
+                        commits_seen += 1;
+                    }
+                    seen.push(h.position());
+                    if h.position() == fragments[k].0 {
+                        return Action::Abort;
+                    }
+                    if h.is_end() && rng.chance(30) {
+                        committed = Some(h.position());
+                        return Action::Commit;
+                    }
+                    Action::Continue
+                },
+                16,
+            )
+            .unwrap();
+            assert!(Instant::now() < deadline, "fragment {k} never came");
+        }
+        let first = fragments.iter().position(|f| f.0 == seen[0]).unwrap();
+        assert_eq!(first, expect_first, "resumed at fragment {first}, not where the aborted message starts");
+        let want: Vec<i64> = fragments[first..=k].iter().map(|f| f.0).collect();
+        assert_eq!(seen, want, "fragments {first}..={k}: a gap or a duplicate");
+        expect_first = message_start(k);
+        seen_inside |= expect_first < k;
+        // Stored after the poll: in front of the aborted fragment's message, not past it.
+        let start =
+            if expect_first == 0 { replay.recording().start_position } else { fragments[expect_first - 1].0 };
+        assert_eq!(sub.position(), Some((id, start)));
+        drop(sub);
+    }
+    assert!(seen_inside && commits_seen > 0, "inside a message: {seen_inside}, commits: {commits_seen}");
+}
+
+/// A persistent subscription that reads a session live ahead of its recorder (which has recorded
+/// less than the reader read) stores its position all the same, in the recording of that
+/// session: a restart resumes there (from the live log, or once the recorder gets there). Found
+/// by the ledger (seed 606: a fast reader delivered 52 messages of a new session, never stored,
+/// and its next incarnation delivered them again).
+#[test]
+fn a_persistent_subscription_ahead_of_its_recorder_stores_its_position() {
+    use shmlog::journal::PersistentSubscription;
+    let (shm, disk) = (ShmDir::new("journal-pahead"), DiskDir::new("pahead"));
+    let mut recorder = Recorder::builder("pahead", disk.path()).stream_dir(shm.path()).start().unwrap();
+    let go = Arc::new(AtomicBool::new(false));
+    let count = 20;
+    let publisher = publish_after_first(shm.path(), "pahead", count, go.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The recorder records the first message, then does not poll again until the end.
+    let id = loop {
+        recorder.poll().unwrap();
+        let recorded = journal::recordings(disk.path()).unwrap().into_iter().flatten().next();
+        if let Some(r) = recorded.filter(|r| r.stop_position > r.start_position) {
+            break r.id;
+        }
+        assert!(Instant::now() < deadline, "the first message was not recorded");
+    };
+    let mut sub = PersistentSubscription::builder(disk.path(), "ahead")
+        .live(Subscription::builder("pahead").dir(shm.path()))
+        .open()
+        .unwrap();
+    go.store(true, Ordering::Release);
+    let last_end = std::cell::Cell::new(None);
+    let mut assembler = FragmentAssembler::new(|_: &[u8], h: &Header| last_end.set(Some(h.position())));
+    while !publisher.is_finished() {
+        sub.poll(&mut assembler, 64).unwrap();
+        assert!(Instant::now() < deadline, "the publisher did not finish");
+    }
+    // Read to the publisher's end; the position's store looks the recording up once a millisecond.
+    while last_end.get().is_none() || sub.position().map(|(_, at)| at) != last_end.get() {
+        sub.poll(&mut assembler, 64).unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "stored {:?}, delivered up to {:?}",
+            sub.position(),
+            last_end.get()
+        );
+    }
+    drop(assembler);
+    let recorded = journal::recording(disk.path(), id).unwrap().stop_position;
+    assert!(recorded < last_end.get().unwrap(), "the recorder went on: nothing was tested");
+    assert_eq!(sub.position().map(|(rec, _)| rec), Some(id));
+    publisher.join().unwrap();
+    while recorder.poll().unwrap() > 0 || recorder.recording_id().is_some() {
+        assert!(Instant::now() < deadline, "the recorder did not finish");
+    }
 }
 
 /// A wait joins a session that started while the reader waited, and queues the loss of what it

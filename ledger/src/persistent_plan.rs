@@ -11,6 +11,9 @@ use crate::prng::{mix, Rng};
 /// Adds persistent readers and purges to `sc`.
 pub fn add(sc: &mut Scenario) {
     let mut rng = Rng::new(mix(sc.seed ^ 0x0050_4552_5349_5354));
+    // Which `poll` incarnations steer with actions: a generator of its own, so the rest of the
+    // draw stays what it was for seeds run before `controlled` was drawn.
+    let mut steer = Rng::new(mix(sc.seed ^ 0x0043_5452_4c44));
     let end = (sc.seconds * 1000.0) as u64;
     let streams: Vec<String> = sc.streams.iter().filter(|s| !s.hostile).map(|s| s.name.clone()).collect();
     let mut chosen: Vec<String> = streams.iter().filter(|_| rng.chance(0.5)).cloned().collect();
@@ -32,7 +35,7 @@ pub fn add(sc: &mut Scenario) {
             let name = format!("p{si}{k}");
             let settings = format!("stream={stream},name={name},speed={speed},limit={limit}");
             let first = rng.range(0, 1500);
-            lifecycle(&mut rng, &name, &settings, first, end, &mut sc.timeline);
+            lifecycle(&mut rng, &mut steer, &name, &settings, first, end, &mut sc.timeline);
         }
         let mut t = rng.range(1000, 3000);
         while t < end {
@@ -55,8 +58,17 @@ fn names(a: &Action, actor: &str) -> bool {
 
 /// Incarnations of durable reader `name`: each killed, closed or left running, and started again
 /// under the same name soon after (each with a receive shape of its own, drawn like a live
-/// reader's); some stopped long enough to be lapped.
-fn lifecycle(rng: &mut Rng, name: &str, settings: &str, start: u64, end: u64, out: &mut Vec<(u64, Action)>) {
+/// reader's: half of the `poll` ones `controlled`, by `steer`); some stopped long enough to be
+/// lapped.
+fn lifecycle(
+    rng: &mut Rng,
+    steer: &mut Rng,
+    name: &str,
+    settings: &str,
+    start: u64,
+    end: u64,
+    out: &mut Vec<(u64, Action)>,
+) {
     let (mut t, mut inc) = (start, 1);
     while t < end {
         let proc = format!("{name}.{inc}");
@@ -68,6 +80,7 @@ fn lifecycle(rng: &mut Rng, name: &str, settings: &str, start: u64, end: u64, ou
             (1, "async"),
             (1, "stream"),
         ]);
+        let shape = if shape == "poll" && steer.chance(0.5) { "controlled" } else { shape };
         let settings = format!("{settings},shape={shape}");
         out.push((t, Action::Spawn { proc: proc.clone(), role: "persistent".into(), settings }));
         inc += 1;
@@ -85,10 +98,18 @@ fn lifecycle(rng: &mut Rng, name: &str, settings: &str, start: u64, end: u64, ou
                     t += d;
                     continue;
                 }
-                "kill" => out.push((t, Action::Kill(proc.clone()))),
-                _ => out.push((t, Action::Close(proc.clone()))),
+                "kill" => {
+                    out.push((t, Action::Kill(proc.clone())));
+                    t += rng.range(0, 700);
+                }
+                _ => {
+                    // A closed incarnation stuck in a blocking receive (an idle iterator: a
+                    // persistent one never ends) is ended by force 700 ms later (the roles'
+                    // grace); until then it holds the name, and a next one opening it fails.
+                    out.push((t, Action::Close(proc.clone())));
+                    t += rng.range(800, 1500);
+                }
             }
-            t += rng.range(0, 700);
             break;
         }
     }

@@ -13,13 +13,14 @@
 use super::durable::DurableReader;
 use super::replay::Replay;
 use super::Recording;
-use crate::api::handler::FragmentHandler;
+use crate::api::handler::{ControlledFragmentHandler, FragmentHandler};
 use crate::api::polled::Polled;
 use crate::api::source::sealed::Read;
 use crate::api::subscription::{Subscription, SubscriptionBuilder};
 use crate::error::Error;
 use crate::layout::frame::FRAME_ALIGNMENT;
 use crate::log::header::Header;
+use crate::log::reader::Action;
 use crate::stream::join::JoinAt;
 use crate::stream::loss::{Loss, LossCause};
 use std::collections::VecDeque;
@@ -172,13 +173,44 @@ impl PersistentSubscription {
     /// stores the position after them. A crash (kill -9 included) delivers again at most what
     /// the last poll delivered, and a message of which only some fragments were delivered.
     pub fn poll(&mut self, handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+        let n = self.deliver(continuing(handler), fragment_limit)?;
+        self.store()?;
+        Ok(n)
+    }
+
+    /// Like [`PersistentSubscription::poll`], the handler steering with an [`Action`], live or
+    /// from the journal alike (the core's frame loop decides what each means):
+    ///
+    /// - `Abort` leaves the fragment for the next poll and stops. It does not count as delivered:
+    ///   the position stored after the poll stays in front of it, so the next poll, a fall-back
+    ///   to the journal, a merge into the live stream or a process resuming the name delivers it
+    ///   again (with the first fragments of its message, for a resumed process).
+    /// - `Break` delivers the fragment and stops.
+    /// - `Commit` delivers the fragment and stores the durable position at once, before the next
+    ///   fragment: a crash later in the poll delivers again only what came after the last whole
+    ///   message (if the recording of the session is not known yet, the store waits for the
+    ///   poll's end, as `poll`'s does). The live subscription's position is its own (untethered,
+    ///   it holds no one back), so there is nothing else to publish.
+    /// - `Continue` delivers the fragment.
+    ///
+    /// There is no `block_poll`: a replay has no block read, and the durable position is a
+    /// message boundary that a block of raw frames would have to be parsed again to find.
+    pub fn controlled_poll(
+        &mut self,
+        handler: impl ControlledFragmentHandler,
+        fragment_limit: usize,
+    ) -> Result<usize, Error> {
         let n = self.deliver(handler, fragment_limit)?;
         self.store()?;
         Ok(n)
     }
 
-    /// A poll without the store of the position after it.
-    fn deliver(&mut self, mut handler: impl FragmentHandler, fragment_limit: usize) -> Result<usize, Error> {
+    /// A controlled poll without the store of the position after it (a `Commit` stores).
+    fn deliver(
+        &mut self,
+        mut handler: impl ControlledFragmentHandler,
+        fragment_limit: usize,
+    ) -> Result<usize, Error> {
         let n = match &mut self.mode {
             Mode::Live { sub, laps } => 'live: {
                 if let Some(loss) = sub.take_loss() {
@@ -188,12 +220,11 @@ impl PersistentSubscription {
                     self.fall_back(Some(loss))?;
                     break 'live 0;
                 }
-                let (delivered, boundary, session) =
-                    (&mut self.delivered, &mut self.boundary, &mut self.session);
-                let n = sub.poll(
+                let mut at = Delivery::of(&mut self.delivered, &mut self.boundary, &mut self.session);
+                let (reader, recording) = (&self.reader, self.recording);
+                let n = sub.controlled_poll(
                     |payload: &[u8], h: &Header| {
-                        note(delivered, boundary, session, h);
-                        handler.on_fragment(payload, h);
+                        at.handled(h, handler.on_fragment(payload, h), reader, recording)
                     },
                     fragment_limit,
                 );
@@ -210,23 +241,25 @@ impl PersistentSubscription {
                 n
             }
             Mode::Replay(replay) => {
-                let (delivered, boundary, session) =
-                    (&mut self.delivered, &mut self.boundary, &mut self.session);
-                let skip_to = *delivered;
-                let same = *session == Some(replay.recording().session_id);
-                let polled = replay.poll(
+                let skip_to = self.delivered;
+                let same = self.session == Some(replay.recording().session_id);
+                let mut at = Delivery::of(&mut self.delivered, &mut self.boundary, &mut self.session);
+                let (reader, recording) = (&self.reader, self.recording);
+                let polled = replay.controlled_poll(
                     |payload: &[u8], h: &Header| {
                         if same && h.position() <= skip_to {
-                            return; // delivered live before the lap: a message's first fragments
+                            // Delivered live before the lap: a message's first fragments.
+                            return Action::Continue;
                         }
-                        note(delivered, boundary, session, h);
-                        handler.on_fragment(payload, h);
+                        at.handled(h, handler.on_fragment(payload, h), reader, recording)
                     },
                     fragment_limit,
                 );
+                let stopped = at.stopped;
                 match polled {
                     Ok(n) => {
-                        if n < fragment_limit {
+                        // A poll the handler stopped says nothing of the recorded end.
+                        if n < fragment_limit && !stopped {
                             self.caught_up()?;
                         }
                         n
@@ -349,7 +382,10 @@ impl PersistentSubscription {
     }
 
     /// Stores `(recording, boundary)` if the recording of the boundary's session is known
-    /// (looked up in the catalog at most once a millisecond).
+    /// (looked up in the catalog at most once a millisecond). A recording still recording holds
+    /// the boundary also past what it has recorded: a reader reading live may be ahead of the
+    /// recorder (a resume there is [`Mode::Ahead`]'s), and a fast one would otherwise store
+    /// nothing of a new session while it stays ahead.
     fn store(&mut self) -> Result<(), Error> {
         let Some(session) = self.session else { return Ok(()) };
         if self.recording.map(|(_, s)| s) != Some(session) {
@@ -360,7 +396,7 @@ impl PersistentSubscription {
             let found = self.recordings()?.into_iter().rev().find(|r| {
                 r.session_id == session
                     && r.start_position <= self.boundary
-                    && self.boundary <= r.stop_position
+                    && (self.boundary <= r.stop_position || !r.is_stopped())
             });
             match found {
                 Some(r) => self.recording = Some((r.id, session)),
@@ -550,7 +586,7 @@ impl Read for PersistentSubscription {
     /// delivers again at most the last read's messages, as after a poll.
     fn read(&mut self, handler: impl FnMut(&[u8], &Header), limit: usize) -> Result<usize, Error> {
         self.store()?;
-        self.deliver(handler, limit)
+        self.deliver(continuing(handler), limit)
     }
 
     fn take_loss(&mut self) -> Option<Loss> {
@@ -584,16 +620,65 @@ impl Read for PersistentSubscription {
     }
 }
 
-/// Notes a fragment about to be delivered.
-fn note(delivered: &mut i64, boundary: &mut i64, session: &mut Option<i32>, h: &Header) {
-    if *session != Some(h.session_id()) {
-        // A new session: its first message starts where this fragment does.
-        let aligned = (h.frame_length() as i64 + FRAME_ALIGNMENT as i64 - 1) & !(FRAME_ALIGNMENT as i64 - 1);
-        *boundary = h.position() - aligned;
-        *session = Some(h.session_id());
+/// A [`FragmentHandler`] as a controlled one that takes every fragment.
+fn continuing(mut handler: impl FragmentHandler) -> impl FnMut(&[u8], &Header) -> Action {
+    move |payload: &[u8], h: &Header| {
+        handler.on_fragment(payload, h);
+        Action::Continue
     }
-    *delivered = h.position();
-    if h.is_end() {
-        *boundary = h.position();
+}
+
+/// What one poll delivered, kept as the handler answers: the fields of the subscription that
+/// say where it stands in the stream, and whether the handler stopped the poll.
+struct Delivery<'a> {
+    delivered: &'a mut i64,
+    boundary: &'a mut i64,
+    session: &'a mut Option<i32>,
+    stopped: bool,
+}
+
+impl<'a> Delivery<'a> {
+    fn of(delivered: &'a mut i64, boundary: &'a mut i64, session: &'a mut Option<i32>) -> Self {
+        Self { delivered, boundary, session, stopped: false }
+    }
+
+    /// The handler answered `action` to the fragment of `h`: an aborted fragment is not
+    /// delivered (nothing moves past it); a committed one stores the durable position now, if
+    /// `recording` is known to hold its session.
+    fn handled(
+        &mut self,
+        h: &Header,
+        action: Action,
+        reader: &DurableReader,
+        recording: Option<(u32, i32)>,
+    ) -> Action {
+        self.stopped |= matches!(action, Action::Abort | Action::Break);
+        if action == Action::Abort {
+            return action;
+        }
+        self.note(h);
+        if action == Action::Commit {
+            if let Some((id, session)) = recording {
+                if *self.session == Some(session) && reader.position() != Some((id, *self.boundary)) {
+                    reader.store(id, *self.boundary);
+                }
+            }
+        }
+        action
+    }
+
+    /// Notes a fragment delivered.
+    fn note(&mut self, h: &Header) {
+        if *self.session != Some(h.session_id()) {
+            // A new session: its first message starts where this fragment does.
+            let aligned =
+                (h.frame_length() as i64 + FRAME_ALIGNMENT as i64 - 1) & !(FRAME_ALIGNMENT as i64 - 1);
+            *self.boundary = h.position() - aligned;
+            *self.session = Some(h.session_id());
+        }
+        *self.delivered = h.position();
+        if h.is_end() {
+            *self.boundary = h.position();
+        }
     }
 }

@@ -776,7 +776,7 @@ fn persistent_reader(cfg: &Settings, ctx: &Ctx) -> ! {
             std::thread::sleep(Duration::from_micros(us));
         }
     };
-    // The receive shape (`shape`): poll, poll_blocking, Receiver, AsyncReceiver.
+    // The receive shape (`shape`): poll, poll_blocking, controlled_poll, Receiver, AsyncReceiver.
     let shape = cfg.str("shape").unwrap_or("poll");
     ctx.emit("shape", shape);
     match shape {
@@ -791,6 +791,32 @@ fn persistent_reader(cfg: &Settings, ctx: &Ctx) -> ! {
                 match n {
                     Ok(0) if shape == "poll" => std::thread::sleep(Duration::from_micros(200)),
                     Ok(0) => {}
+                    Ok(_) => nap(),
+                    Err(e) => ctx.fail(&format!("poll: {e}")),
+                }
+                after(&mut sub, None);
+            }
+        }
+        "controlled" => {
+            // Whole messages steered with drawn actions (`Abort` one in eight): a kill between an
+            // `Abort` and the next poll is as likely as anywhere else.
+            let mut draws = u64::from(std::process::id()) << 32;
+            let mut assembler = FragmentAssembler::new(|m: &[u8], h: &Header| {
+                draws += 1;
+                let action = match super::wire::mix(draws) % 100 {
+                    0..12 => Action::Abort,
+                    12..18 => Action::Break,
+                    18..24 => Action::Commit,
+                    _ => Action::Continue,
+                };
+                if action != Action::Abort {
+                    deliver(m, h.session_id());
+                }
+                action
+            });
+            while !done.get() {
+                match sub.controlled_poll(&mut assembler, 64) {
+                    Ok(0) => std::thread::sleep(Duration::from_micros(200)),
                     Ok(_) => nap(),
                     Err(e) => ctx.fail(&format!("poll: {e}")),
                 }

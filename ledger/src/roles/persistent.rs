@@ -8,7 +8,8 @@
 //! its last such line (the oracle's `P.redelivered`).
 //!
 //! Its receive shape (`shape=`) is drawn like a live reader's: `poll` (through a
-//! `FragmentAssembler`), `blocking` (`poll_blocking`), `recv` / `iter` (a `Receiver`) or
+//! `FragmentAssembler`), `controlled` (`controlled_poll` through one, the tracker answering
+//! random `Abort`, `Break` and `Commit`), `blocking` (`poll_blocking`), `recv` / `iter` (a `Receiver`) or
 //! `async` / `stream` (an `AsyncReceiver` on a tokio runtime). A receiver stores the position
 //! inside a receive, before the message it returns: its `pos` line comes before that message's.
 
@@ -60,7 +61,7 @@ pub(super) fn run(ctx: &Ctx) -> i32 {
         _ => Speed::Fast,
     };
     let mut rng = ctx.rng.clone();
-    let mut t = Tracker::new(ctx.out.clone(), speed, rng.fork(7), false);
+    let mut t = Tracker::new(ctx.out.clone(), speed, rng.fork(7), shape(ctx) == "controlled");
     // Its sessions change as it goes from one recording (or live log) to the next, inside a
     // poll: a new session is a `joined` line, not a broken promise.
     t.joins_in_call = true;
@@ -94,9 +95,11 @@ fn note_position(sub: &PersistentSubscription, stored: &mut Option<(u32, i64)>, 
     }
 }
 
-/// `poll`, or `poll_blocking` (`Fault` as it returns it), through a `FragmentAssembler`.
+/// `poll`, `controlled_poll`, or `poll_blocking` (`Fault` as it returns it), through a
+/// `FragmentAssembler`.
 fn polling(ctx: &Ctx, mut sub: PersistentSubscription, t: Tracker) -> i32 {
     let blocking = shape(ctx) == "blocking";
+    let controlled = shape(ctx) == "controlled";
     let timeout = Duration::from_millis(ctx.rng.clone().range(1, 50));
     let mut asm = FragmentAssembler::new(t);
     let (limit, mut idle) = (limit(ctx), idle_for(ctx));
@@ -105,6 +108,8 @@ fn polling(ctx: &Ctx, mut sub: PersistentSubscription, t: Tracker) -> i32 {
     while !ctx.stopping() {
         let polled = if blocking {
             sub.poll_blocking(&mut asm, limit, timeout)
+        } else if controlled {
+            sub.controlled_poll(&mut asm, limit).map(Polled::Fragments)
         } else {
             sub.poll(&mut asm, limit).map(Polled::Fragments)
         };
