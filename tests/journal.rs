@@ -97,6 +97,43 @@ fn verify_replay(journal: &Path, id: u32, session: i32, from_start: bool) -> Ver
     v
 }
 
+/// A recorder of a stream on a thread of its own (1 MiB segments, joining a session at its
+/// start), started before [`RecorderThread::start`] returns: a live reader alone lets a
+/// publisher go on, and a recorder that started late on a loaded machine would miss sessions.
+struct RecorderThread {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RecorderThread {
+    fn start(shm: &Path, journal: &Path, stream: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (started, recording) = std::sync::mpsc::channel();
+        let thread = {
+            let (shm, journal, stream, stop) =
+                (shm.to_path_buf(), journal.to_path_buf(), stream.to_owned(), stop.clone());
+            std::thread::spawn(move || {
+                let mut r = Recorder::builder(stream, journal)
+                    .stream_dir(shm)
+                    .segment_length(1 << 20)
+                    .join_at(shmlog::JoinAt::Earliest)
+                    .start()
+                    .unwrap();
+                started.send(()).unwrap();
+                r.run_until(|| stop.load(Ordering::Relaxed)).unwrap();
+            })
+        };
+        recording.recv().unwrap();
+        Self { stop, thread }
+    }
+
+    /// Stops the recorder after its current poll and waits for its thread.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
+
 /// Polls `recorder` until `done()` and the recording it started is closed (end of stream).
 fn record_until_closed(recorder: &mut Recorder, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -236,15 +273,7 @@ fn a_replay_starts_where_a_message_starts_and_nowhere_else() {
 fn replay_merge_hands_over_to_the_live_stream_with_no_gap_and_no_duplicate() {
     let (shm, disk) = (ShmDir::new("journal-merge"), DiskDir::new("merge"));
     let count = 400_000;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let recorder = {
-        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
-        std::thread::spawn(move || {
-            let mut r =
-                Recorder::builder("merge", disk).stream_dir(shm).segment_length(1 << 20).start().unwrap();
-            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
-        })
-    };
+    let recorder = RecorderThread::start(shm.path(), disk.path(), "merge");
     let publisher = publish(shm.path(), "merge", count);
     // Once something is recorded, replay it from the start and merge into the live stream while
     // the publisher keeps going.
@@ -275,9 +304,8 @@ fn replay_merge_hands_over_to_the_live_stream_with_no_gap_and_no_duplicate() {
         assert!(Instant::now() < deadline, "replay-merge did not reach the end of the stream");
     }
     drop(assembler);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(publisher.join().unwrap(), session);
-    recorder.join().unwrap();
+    recorder.stop();
     let merged_at = merge.merged_at().expect("merged into the live stream");
     assert_eq!(v.failure, None);
     assert_eq!(v.total, count, "every message once, in order, across the handover at {merged_at}");
@@ -1496,28 +1524,12 @@ fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
     use shmlog::FragmentHandler;
     let (shm, disk) = (ShmDir::new(&format!("journal-{tag}")), DiskDir::new(tag));
     let count = 200_000;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (started, recording) = std::sync::mpsc::channel();
-    let recorder = {
-        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
-        std::thread::spawn(move || {
-            let mut r = Recorder::builder("lapped", disk)
-                .stream_dir(shm)
-                .segment_length(1 << 20)
-                .join_at(shmlog::JoinAt::Earliest)
-                .start()
-                .unwrap();
-            started.send(()).unwrap();
-            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
-        })
-    };
+    let recorder = RecorderThread::start(shm.path(), disk.path(), "lapped");
     let mut sub = PersistentSubscription::builder(disk.path(), "slow")
         .live(Subscription::builder("lapped").dir(shm.path()))
         .start(Start::Earliest)
         .open()
         .unwrap();
-    // The recorder waits for the session from its first message (the publisher counts it).
-    recording.recv().unwrap();
     let publisher = publish(shm.path(), "lapped", count);
     let v = std::cell::RefCell::new(Verifier::new(shape()));
     let mut session = None;
@@ -1581,8 +1593,7 @@ fn lapped_persistent_poll(tag: &str, mut actions: Option<support::Rng>) {
         assert!(Instant::now() < deadline, "the end of stream did not close the recording");
         std::thread::yield_now();
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    recorder.join().unwrap();
+    recorder.stop();
     let v = v.into_inner();
     assert_eq!(v.failure, None);
     assert_eq!(v.total, count, "every message once, in order");
@@ -1766,27 +1777,12 @@ fn lapped_persistent_receiver(how: &str) {
     use shmlog::{AsyncReceiver, Bytes, Receiver, RecvError};
     let (shm, disk) = (ShmDir::new(&format!("journal-lrx-{how}")), DiskDir::new(&format!("lrx-{how}")));
     let count = 100_000;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (started, recording) = std::sync::mpsc::channel();
-    let recorder = {
-        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
-        std::thread::spawn(move || {
-            let mut r = Recorder::builder("lrx", disk)
-                .stream_dir(shm)
-                .segment_length(1 << 20)
-                .join_at(shmlog::JoinAt::Earliest)
-                .start()
-                .unwrap();
-            started.send(()).unwrap();
-            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
-        })
-    };
+    let recorder = RecorderThread::start(shm.path(), disk.path(), "lrx");
     let sub = PersistentSubscription::builder(disk.path(), "slow")
         .live(Subscription::builder("lrx").dir(shm.path()))
         .start(Start::Earliest)
         .open()
         .unwrap();
-    recording.recv().unwrap();
     let publisher = publish(shm.path(), "lrx", count);
     let mut v = Verifier::new(shape());
     let (mut live, mut fell_back) = (false, 0);
@@ -1834,8 +1830,7 @@ fn lapped_persistent_receiver(how: &str) {
         rx.into_source()
     };
     publisher.join().unwrap();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    recorder.join().unwrap();
+    recorder.stop();
     assert_eq!(v.failure, None);
     assert_eq!(v.total, count, "every message once, in order");
     assert!(fell_back > 0, "the publisher never lapped the live reads: nothing was tested");
@@ -2079,28 +2074,11 @@ fn a_persistent_subscription_ahead_of_its_recorder_stores_its_position() {
 fn a_session_a_wait_joined_late_is_read_from_the_journal_from_its_start() {
     use shmlog::journal::PersistentSubscription;
     let (shm, disk) = (ShmDir::new("journal-pwaitjoin"), DiskDir::new("pwaitjoin"));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (started, recording) = std::sync::mpsc::channel();
-    let recorder = {
-        let (shm, disk, stop) = (shm.path().to_path_buf(), disk.path().to_path_buf(), stop.clone());
-        std::thread::spawn(move || {
-            let mut r = Recorder::builder("pwaitjoin", disk)
-                .stream_dir(shm)
-                .segment_length(1 << 20)
-                .join_at(shmlog::JoinAt::Earliest)
-                .start()
-                .unwrap();
-            started.send(()).unwrap();
-            r.run_until(|| stop.load(std::sync::atomic::Ordering::Relaxed)).unwrap();
-        })
-    };
+    let recorder = RecorderThread::start(shm.path(), disk.path(), "pwaitjoin");
     let mut sub = PersistentSubscription::builder(disk.path(), "waiter")
         .live(Subscription::builder("pwaitjoin").dir(shm.path()))
         .open()
         .unwrap();
-    // The live reader alone lets the publisher go on: a recorder that starts late (a loaded
-    // machine) would miss session A and the loop below would wait for its recording in vain.
-    recording.recv().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     // Session A, read live to its end.
     let a = publish(shm.path(), "pwaitjoin", 10).join().unwrap();
@@ -2135,7 +2113,6 @@ fn a_session_a_wait_joined_late_is_read_from_the_journal_from_its_start() {
         assert!(Instant::now() < deadline, "{} of {count} messages of session B", v.total);
     }
     drop(assembler);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    recorder.join().unwrap();
+    recorder.stop();
     assert_eq!(v.failure, None);
 }
