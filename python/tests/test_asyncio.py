@@ -248,3 +248,25 @@ def test_receives_on_one_loop_then_another_are_woken_on_each(stream_dir, name):
     assert asyncio.run(one(b"second")) == b"second"
     sub.close()
     pub.close()
+
+
+def test_two_tasks_awaiting_one_subscription_are_both_woken(stream_dir, name):
+    """Two tasks of one loop awaiting the same subscription: the watch wakes every waiting task
+    (one slot for a waiter would leave the first to wait for ever), and each message goes to
+    exactly one of them."""
+    pub = shmlog.Publication(name, stream_dir)
+    sub = shmlog.Subscription(name, stream_dir)
+    pub.wait_connected(timeout=5)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(sub.recv_async())
+        second = asyncio.create_task(sub.recv_async())
+        await asyncio.sleep(0)  # both wait now
+        loop.call_soon(pub.offer, b"a")
+        loop.call_soon(pub.offer, b"b")
+        return await asyncio.wait_for(asyncio.gather(first, second), 5)
+
+    assert sorted(asyncio.run(main())) == [b"a", b"b"]
+    sub.close()
+    pub.close()

@@ -137,13 +137,14 @@ class _Watch:
     when the owner is collected, or when a wait runs on another loop.
     """
 
-    __slots__ = ("_owner", "_fd", "_loop", "_waiter", "__weakref__")
+    __slots__ = ("_owner", "_fd", "_loop", "_waiters", "__weakref__")
 
     def __init__(self, owner: Union["Publication", "Subscription"]) -> None:
         self._owner = weakref.ref(owner)
         self._fd = owner._async_fd()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._waiter: Optional[asyncio.Future] = None
+        # The futures of the tasks awaiting a wake-up (usually one; several tasks may await).
+        self._waiters: list = []
         weakref.finalize(owner, self.stop)
 
     def _on_readable(self) -> None:
@@ -155,9 +156,9 @@ class _Watch:
             owner._drain_wakes()
         except (ShmlogError, RuntimeError):  # closed (or busy) under the watch: the waiter's poll says
             self.stop()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(True)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(True)
 
     async def wait(self, loop: asyncio.AbstractEventLoop, deadline: Optional[float]) -> bool:
         """Awaits a wake-up; ``False`` if `deadline` (loop time) passed first."""
@@ -165,12 +166,13 @@ class _Watch:
             self.stop()
             loop.add_reader(self._fd, self._on_readable)
             self._loop = loop
-        fut = self._waiter = loop.create_future()
+        fut = loop.create_future()
+        self._waiters.append(fut)
         timer = None if deadline is None else loop.call_at(deadline, _ready, fut, False)
         try:
             return await fut
         finally:
-            self._waiter = None
+            self._waiters.remove(fut)
             if timer is not None:
                 timer.cancel()
 
