@@ -10,6 +10,7 @@ mod journal;
 mod outcome;
 mod persistent;
 mod publication;
+mod receive;
 mod subscription;
 mod util;
 

@@ -5,40 +5,34 @@
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
-use crate::outcome::{Losses, Pending, Step};
+use crate::outcome::{Pending, Step};
+use crate::receive;
 use crate::subscription::PyLoss;
-use crate::util::{self, PyBytesCodec};
+use crate::util;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use shmlog::journal::{PersistentSubscription, Start};
-use shmlog::{Receiver, Subscription};
+use shmlog::Subscription;
 use std::path::PathBuf;
 use std::time::Instant;
 
-type Rx = Receiver<Py<PyBytes>, PyBytesCodec, PersistentSubscription>;
+type Inner = receive::Inner<PersistentSubscription>;
 
-struct Inner {
-    rx: Rx,
-    losses: Losses,
-}
-
-impl Inner {
-    /// The next message there now (one read of the journal or the live stream at most), or
-    /// `None`. Losses go to `take_loss`.
-    fn take(&mut self, py: Python<'_>, what: &str) -> PyResult<Option<Py<PyBytes>>> {
-        loop {
-            match Step::of(self.rx.try_recv()) {
-                Step::Message(m) => return Ok(Some(m)),
-                Step::Nothing => return Ok(None),
-                Step::Lost(loss) => self.losses.report(loss),
-                Step::Journal(e) => return Err(errors::error(py, e)),
-                Step::Answer(Pending::Fault(why)) => {
-                    return Err(errors::new_err(py, Kind::Fault, format!("{what}: {why}")))
-                }
-                // A persistent subscription goes on with the next session: never said.
-                Step::Answer(Pending::End) => return Ok(None),
+/// What the receiver has now that is not a loss (losses go to `take_loss`): an answer a batch
+/// kept first; `None` if the receiver is gone.
+fn look(inner: &mut Inner) -> Option<Step> {
+    if let Some(p) = inner.pending.take() {
+        return Some(Step::Answer(p));
+    }
+    loop {
+        match Step::of(inner.blocking()?.try_recv()) {
+            Step::Lost(loss) => inner.losses.report(loss),
+            Step::Message(m) => {
+                inner.returned += 1;
+                return Some(Step::Message(m));
             }
+            step => return Some(step),
         }
     }
 }
@@ -61,15 +55,40 @@ pub struct PyPersistentSubscription {
 }
 
 impl PyPersistentSubscription {
+    /// What a receive says for `answer` (a persistent subscription goes on with the next
+    /// session: its end is never said).
+    fn answer(&self, py: Python<'_>, answer: Pending) -> PyResult<()> {
+        match answer {
+            Pending::End => Ok(()),
+            Pending::Fault(why) => Err(errors::new_err(
+                py,
+                Kind::Fault,
+                format!("persistent subscription {:?}: {why}", self.name),
+            )),
+        }
+    }
+
+    /// The next message there now (one read of the journal or the live stream at most), or
+    /// `None`. Losses go to `take_loss`; a journal's error is raised (nothing was taken).
+    fn take(&self, py: Python<'_>, inner: &mut Inner) -> PyResult<Option<Py<PyBytes>>> {
+        match look(inner) {
+            None => Err(self.handle.closed_error(py)),
+            Some(Step::Message(m)) => Ok(Some(m)),
+            Some(Step::Journal(e)) => Err(errors::error(py, e)),
+            Some(Step::Answer(p)) => self.answer(py, p).map(|()| None),
+            Some(Step::Nothing | Step::Lost(_)) => Ok(None),
+        }
+    }
+
     /// The next message, waiting until `deadline` (`None`: forever) in GIL-free slices.
     fn next_message(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<Option<Py<PyBytes>>> {
-        let what = format!("persistent subscription {:?}", self.name);
         self.handle.with(py, |inner| loop {
-            if let Some(m) = inner.take(py, &what)? {
+            if let Some(m) = self.take(py, inner)? {
                 return Ok(Some(m));
             }
             let Some(slice) = util::slice(deadline) else { return Ok(None) };
-            let sub = inner.rx.source();
+            let Some(rx) = inner.blocking() else { return Err(self.handle.closed_error(py)) };
+            let sub = rx.source();
             py.detach(|| sub.wait_readable(slice));
             py.check_signals()?;
             self.handle.check_open(py)?;
@@ -106,8 +125,7 @@ impl PyPersistentSubscription {
         }
         let b = PersistentSubscription::builder(journal, name.clone()).live(live).start(start);
         let sub = py.detach(|| b.open()).map_err(|e| errors::error(py, e))?;
-        let inner = Inner { rx: Receiver::new(sub, PyBytesCodec::default()), losses: Losses::default() };
-        Ok(Self { handle: Handle::new(inner, format!("persistent subscription {name:?}")), name })
+        Ok(Self { handle: Handle::new(Inner::new(sub), format!("persistent subscription {name:?}")), name })
     }
 
     /// The next message as `bytes`, waiting at most `timeout` seconds (`None`: as long as it
@@ -133,11 +151,10 @@ impl PyPersistentSubscription {
         if !handler.is_callable() {
             return Err(PyTypeError::new_err("handler must be callable: handler(message: bytes)"));
         }
-        let what = format!("persistent subscription {:?}", self.name);
         let mut delivered = 0;
         while delivered < limit {
             // One at a time: the lock is not held while the handler runs.
-            let Some(next) = self.handle.with(py, |inner| inner.take(py, &what))? else { break };
+            let Some(next) = self.handle.with(py, |inner| self.take(py, inner))? else { break };
             delivered += 1;
             handler.call1((next.bind(py),))?;
         }
@@ -162,7 +179,7 @@ impl PyPersistentSubscription {
     fn take_loss(&self, py: Python<'_>) -> PyResult<Option<PyLoss>> {
         self.handle.with(py, |inner| {
             if inner.losses.is_empty() {
-                if let Some(loss) = inner.rx.source().take_loss() {
+                if let Some(loss) = inner.source().and_then(|s| s.take_loss()) {
                     return Ok(Some(PyLoss(loss)));
                 }
             }
@@ -180,13 +197,16 @@ impl PyPersistentSubscription {
     /// `None` before the first message the journal holds.
     #[getter]
     fn position(&self, py: Python<'_>) -> PyResult<Option<(u32, i64)>> {
-        self.handle.with(py, |inner| Ok(inner.rx.source().position()))
+        self.handle.with(py, |inner| {
+            inner.source().map(|s| s.position()).ok_or_else(|| self.handle.closed_error(py))
+        })
     }
 
     /// `True` while reading the live stream, `False` while catching up from the journal.
     #[getter]
     fn is_live(&self, py: Python<'_>) -> PyResult<bool> {
-        self.handle.with(py, |inner| Ok(inner.rx.source().is_live()))
+        self.handle
+            .with(py, |inner| inner.source().map(|s| s.is_live()).ok_or_else(|| self.handle.closed_error(py)))
     }
 
     /// The durable name.
@@ -204,13 +224,20 @@ impl PyPersistentSubscription {
     /// Writes the durable position to the disk and waits (it survives this process's crash
     /// without; a power loss only with).
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        self.handle.with(py, |inner| inner.rx.source().sync().map_err(|e| errors::error(py, e)))
+        self.handle.with(py, |inner| match inner.source() {
+            Some(s) => s.sync().map_err(|e| errors::error(py, e)),
+            None => Err(self.handle.closed_error(py)),
+        })
     }
 
     /// Closes and removes the durable name: retention no longer keeps anything for it.
     fn unregister(&self, py: Python<'_>) -> PyResult<()> {
         let mut result = Ok(());
-        self.handle.close(py, |inner| result = inner.rx.into_source().unregister())?;
+        self.handle.close(py, |inner| {
+            if let Some(s) = inner.into_source() {
+                result = s.unregister();
+            }
+        })?;
         result.map_err(|e| errors::error(py, e))
     }
 
@@ -233,9 +260,8 @@ impl PyPersistentSubscription {
     fn __repr__(&self) -> String {
         let state = match self.handle.peek() {
             Some(_) if self.handle.forked() => "of the parent process (forked)".into(),
-            Some(mut g) => match g.as_mut() {
-                Some(inner) => {
-                    let s = inner.rx.source();
+            Some(mut g) => match g.as_mut().and_then(Inner::source) {
+                Some(s) => {
                     let at = s
                         .position()
                         .map_or("nothing read".into(), |(id, p)| format!("recording {id} at {p}"));
@@ -246,5 +272,56 @@ impl PyPersistentSubscription {
             None => "busy".into(),
         };
         format!("<shmlog.PersistentSubscription {:?} ({state})>", self.name)
+    }
+
+    /// asyncio plumbing (see `shmlog.PersistentSubscription.recv_async`): the file descriptor
+    /// the event loop watches for wake-ups.
+    fn _async_fd(&self, py: Python<'_>) -> PyResult<i32> {
+        self.handle.with(py, |inner| inner.wake.fd(py))
+    }
+
+    /// asyncio plumbing: takes the wake-ups so far (before a poll).
+    fn _drain_wakes(&self, py: Python<'_>) -> PyResult<()> {
+        self.handle.with(py, |inner| {
+            inner.wake.drain();
+            Ok(())
+        })
+    }
+
+    /// asyncio plumbing: the messages there now (at most `limit`), or `[]` if there are none
+    /// yet: then the descriptor becomes readable when the live stream's doorbell rings, the
+    /// journal may hold more (a nap while catching up) or the liveness interval passes. A
+    /// journal's error raises as `recv` raises it (met after messages, the next call meets it).
+    /// The switch to the core's `AsyncReceiver` is `Subscription`'s (`crate::receive`).
+    fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        let limit = limit.max(1);
+        self.handle.with(py, |inner| {
+            let take_now = |inner: &mut Inner, out: &mut Vec<_>| {
+                // While the receiver is blocking's. After messages, an answer is kept for the
+                // next receive and a journal's error left to it (nothing was taken).
+                while out.len() < limit {
+                    match look(inner) {
+                        Some(Step::Message(m)) => {
+                            out.push(m);
+                            continue;
+                        }
+                        Some(Step::Answer(p)) if !out.is_empty() => inner.pending = Some(p),
+                        Some(Step::Answer(p)) => self.answer(py, p)?,
+                        Some(Step::Journal(e)) if out.is_empty() => return Err(errors::error(py, e)),
+                        None if out.is_empty() => return Err(self.handle.closed_error(py)),
+                        // Nothing now, or what the next receive meets again.
+                        _ => {}
+                    }
+                    break;
+                }
+                Ok(())
+            };
+            match inner.poll_async(py, &mut out, limit, take_now, || self.handle.closed_error(py))? {
+                Some(answer) => self.answer(py, answer),
+                None => Ok(()),
+            }
+        })?;
+        PyList::new(py, out)
     }
 }

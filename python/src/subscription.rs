@@ -17,16 +17,14 @@ pub(crate) use wait::wait_any;
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
-use crate::outcome::{Losses, Pending};
-use crate::util::{self, AsyncWake, PyBytesCodec};
+use crate::outcome::Pending;
+use crate::util;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
-use receive::{Got, Inner, Mode};
-use shmlog::{AsyncReceiver, JoinAt, Receiver, Resume, Subscription};
+use receive::{Got, Inner};
+use shmlog::{JoinAt, Resume, Subscription};
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::task::Context;
 use std::time::{Duration, Instant};
 
 /// A reader of stream `name`: maps the publisher's log read-only and copies each message into a
@@ -187,15 +185,7 @@ impl PySubscription {
             b = b.max_readers(util::positive(py, "max_readers", n)?);
         }
         let sub = b.open().map_err(|e| errors::error(py, e))?;
-        let codec = PyBytesCodec::default();
-        let inner = Inner {
-            decoded: Arc::clone(&codec.decoded),
-            returned: 0,
-            mode: Mode::Blocking(Receiver::new(sub, codec)),
-            losses: Losses::default(),
-            pending: None,
-            wake: AsyncWake::default(),
-        };
+        let inner = Inner::new(sub);
         Ok(Self { handle: Handle::new(inner, format!("subscription {name:?}")), name })
     }
 
@@ -456,29 +446,14 @@ impl PySubscription {
     /// is in it) or the liveness interval passes.
     ///
     /// What is there now is taken as by `recv_many` (so the end of a session raises `Closed`, a
-    /// fault `Fault`); only when nothing is does the receiver go to the core's `AsyncReceiver`,
-    /// whose poll counts it among the stream's reactor sleepers. It stays there for the next
-    /// asyncio receive (polled as it is: its sleep is set up once, not per message); a blocking
-    /// receive takes it back.
+    /// fault `Fault`); only when nothing is does the receiver go to the core's `AsyncReceiver`
+    /// (`crate::receive::Inner::poll_async`, shared with `PersistentSubscription`).
     fn _poll_async<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
         let mut out = Vec::new();
         let limit = limit.max(1);
         self.handle.with(py, |inner| {
-            let waker = inner.wake.get()?.waker();
-            if !matches!(inner.mode, Mode::Async(_)) {
-                self.take_many(py, inner, &mut out, limit)?;
-                if !out.is_empty() {
-                    return Ok(());
-                }
-                let Mode::Blocking(rx) = std::mem::replace(&mut inner.mode, Mode::Gone) else {
-                    return Err(self.handle.closed_error(py));
-                };
-                // On an error the receiver is gone with it: the subscription is closed.
-                let a =
-                    AsyncReceiver::with_wake_fd(rx, inner.wake.get()?).map_err(|e| errors::error(py, e))?;
-                inner.mode = Mode::Async(a);
-            }
-            match inner.take_async(&mut Context::from_waker(&waker), &mut out, limit) {
+            let take_now = |inner: &mut Inner, out: &mut Vec<_>| self.take_many(py, inner, out, limit);
+            match inner.poll_async(py, &mut out, limit, take_now, || self.handle.closed_error(py))? {
                 Some(answer) => Err(self.answer(py, answer)),
                 None => Ok(()),
             }
