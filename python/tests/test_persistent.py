@@ -1,9 +1,11 @@
-"""Persistent subscriptions from Python: a durable name read through poll, recv and iteration
-gets every message once, in order, across a fall back to the journal when the publisher laps
-it; a process that opens the name again (after a close, or a kill -9) resumes where it stopped."""
+"""Persistent subscriptions from Python: a durable name read through poll, recv, iteration and
+asyncio gets every message once, in order, across a fall back to the journal when the publisher
+laps it; a process that opens the name again (after a close, or a kill -9) resumes where it
+stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -162,3 +164,109 @@ def test_a_reader_killed_resumes_with_no_gap(stream_dir, name, tmp_path, stream)
         first = number(sub.recv(timeout=10))
         assert first <= seen[-1] + 1, "resumed past a message the killed reader never handed out"
         assert first >= seen[-1] + 1 - 64, "more than one read delivered again"
+
+
+async def ticker(ticks: list[float], stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        ticks.append(loop.time())
+        await asyncio.sleep(0.005)
+
+
+def test_an_asyncio_reader_lapped_reads_every_message_once_while_the_loop_ticks(
+    stream_dir, name, tmp_path, stream
+):
+    """Lapped by a burst sent while it waited, the asyncio reader falls back to the journal,
+    catches up while a second burst comes from another thread, and merges into the live stream:
+    every message once, in order, and the loop's timer never held up."""
+    stream.send(10)
+    total = 10 + 5000 + 3000
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks: list[float] = []
+        stop = asyncio.Event()
+        tick = asyncio.create_task(ticker(ticks, stop))
+        got, modes = [], set()
+        with open_persistent(stream_dir, name, tmp_path) as sub:
+            got += [await sub.recv_async(timeout=10) for _ in range(10)]
+            assert sub.is_live
+            # Waiting, lapped: 64 KiB terms, far more than three of them sent meanwhile.
+            waiting = asyncio.create_task(sub.recv_async(timeout=10))
+            await loop.run_in_executor(None, stream.send, 5000)
+            got.append(await waiting)
+            burst = loop.run_in_executor(None, stream.send, 3000)
+            async for m in sub:
+                got.append(m)
+                modes.add(sub.is_live)
+                if len(got) == total:
+                    break
+            await burst
+            assert await sub.recv_async(timeout=0.05) is None
+            merged = sub.is_live
+            assert sub.take_loss() is None
+        stop.set()
+        await tick
+        return got, modes, merged, ticks
+
+    got, modes, merged, ticks = asyncio.run(asyncio.wait_for(main(), 60))
+    assert [number(m) for m in got] == list(range(total))
+    assert False in modes, "never lapped: nothing was tested"
+    assert merged, "never merged into the live stream again"
+    gap = max(b - a for a, b in zip(ticks, ticks[1:]))
+    assert gap < 0.25, f"the event loop stalled {gap:.3f} s"
+
+
+def test_an_asyncio_reader_reopened_resumes_after_the_last_message_it_handed_out(
+    stream_dir, name, tmp_path, stream
+):
+    """The name keeps the position of the messages asyncio handed out, batch by batch: a reader
+    that read all there was (its last receive found nothing) and closed is followed by one that
+    starts at the next message, none twice, none missing."""
+    stream.send(300)
+
+    async def read(upto: int) -> list[bytes]:
+        got = []
+        with open_persistent(stream_dir, name, tmp_path) as sub:
+            while len(got) < upto:
+                batch = await sub.recv_many_async(7, timeout=10)
+                assert 0 < len(batch) <= 7
+                got += batch
+            assert await sub.recv_async(timeout=0.05) is None
+        return got
+
+    first = asyncio.run(read(300))
+    stream.send(300)
+    second = asyncio.run(read(300))
+    assert [number(m) for m in first + second] == list(range(600))
+
+
+def test_the_watch_of_an_asyncio_reader_ends_at_close_and_so_does_its_iteration(
+    stream_dir, name, tmp_path, stream
+):
+    """close() ends the loop's watch of the wake descriptor and the iteration a task runs on it
+    (a persistent subscription's iteration never ends by itself)."""
+    stream.send(3)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        sub = open_persistent(stream_dir, name, tmp_path)
+        got = []
+
+        async def iterate():
+            async for m in sub:
+                got.append(m)
+
+        task = asyncio.create_task(iterate())
+        while len(got) < 3:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)  # the task waits on the watch
+        assert not task.done()
+        fd = sub._async_fd()
+        sub.close()
+        await asyncio.wait_for(task, 5)
+        return got, loop.remove_reader(fd)
+
+    got, still_watched = asyncio.run(main())
+    assert [number(m) for m in got] == [0, 1, 2]
+    assert not still_watched, "close() left the loop watching the closed descriptor"

@@ -37,7 +37,6 @@ from ._shmlog import (
     NoSuchRecording,
     NotConnected,
     PermissionDenied,
-    PersistentSubscription,
     PositionNotAvailable,
     ReaderSlots,
     Recorder,
@@ -104,6 +103,9 @@ _BytesLike = Union[bytes, bytearray, memoryview]
 # a publication's log is 3 terms of RAM in /dev/shm (48 MiB by default) until it is closed.
 _live: "weakref.WeakSet[Union[Publication, Subscription]]" = weakref.WeakSet()
 
+# What an event loop watches: a publication or a (persistent) subscription.
+_Owner = Union["Publication", "Subscription", "PersistentSubscription"]
+
 
 @atexit.register
 def _close_at_exit() -> None:
@@ -139,7 +141,7 @@ class _Watch:
 
     __slots__ = ("_owner", "_fd", "_loop", "_waiters", "__weakref__")
 
-    def __init__(self, owner: Union["Publication", "Subscription"]) -> None:
+    def __init__(self, owner: _Owner) -> None:
         self._owner = weakref.ref(owner)
         self._fd = owner._async_fd()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -182,15 +184,25 @@ class _Watch:
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self._fd)
 
+    def end(self) -> None:
+        """Stops watching for good (the owner closes): the tasks awaiting a wake-up poll now,
+        and their polls say the owner is closed."""
+        self.stop()
+        for waiter in list(self._waiters):
+            loop = waiter.get_loop()
+            if not loop.is_closed():
+                # A close may come from another thread than the loop's.
+                loop.call_soon_threadsafe(_ready, waiter, True)
+
 
 class _Messages:
     """``async for msg in sub``: one message per step (a consumer that leaves the loop early
-    loses nothing), straight to :meth:`Subscription.recv_many_async` (an async generator and a
-    second coroutine per message cost as much as a system call)."""
+    loses nothing), straight to ``recv_many_async`` (an async generator and a second coroutine
+    per message cost as much as a system call)."""
 
     __slots__ = ("_sub",)
 
-    def __init__(self, sub: "Subscription") -> None:
+    def __init__(self, sub: "_Receiving") -> None:
         self._sub = sub
 
     def __aiter__(self) -> "_Messages":
@@ -201,21 +213,77 @@ class _Messages:
         try:
             return (await sub.recv_many_async(1))[0]
         except Closed:
-            if sub.closed:
-                raise
-            raise StopAsyncIteration from None
+            if sub._iteration_ends():
+                raise StopAsyncIteration from None
+            raise
 
 
-def _watch_of(owner: Union["Publication", "Subscription"]) -> _Watch:
+def _watch_of(owner: _Owner) -> _Watch:
     """`owner`'s watch, made by its first wait (its descriptor too)."""
     watch = owner._watch = _Watch(owner)
     return watch
 
 
-def _unwatch(owner: Union["Publication", "Subscription"]) -> None:
-    watch = owner._watch
-    if watch is not None:
-        watch.stop()
+class _Watched:
+    """A class an event loop may watch (its extension class has ``_async_fd`` and
+    ``_drain_wakes``): the watch, ended before the object closes."""
+
+    _watch: Optional[_Watch] = None
+
+    def close(self) -> None:
+        """Closes (see the extension's ``close``); an event loop's watch first."""
+        watch = self._watch
+        if watch is not None:
+            watch.end()
+        super().close()  # type: ignore[misc]
+
+    def __exit__(self, *exc: object) -> bool:
+        self.close()
+        return False
+
+
+class _Receiving(_Watched):
+    """asyncio receives of :class:`Subscription` and :class:`PersistentSubscription` (their
+    extension classes have ``_poll_async``): the messages there now, else a wait on the watch."""
+
+    def _iteration_ends(self) -> bool:
+        """``True`` if ``Closed`` from a receive ends ``async for`` (else it is raised)."""
+        raise NotImplementedError
+
+    async def recv_async(self, timeout: Optional[float] = None) -> Optional[bytes]:
+        """The next message, awaited without blocking the event loop; ``None`` after `timeout`
+        seconds (``None``: as long as it takes). Raises what ``recv`` raises.
+
+        The wait is the core's: the stream's doorbell wakes this event loop through the wake
+        FIFO in a descriptor the loop watches (or the process's one shmlog waiter thread writes
+        to it, for a liveness check or a nap while a persistent subscription catches up). No
+        thread takes the GIL to wake the loop, and no executor thread is held per waiter.
+        """
+        batch = await self.recv_many_async(1, timeout)
+        return batch[0] if batch else None
+
+    async def recv_many_async(self, limit: int = 1024, timeout: Optional[float] = None) -> list[bytes]:
+        """The messages there now (at most `limit`) as a list, awaiting the first without
+        blocking the event loop; ``[]`` after `timeout` seconds. Raises like
+        :meth:`recv_async` (what a batch meets after messages, the next receive raises)."""
+        _check_timeout(timeout)
+        if limit < 1:
+            raise InvalidConfig(f"limit must be a positive integer, got {limit}")
+        watch = self._watch or _watch_of(self)  # type: ignore[arg-type]
+        batch = self._poll_async(limit)  # type: ignore[attr-defined]
+        if batch:
+            return batch
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if not await watch.wait(loop, deadline):
+                return self._poll_async(limit)  # type: ignore[attr-defined]
+            batch = self._poll_async(limit)  # type: ignore[attr-defined]
+            if batch:
+                return batch
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Messages(self)
 
 
 async def _poll_until(check, timeout: Optional[float]) -> None:
@@ -234,7 +302,7 @@ async def _poll_until(check, timeout: Optional[float]) -> None:
         nap = min(nap * 2, 0.005)
 
 
-class Publication(_shmlog.Publication):
+class Publication(_Watched, _shmlog.Publication):
     """The single writer of stream `name` (one thread at a time), blocking or asyncio.
 
     ``Publication(name, dir=None, *, term_length=None, liveness_interval=None, max_readers=None,
@@ -244,20 +312,9 @@ class Publication(_shmlog.Publication):
     (``close()``, its ``with`` block, or the interpreter's exit) ends the stream.
     """
 
-    _watch: Optional[_Watch] = None
-
     def __init__(self, *args: object, **kwargs: object) -> None:
         # The object was made by the extension's constructor; only remember it for the exit.
         _live.add(self)
-
-    def close(self) -> None:
-        """Ends the stream (see the extension's ``close``); an event loop's watch first."""
-        _unwatch(self)
-        super().close()
-
-    def __exit__(self, *exc: object) -> bool:
-        self.close()
-        return False
 
     async def send(self, data: _BytesLike, timeout: Optional[float] = None) -> int:
         """Appends `data` as one message, awaiting room while back-pressured without blocking
@@ -297,7 +354,7 @@ class Publication(_shmlog.Publication):
         await _poll_until(lambda: self.connected_readers >= readers, timeout)
 
 
-class Subscription(_shmlog.Subscription):
+class Subscription(_Receiving, _shmlog.Subscription):
     """A reader of stream `name` (one thread at a time), blocking, in batches or asyncio.
 
     ``Subscription(name, dir=None, *, join=None, liveness_interval=None, max_readers=None,
@@ -309,61 +366,34 @@ class Subscription(_shmlog.Subscription):
     waits for the next publisher's session.
     """
 
-    _watch: Optional[_Watch] = None
-
     def __init__(self, *args: object, **kwargs: object) -> None:
         _live.add(self)
 
-    def close(self) -> None:
-        """Stops reading (see the extension's ``close``); an event loop's watch first."""
-        _unwatch(self)
-        super().close()
-
-    def __exit__(self, *exc: object) -> bool:
-        self.close()
-        return False
-
-    async def recv_async(self, timeout: Optional[float] = None) -> Optional[bytes]:
-        """The next message, awaited without blocking the event loop; ``None`` after `timeout`
-        seconds (``None``: as long as it takes). Raises :class:`Closed` once when the session is
-        over and everything it sent was read; awaiting again waits for the next session.
-
-        The wait is the core's: the process's one shmlog waiter thread sleeps on the stream's
-        doorbell (a futex) and, when it rings, writes a byte to a socket this event loop watches.
-        No thread takes the GIL to wake the loop, and no executor thread is held per waiter.
-        """
-        batch = await self.recv_many_async(1, timeout)
-        return batch[0] if batch else None
-
-    async def recv_many_async(self, limit: int = 1024, timeout: Optional[float] = None) -> list[bytes]:
-        """The messages there now (at most `limit`) as a list, awaiting the first without
-        blocking the event loop; ``[]`` after `timeout` seconds. Raises :class:`Closed` like
-        :meth:`recv_async`."""
-        _check_timeout(timeout)
-        if limit < 1:
-            raise InvalidConfig(f"limit must be a positive integer, got {limit}")
-        watch = self._watch or _watch_of(self)
-        batch = self._poll_async(limit)
-        if batch:
-            return batch
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            if not await watch.wait(loop, deadline):
-                return self._poll_async(limit)
-            batch = self._poll_async(limit)
-            if batch:
-                return batch
+    def _iteration_ends(self) -> bool:
+        # The end of a session ends it (iterating again waits for the next); a close raises.
+        return not self.closed
 
     def aiter(self) -> AsyncIterator[bytes]:
         """Every message, awaited, until the session is over (``async for msg in sub.aiter()``);
         iterating again waits for the next session."""
         return _Messages(self)
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return _Messages(self)
-
     async def wait_connected_async(self, timeout: Optional[float] = None) -> None:
         """Awaits a live publisher's session, at most `timeout` seconds; raises :class:`Timeout`
         (a ``TimeoutError``) then. The event loop runs meanwhile."""
         await _poll_until(self._connected_now, timeout)
+
+
+class PersistentSubscription(_Receiving, _shmlog.PersistentSubscription):
+    """A durable named reader of a stream that falls back to the journal when the publisher laps
+    it (see the extension class for the arguments). Receive with ``for msg in psub``,
+    :meth:`recv`, :meth:`try_recv`, :meth:`poll`, or ``await`` :meth:`recv_async` /
+    :meth:`recv_many_async` / ``async for msg in psub``. It goes on across sessions: an
+    iteration ends only when it is closed. Every kind of receive keeps the name's position at
+    the messages handed out, never past one still queued: a close may hand out again what the
+    last read took and did not hand out, never skip it.
+    """
+
+    def _iteration_ends(self) -> bool:
+        # Only a close raises Closed: it ends the iteration.
+        return True
