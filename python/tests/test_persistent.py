@@ -177,14 +177,19 @@ def test_an_asyncio_reader_lapped_reads_every_message_once_while_the_loop_ticks(
     stream_dir, name, tmp_path, stream
 ):
     """Lapped by a burst sent while it waited, the asyncio reader falls back to the journal,
-    catches up while a second burst comes from another thread, and merges into the live stream:
-    every message once, in order, and the loop's timer never held up."""
+    catches up, waits through the publisher's pause and reads a second burst sent from another
+    thread, merged into the live stream: every message once, in order, and the loop's timer
+    never held up (the pause is longer than the stall the test allows)."""
     stream.send(10)
     total = 10 + 5000 + 3000
 
+    def after_a_pause(count: int) -> None:
+        time.sleep(0.5)
+        stream.send(count)
+
     async def main():
         loop = asyncio.get_running_loop()
-        ticks: list[float] = []
+        ticks: list[float] = [loop.time()]  # from the start to the end, whatever ran between
         stop = asyncio.Event()
         tick = asyncio.create_task(ticker(ticks, stop))
         got, modes = [], set()
@@ -195,7 +200,7 @@ def test_an_asyncio_reader_lapped_reads_every_message_once_while_the_loop_ticks(
             waiting = asyncio.create_task(sub.recv_async(timeout=10))
             await loop.run_in_executor(None, stream.send, 5000)
             got.append(await waiting)
-            burst = loop.run_in_executor(None, stream.send, 3000)
+            burst = loop.run_in_executor(None, after_a_pause, 3000)
             async for m in sub:
                 got.append(m)
                 modes.add(sub.is_live)
@@ -205,6 +210,7 @@ def test_an_asyncio_reader_lapped_reads_every_message_once_while_the_loop_ticks(
             assert await sub.recv_async(timeout=0.05) is None
             merged = sub.is_live
             assert sub.take_loss() is None
+        ticks.append(loop.time())
         stop.set()
         await tick
         return got, modes, merged, ticks
@@ -230,7 +236,8 @@ def test_an_asyncio_reader_reopened_resumes_after_the_last_message_it_handed_out
         with open_persistent(stream_dir, name, tmp_path) as sub:
             while len(got) < upto:
                 batch = await sub.recv_many_async(7, timeout=10)
-                assert 0 < len(batch) <= 7
+                assert batch, f"{len(got)} of {upto}: nothing within 10 s"
+                assert len(batch) <= 7
                 got += batch
             assert await sub.recv_async(timeout=0.05) is None
         return got
