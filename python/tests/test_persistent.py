@@ -277,3 +277,42 @@ def test_the_watch_of_an_asyncio_reader_ends_at_close_and_so_does_its_iteration(
     got, still_watched = asyncio.run(main())
     assert [number(m) for m in got] == [0, 1, 2]
     assert not still_watched, "close() left the loop watching the closed descriptor"
+
+
+def test_an_asyncio_reader_raises_a_corrupt_recording_as_recv_does_after_the_messages_before_it(
+    stream_dir, name, tmp_path, stream
+):
+    """A flipped byte in the recording it falls back to: the asyncio reader hands out every
+    message before it (a batch that met the error after messages returns them), then raises
+    ``CorruptRecording`` as ``recv`` does, and again when asked again (nothing was taken)."""
+    stream.send(10)
+    bad = 2050
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        got = []
+        with open_persistent(stream_dir, name, tmp_path) as sub:
+            got += [await sub.recv_async(timeout=10) for _ in range(10)]
+            waiting = asyncio.create_task(sub.recv_async(timeout=10))  # asyncio's receiver waits
+            await asyncio.sleep(0)
+            await loop.run_in_executor(None, stream.send, 5000)
+            got.append(await waiting)
+            (segment,) = (tmp_path / "journal").rglob("*.seg")
+            data = bytearray(segment.read_bytes())
+            at = data.find(numbered(bad))
+            assert at > 0 and data.find(numbered(bad), at + 1) < 0
+            data[at] ^= 0xFF
+            segment.write_bytes(bytes(data))
+            while True:
+                try:
+                    batch = await sub.recv_many_async(1000, timeout=10)
+                except shmlog.CorruptRecording:
+                    break
+                assert batch, f"{len(got)}: nothing within 10 s"
+                got += batch
+            with pytest.raises(shmlog.CorruptRecording):
+                await sub.recv_async(timeout=10)
+        return got
+
+    got = asyncio.run(asyncio.wait_for(main(), 60))
+    assert [number(m) for m in got] == list(range(bad))
