@@ -235,7 +235,7 @@ class _Watched:
         watch = self._watch
         if watch is not None:
             watch.end()
-        super().close()  # type: ignore[misc]
+        super().close()
 
     def __exit__(self, *exc: object) -> bool:
         self.close()
@@ -269,16 +269,16 @@ class _Receiving(_Watched):
         _check_timeout(timeout)
         if limit < 1:
             raise InvalidConfig(f"limit must be a positive integer, got {limit}")
-        watch = self._watch or _watch_of(self)  # type: ignore[arg-type]
-        batch = self._poll_async(limit)  # type: ignore[attr-defined]
+        watch = self._watch or _watch_of(self)
+        batch = self._poll_async(limit)
         if batch:
             return batch
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             if not await watch.wait(loop, deadline):
-                return self._poll_async(limit)  # type: ignore[attr-defined]
-            batch = self._poll_async(limit)  # type: ignore[attr-defined]
+                return self._poll_async(limit)
+            batch = self._poll_async(limit)
             if batch:
                 return batch
 
