@@ -43,7 +43,7 @@ fn bounded(g: &Ledger, r: &ReaderLog, out: &mut Fails) {
     // A persistent reader's shape is `persistent-<shape>`: its receivers queue as a live one's.
     let shape = r.shape.strip_prefix("persistent-").unwrap_or(&r.shape);
     let receiver = ["recv", "iter", "async", "stream"].contains(&shape);
-    let queued = if receiver || super::timing::python_shape(&r.shape) { 64 } else { 0 };
+    let queued = if receiver || super::timing::python_shape(shape) { 64 } else { 0 };
     let heap_bound = HEAP_SLACK + (4 + queued) * x.max_msg + 2 * (64 << 10) + 2 * def.mtu * streams;
     let grown = (x.heap_kb - x.heap_open_kb) * 1024;
     if grown > heap_bound {

@@ -288,6 +288,22 @@ fn r7_a_heap_that_grew_a_leftover_file_or_many_descriptors_are_caught() {
 }
 
 #[test]
+fn r7_a_python_persistent_readers_queue_counts_as_a_python_readers_does() {
+    // Python reads through the core's receiver, whose queue holds up to one read of the
+    // largest messages: 669 KiB grown with 32 KiB messages (seed 0x6d809957c35c67b5, a
+    // persistent `py-poll` reader). A Rust poller queues nothing: the same growth is caught.
+    let grown = |shape: &str| {
+        R.replace("shape=poll", &format!("shape={shape}")).replace(
+            "heap_kb=300 heap_open_kb=290 max_msg=50",
+            "heap_kb=5810 heap_open_kb=5141 max_msg=32720",
+        )
+    };
+    passes(files(CONTROLLER, W1, W2, &grown("py-poll")));
+    passes(files(CONTROLLER, W1, W2, &grown("persistent-py-poll")));
+    assert_eq!(check(files(CONTROLLER, W1, W2, &grown("persistent-poll"))).rules(), ["R7.heap"]);
+}
+
+#[test]
 fn r8_a_split_or_lagging_tethered_recorder_and_a_replay_that_differs_are_caught() {
     let rec = "2 start role=recorder proc=c0.1 stream=s0 tethered=1\n3 opened\n30 recording id=0\n45 recording id=1\n1990 exit lost_bytes=96\n";
     let c = format!(
