@@ -48,9 +48,14 @@ impl Wake for LoopWake {
 }
 
 impl LoopWake {
+    /// Takes the FIFO's writes (the epoll's edge events), and reads the eventfd only if the
+    /// epoll reported it readable: most wake-ups come through the FIFO, and a read of an empty
+    /// eventfd was a system call a message. A signal after the epoll's look leaves the eventfd
+    /// readable, so the loop's next turn reads it: none is lost, none is left behind.
     fn clear(&self) {
-        self.event.clear();
-        self.epoll.clear();
+        if self.epoll.clear_noting(Some(self.event.as_fd())) {
+            self.event.clear();
+        }
     }
 }
 
@@ -102,8 +107,9 @@ pub(crate) enum Reactor {
     Tokio(crate::sys::reactor::TokioFd),
     #[cfg(feature = "async-io")]
     AsyncIo(crate::sys::reactor::AsyncIoFd),
-    /// A caller's event loop, through its [`WakeFd`] (which holds the FIFO while `_fifo` is open).
-    Loop { wake: Arc<LoopWake>, _fifo: File },
+    /// A caller's event loop, through its [`WakeFd`], whose epoll watches the FIFO while `_fifo`
+    /// is open (`_wake` keeps that epoll alive as long as this sleeper).
+    Loop { _wake: Arc<LoopWake>, _fifo: File },
 }
 
 impl Reactor {
@@ -127,7 +133,7 @@ impl Reactor {
         if let Some(wake) = wake {
             let fifo = fifo()?;
             wake.shared.epoll.watch(fifo.as_fd(), true).ok()?;
-            return Some(Reactor::Loop { wake: Arc::clone(&wake.shared), _fifo: fifo });
+            return Some(Reactor::Loop { _wake: Arc::clone(&wake.shared), _fifo: fifo });
         }
         #[cfg(feature = "tokio")]
         if crate::sys::reactor::TokioFd::in_a_runtime() {
@@ -144,8 +150,9 @@ impl Reactor {
         None
     }
 
-    /// Forgets every FIFO write so far and arranges that the next one wakes the task (`cx`'s
-    /// waker, or the loop watching the [`WakeFd`]). An error means the reactor is gone (its
+    /// Arranges that the next FIFO write wakes the task: a runtime's reactor forgets every write
+    /// so far and takes `cx`'s waker; a loop watching a [`WakeFd`] forgot them at its own
+    /// [`WakeFd::clear`] before this poll. An error means the reactor is gone (its
     /// runtime shut down): the caller sleeps through the waiter thread from then on.
     pub(crate) fn await_next_event(&self, cx: &mut Context<'_>) -> io::Result<()> {
         match self {
@@ -153,11 +160,41 @@ impl Reactor {
             Reactor::Tokio(fd) => fd.await_next_event(cx),
             #[cfg(feature = "async-io")]
             Reactor::AsyncIo(fd) => fd.await_next_event(cx),
-            Reactor::Loop { wake, .. } => {
+            // The loop cleared before this poll (the `WakeFd` turn): a write since then leaves
+            // the descriptor readable, which costs one more poll and loses nothing. Clearing
+            // again here cost two system calls a message.
+            Reactor::Loop { .. } => {
                 let _ = cx;
-                wake.clear();
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `true` if `wake`'s descriptor is readable now (a level-triggered look, as asyncio's).
+    fn readable(wake: &WakeFd) -> bool {
+        let mut fd = libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; no timeout.
+        unsafe { libc::poll(&mut fd, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_wake_leaves_the_descriptor_readable_until_the_next_clear() {
+        let wake = WakeFd::new().unwrap();
+        assert!(!readable(&wake), "readable before any wake-up");
+        wake.waker().wake_by_ref();
+        wake.waker().wake();
+        assert!(readable(&wake), "a wake-up was lost");
+        assert!(readable(&wake), "a look took the wake-up: a level-triggered loop would miss it");
+        wake.clear();
+        assert!(!readable(&wake), "still readable after the clear: a level-triggered loop would spin");
+        wake.clear();
+        assert!(!readable(&wake));
+        wake.waker().wake_by_ref();
+        assert!(readable(&wake), "a wake-up after a clear was lost");
     }
 }

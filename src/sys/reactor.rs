@@ -49,13 +49,25 @@ impl EdgeFd {
 
     /// Takes every event that came: the descriptor is then readable again only after a new
     /// write to an edge-triggered watch (or while a level-triggered one is readable).
+    #[cfg_attr(not(any(test, feature = "async-io")), allow(dead_code))] // async-io's reactor path
     pub(crate) fn clear(&self) {
+        self.clear_noting(None);
+    }
+
+    /// [`EdgeFd::clear`], and whether `watched` (a level-triggered watch) was among the events:
+    /// it was readable then, so the caller knows whether it has something to read from it
+    /// without a system call to find out.
+    pub(crate) fn clear_noting(&self, watched: Option<BorrowedFd<'_>>) -> bool {
+        let token = watched.map(|fd| fd.as_raw_fd() as u64);
         let mut out = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        let mut seen = false;
         loop {
             // SAFETY: a valid epoll descriptor and an out-buffer of the length given; no timeout.
             let n = unsafe { libc::epoll_wait(self.0.as_raw_fd(), out.as_mut_ptr(), out.len() as i32, 0) };
+            let got = &out[..n.max(0) as usize];
+            seen |= got.iter().any(|e| Some(e.u64) == token);
             if n < out.len() as i32 {
-                return;
+                return seen;
             }
         }
     }
