@@ -18,7 +18,7 @@ cargo bench --profile release -p shmlog --no-run
 cargo bench --profile release "${COMPARE[@]}" --no-run
 # With async-io (the core's dev-dependency on itself turns it on, as for `cargo test`): its lane
 # (smol's reactor) beside tokio's, the waiter thread's and the plain block_on's.
-cargo build --release --example lowrate
+cargo build --release --example lowrate --example room
 cargo build --release "${COMPARE[@]}" --example latency
 
 passed=0
@@ -51,6 +51,12 @@ if "$CARGO_TARGET_DIR/release/examples/lowrate" --rates 1000 --subs 1,4 --second
     passed=$((passed + 1)); echo "example lowrate: ok"
 else
     failed=$((failed + 1)); echo "example lowrate: FAILED"
+fi
+# A sender woken for room, briefly: every lane.
+if "$CARGO_TARGET_DIR/release/examples/room" --seconds 0.3; then
+    passed=$((passed + 1)); echo "example room: ok"
+else
+    failed=$((failed + 1)); echo "example room: FAILED"
 fi
 echo "bench smoke took $(( $(date +%s) - start )) s"
 echo "bench: $passed passed, $failed failed"

@@ -43,6 +43,8 @@
 
 #[path = "../benches/support/futex.rs"]
 mod futex;
+#[path = "../benches/support/page.rs"]
+mod page;
 
 use hdrhistogram::Histogram;
 use shmlog::{
@@ -137,58 +139,15 @@ fn parse_args() -> Args {
 
 /// The futex floor's shared page: a futex word, then the message (seq, sent_ns).
 struct FloorPage {
-    map: memmap::Map,
-}
-
-mod memmap {
-    /// A shared read-write mapping of a small file (the example's own, to stay off the crate's
-    /// internals).
-    pub struct Map {
-        pub ptr: *mut u8,
-        len: usize,
-    }
-    impl Map {
-        pub fn open(path: &std::path::Path, create: bool) -> Map {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(create)
-                .truncate(false)
-                .open(path)
-                .unwrap();
-            file.set_len(4096).unwrap();
-            use std::os::fd::AsRawFd;
-            // SAFETY: mapping 4096 bytes of a file of that length, shared, read-write.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    file.as_raw_fd(),
-                    0,
-                )
-            };
-            assert_ne!(ptr, libc::MAP_FAILED);
-            Map { ptr: ptr as *mut u8, len: 4096 }
-        }
-    }
-    impl Drop for Map {
-        fn drop(&mut self) {
-            // SAFETY: our own mapping.
-            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-        }
-    }
+    map: page::Page,
 }
 
 impl FloorPage {
     fn word(&self) -> &std::sync::atomic::AtomicU32 {
-        // SAFETY: offset 0 of a live 4096-byte shared mapping, 4-aligned.
-        unsafe { &*(self.map.ptr as *const std::sync::atomic::AtomicU32) }
+        self.map.word()
     }
     fn slot(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: offsets 64 and 72 of the mapping, 8-aligned.
-        unsafe { &*(self.map.ptr.add(64 + 8 * i) as *const std::sync::atomic::AtomicU64) }
+        self.map.slot(i)
     }
     fn publish(&self, seq: u64, sent: u64) {
         use std::sync::atomic::Ordering::*;
@@ -357,7 +316,7 @@ fn child(argv: &[String]) {
             }
         }
         "futex-floor" => {
-            let page = FloorPage { map: memmap::Map::open(&dir.join(stream), false) };
+            let page = FloorPage { map: page::Page::open(&dir.join(stream), false) };
             ready();
             let mut seen = page.word().load(std::sync::atomic::Ordering::Acquire);
             loop {
@@ -466,7 +425,7 @@ fn run_cell(a: &Args, lane: &str, rate: u64, n: usize, port: u16) -> Cell {
         _ => None,
     };
     let floor =
-        (lane == "futex-floor").then(|| FloorPage { map: memmap::Map::open(&a.dir.join(&stream), true) });
+        (lane == "futex-floor").then(|| FloorPage { map: page::Page::open(&a.dir.join(&stream), true) });
     let mut children: Vec<(Child, BufReader<std::process::ChildStdout>)> = (0..n)
         .map(|_| {
             let mut c = Command::new(&exe);
