@@ -3,7 +3,7 @@
 //! wake-up passed on between sleepers, none waits for a timeout, and a peer that keeps ringing
 //! costs a sleeper little. Deadlines and positions, never sleeps, synchronise the tests.
 
-mod support;
+use crate::support;
 
 use shmlog::{AsyncSender, Bytes, Header, Publication, Receiver, Sender, Subscription};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,12 +12,6 @@ use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::wake_roles::message;
 use support::{await_word, exclusive, hops, raw, thread_cpu, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T30: Duration = Duration::from_secs(30);
 

@@ -3,7 +3,7 @@
 //! (`Subscription::take_loss`, `RecvError::Lost`), as it is of whole sessions that began and ended
 //! unseen. Readers check every message against the losses reported before it.
 
-mod support;
+use crate::support;
 
 use shmlog::{
     AsyncReceiver, Bytes, Header, JoinAt, Loss, LossCause, Publication, Receiver, RecvError, Subscription,
@@ -12,12 +12,6 @@ use std::time::{Duration, Instant};
 use support::loss_roles::{position_of, FRAMED, LEN};
 use support::peer::{Cfg, Peer};
 use support::{exclusive, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T30: Duration = Duration::from_secs(30);
 const TERM: usize = 64 * 1024;

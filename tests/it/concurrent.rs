@@ -3,18 +3,13 @@
 //! anywhere (inside claims, at term ends) holding nobody back for longer than the liveness
 //! interval, losing no live writer's message and never showing a partial message of theirs.
 
-mod support;
+use crate::support;
 
 use shmlog::{OfferError, Publication, Subscription};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Event, Peer};
 use support::{iterations, Rng, ShmDir};
-
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer()
-}
 
 const MTU: usize = 1024;
 const LIVENESS_MS: u64 = 50;

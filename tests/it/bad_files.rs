@@ -2,7 +2,7 @@
 //! damaged while mapped. Each gives a typed error or is skipped safely — never a panic, never an
 //! out-of-bounds read. Offsets: `support::raw` (mirrors `src/layout`).
 
-mod support;
+use crate::support;
 
 use shmlog::{Error, Header, JoinAt, OfferError, Publication, Subscription};
 use std::fs::OpenOptions;
@@ -11,12 +11,6 @@ use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::raw::{self, meta, slots};
 use support::{iterations, thread_cpu, Rng, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const TERM: usize = 64 << 10;
 const T10: Duration = Duration::from_secs(10);

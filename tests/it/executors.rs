@@ -6,7 +6,7 @@
 //! executors`) wait for the stream's wake FIFO themselves, one hop, without the waiter thread.
 //! The tokio runtime's case is in `wakeups.rs`. Positions and deadlines synchronise, never sleeps.
 
-mod support;
+use crate::support;
 
 use shmlog::{AsyncReceiver, AsyncSender, Bytes, Receiver, Sender, WakeFd};
 use std::future::Future;

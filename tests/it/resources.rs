@@ -1,7 +1,7 @@
 //! Resources and permissions (issue 6): a full file system, too many readers, bad names, a
 //! missing directory, files of another user or writable by anyone, symlinks.
 
-mod support;
+use crate::support;
 
 use shmlog::{Error, Publication, Subscription};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -10,12 +10,6 @@ use std::process::Command;
 use std::time::Duration;
 use support::peer::{Cfg, Peer};
 use support::{raw, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const TERM: usize = 64 << 10;
 const T10: Duration = Duration::from_secs(10);

@@ -2,18 +2,12 @@
 //! a message, a frame that never completes, waiting for several readers, what is left behind, a
 //! slot file too small, a dead session's tail, and copying delivery.
 
-mod support;
+use crate::support;
 
 use shmlog::{Action, Error, Header, JoinAt, OfferError, Publication, Subscription};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::{raw, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T10: Duration = Duration::from_secs(10);
 const TERM: usize = 64 << 10;
