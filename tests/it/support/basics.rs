@@ -5,7 +5,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Serialises the heavy multi-process tests of one binary: they measure reaction times (1 s
+/// Serialises the heavy multi-process tests of the test binary: they measure reaction times (1 s
 /// bounds) on a 2-core machine, where two of them at once would only measure each other.
 pub fn exclusive() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
