@@ -9,7 +9,7 @@
 //! tool these tests start: `cargo build --release -p shmlog-tools --features bridge` (another
 //! package's binary, so cargo does not build it for this test; `SHMLOG_BIN` names another one).
 
-// The std-only parts of the core's test support (`tests/support/`), shared by file (`basics`
+// The std-only parts of the core's test support (`tests/it/support/`), shared by file (`basics`
 // names `super::wire`, so all three sit at the root).
 #[allow(dead_code)]
 #[path = "../../tests/it/support/basics.rs"]

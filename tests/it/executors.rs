@@ -2,8 +2,8 @@
 //! smol/async-io and a plain `block_on`"), and how a wake-up reaches the task under each: a plain
 //! `block_on` has no reactor, so its tasks sleep through the process's waiter thread (two hops);
 //! an event loop over a `WakeFd` (what the Python bindings' asyncio does) and async-io's
-//! `block_on` (smol's; feature `async-io`: `cargo test --release --features async-io --test
-//! executors`) wait for the stream's wake FIFO themselves, one hop, without the waiter thread.
+//! `block_on` (smol's; feature `async-io`: `cargo test --release --features async-io --test it
+//! executors::`) wait for the stream's wake FIFO themselves, one hop, without the waiter thread.
 //! The tokio runtime's case is in `wakeups.rs`. Positions and deadlines synchronise, never sleeps.
 
 use crate::support;

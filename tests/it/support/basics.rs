@@ -1,6 +1,6 @@
 //! The std-only basics of the tests: serialising the heavy tests, iteration counts, a seeded
 //! generator, message patterns. The bridge's tests (`bridge/tests/`) include this file with
-//! `#[path]` beside `dir.rs` and `wire.rs`, not the rest of `tests/support`.
+//! `#[path]` beside `dir.rs` and `wire.rs`, not the rest of `tests/it/support`.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
