@@ -18,7 +18,6 @@ pub mod untethered_roles;
 pub mod wake_roles;
 pub mod wire;
 
-#[allow(unused_imports)] // not every test uses all of them
 pub use basics::*;
 pub use dir::ShmDir;
 
