@@ -3,7 +3,7 @@
 #
 # - TSan: the writer/reader threads over one heap region (src/concurrency_tests.rs: the only
 #   place TSan can see the log protocol, as every Publication/Subscription maps the file at its
-#   own address), the public-API threads test (tests/threads.rs) and a few multi-process tests.
+#   own address), the public-API threads test (tests/it/threads.rs) and a few multi-process tests.
 #   std is rebuilt with TSan (-Zbuild-std, needs rust-src) so its synchronisation is visible, and
 #   `--cfg shmlog_tsan` makes the region's acquire loads real acquire loads instead of a relaxed
 #   load + fence(Acquire), which TSan does not model (see src/region/raw.rs).
@@ -52,8 +52,8 @@ try_component() {
 # time out. Each process maps the files at its own address, so TSan sees no cross-process
 # sharing anyway; these check each process's own threads and memory.
 MP_TESTS=(
-    million_messages_from_one_publisher_to_three_subscriber_processes
-    subscriber_started_before_the_publisher_gets_everything
+    multiprocess::million_messages_from_one_publisher_to_three_subscriber_processes
+    multiprocess::subscriber_started_before_the_publisher_gets_everything
 )
 export SHMLOG_THREADS_COUNT=${SHMLOG_THREADS_COUNT:-5000}
 export SHMLOG_MP_COUNT=${SHMLOG_MP_COUNT:-20000}
@@ -86,8 +86,8 @@ if want tsan; then
         flags="-Zsanitizer=thread -Cdebug-assertions --cfg shmlog_tsan"
         stamp "tsan: building std and the tests with $flags (-Zbuild-std)"
         run tsan-heap-threads target/san/tsan "$flags" -Zbuild-std --lib -- concurrency_tests
-        run tsan-threads target/san/tsan "$flags" -Zbuild-std --test threads
-        run tsan-multiprocess target/san/tsan "$flags" -Zbuild-std --test multiprocess -- "${MP_TESTS[@]}" --exact
+        run tsan-threads target/san/tsan "$flags" -Zbuild-std --test it -- threads::
+        run tsan-multiprocess target/san/tsan "$flags" -Zbuild-std --test it -- "${MP_TESTS[@]}" --exact
         unset TSAN_OPTIONS
     else
         echo "SKIPPED: tsan (component rust-src unavailable: without -Zbuild-std, std's uninstrumented atomics give false reports)"
@@ -100,8 +100,8 @@ if want asan; then
     flags="-Zsanitizer=address -Cdebug-assertions"
     stamp "asan: building the tests with $flags"
     run asan-lib target/san/asan "$flags" --lib
-    run asan-threads target/san/asan "$flags" --test threads
-    run asan-multiprocess target/san/asan "$flags" --test multiprocess -- "${MP_TESTS[@]}" --exact
+    run asan-threads target/san/asan "$flags" --test it -- threads::
+    run asan-multiprocess target/san/asan "$flags" --test it -- "${MP_TESTS[@]}" --exact
     unset ASAN_OPTIONS
 fi
 

@@ -210,7 +210,7 @@ pub fn unpin() {
     set_affinity(&all);
 }
 
-#[path = "../../tests/support/dir.rs"]
+#[path = "../../tests/it/support/dir.rs"]
 mod dir;
 #[allow(unused_imports)] // not every bench makes directories
 pub use dir::ShmDir;

@@ -9,16 +9,16 @@
 //! tool these tests start: `cargo build --release -p shmlog-tools --features bridge` (another
 //! package's binary, so cargo does not build it for this test; `SHMLOG_BIN` names another one).
 
-// The std-only parts of the core's test support (`tests/support/`), shared by file (`basics`
+// The std-only parts of the core's test support (`tests/it/support/`), shared by file (`basics`
 // names `super::wire`, so all three sit at the root).
 #[allow(dead_code)]
-#[path = "../../tests/support/basics.rs"]
+#[path = "../../tests/it/support/basics.rs"]
 mod basics;
 #[allow(dead_code)]
-#[path = "../../tests/support/dir.rs"]
+#[path = "../../tests/it/support/dir.rs"]
 mod dir;
 #[allow(dead_code)]
-#[path = "../../tests/support/wire.rs"]
+#[path = "../../tests/it/support/wire.rs"]
 mod wire;
 mod support {
     pub use super::basics::*;

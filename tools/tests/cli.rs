@@ -2,7 +2,7 @@
 
 /// The core's temporary-directory helper of the tests, shared by file.
 #[allow(dead_code)]
-#[path = "../../tests/support/dir.rs"]
+#[path = "../../tests/it/support/dir.rs"]
 mod dir;
 
 use dir::ShmDir;

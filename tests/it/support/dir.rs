@@ -1,5 +1,5 @@
 //! The one temporary-directory helper of the tests and benches (benches include this file alone
-//! with `#[path]`, not the rest of `tests/support`).
+//! with `#[path]`, not the rest of `tests/it/support`).
 
 #![allow(clippy::disallowed_types)]
 

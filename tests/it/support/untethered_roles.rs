@@ -1,4 +1,4 @@
-//! Roles and checks of `tests/untethered.rs`: a publisher of numbered, checksummed messages at
+//! Roles and checks of `tests/it/untethered.rs`: a publisher of numbered, checksummed messages at
 //! full speed, and readers (tethered or not, slow or not) that check every message they get and
 //! that the messages they miss are exactly the losses they were told of.
 

@@ -1,7 +1,7 @@
 //! Resources and permissions (issue 6): a full file system, too many readers, bad names, a
 //! missing directory, files of another user or writable by anyone, symlinks.
 
-mod support;
+use crate::support;
 
 use shmlog::{Error, Publication, Subscription};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -9,13 +9,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::peer::{Cfg, Peer};
+use support::spawns::spawning;
 use support::{raw, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const TERM: usize = 64 << 10;
 const T10: Duration = Duration::from_secs(10);
@@ -42,10 +37,13 @@ impl<'a> Tmpfs<'a> {
             println!("[tmpfs] skipped: mounting needs root");
             return None;
         }
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
-            .arg(at)
-            .output();
+        let out = {
+            let _spawn = spawning();
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+                .arg(at)
+                .output()
+        };
         match out {
             Ok(o) if o.status.success() => Some(Self(at)),
             Ok(o) => {
@@ -62,6 +60,7 @@ impl<'a> Tmpfs<'a> {
 
 impl Drop for Tmpfs<'_> {
     fn drop(&mut self) {
+        let _spawn = spawning();
         let ok = Command::new("umount").arg(self.0).status().is_ok_and(|s| s.success());
         if !ok {
             let _ = Command::new("umount").arg("-l").arg(self.0).status();
@@ -120,6 +119,7 @@ fn full_file_system_gives_insufficient_space_and_leaves_nothing() {
 }
 
 fn fs_available(dir: &Path) -> u64 {
+    let _spawn = spawning();
     let out = Command::new("df").args(["--output=avail", "-B1"]).arg(dir).output().unwrap();
     String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap()
 }

@@ -3,7 +3,7 @@
 //! (`Subscription::take_loss`, `RecvError::Lost`), as it is of whole sessions that began and ended
 //! unseen. Readers check every message against the losses reported before it.
 
-mod support;
+use crate::support;
 
 use shmlog::{
     AsyncReceiver, Bytes, Header, JoinAt, Loss, LossCause, Publication, Receiver, RecvError, Subscription,
@@ -11,13 +11,8 @@ use shmlog::{
 use std::time::{Duration, Instant};
 use support::loss_roles::{position_of, FRAMED, LEN};
 use support::peer::{Cfg, Peer};
+use support::spawns::no_spawns;
 use support::{exclusive, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T30: Duration = Duration::from_secs(30);
 const TERM: usize = 64 * 1024;
@@ -201,6 +196,9 @@ fn whole_sessions_begun_and_ended_unseen_are_reported() {
 /// earlier one; once the last user leaves, no file is left.
 #[test]
 fn a_session_that_ends_before_a_slow_reader_gets_there_is_still_read_whole() {
+    // The last user must be alone when it leaves: a spawn by a parallel test could hold another
+    // handle's descriptor (and its lock) for a moment (`support::spawns`).
+    let _quiet = no_spawns();
     let dir = ShmDir::new("loss-finished");
     let mut first = publication(&dir, "s");
     let mut slow = subscription(&dir, "s");

@@ -3,7 +3,7 @@
 //! work on a concurrent log's writers too, every back-pressured writer woken when a reader moves.
 //! Positions and bounded waits, never sleeps, synchronise the tests.
 
-mod support;
+use crate::support;
 
 use shmlog::{
     AsyncSender, Bytes, ConcurrentPublication, Publication, Publish, Receiver, Sender, Subscription,

@@ -1,4 +1,4 @@
-//! Sleepers of every kind on one stream (`tests/wakeups.rs`): each sleeps its own way until a
+//! Sleepers of every kind on one stream (`tests/it/wakeups.rs`): each sleeps its own way until a
 //! message arrives and measures how long after its sending it got it.
 
 use super::roles::{Ctx, Settings};

@@ -5,18 +5,12 @@
 //! Default 20 s; `SHMLOG_SOAK_SECS=600` for the 10-minute run. Random choices follow
 //! `SHMLOG_SEED` (printed).
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::{exclusive, Rng, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T10: Duration = Duration::from_secs(10);
 const MAX_TRANSIENTS: usize = 4;

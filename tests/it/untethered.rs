@@ -2,18 +2,12 @@
 //! for them; when it laps one, the reader reports exactly what it missed and never delivers a
 //! torn or overwritten message. Threads first, then real processes stopped, slowed and killed.
 
-mod support;
+use crate::support;
 
 use shmlog::{Publication, Resume};
 use std::time::{Duration, Instant};
 use support::untethered_roles::{publish, read_all, subscription, Ledger, TERM};
 use support::{exclusive, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T60: Duration = Duration::from_secs(60);
 

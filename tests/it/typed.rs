@@ -2,7 +2,7 @@
 //! the `serde` feature) postcard codecs, `recv_timeout`, the blocking iterator, and (with the
 //! `async` feature) the `Stream` under tokio without blocking its worker.
 
-mod support;
+use crate::support;
 
 use shmlog::{Bytes, PodCodec, Publication, Receiver, RecvError, Sender, Subscription, WrongSize};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! The public API in one process: every operation a user has, and the errors they can get.
 
-mod support;
+use crate::support;
 use shmlog::FragmentHandler;
 use shmlog::{Action, Error, FragmentAssembler, Header, JoinAt, OfferError, Publication, Subscription};
 use std::os::unix::fs::PermissionsExt;

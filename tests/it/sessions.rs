@@ -4,19 +4,13 @@
 //! busy reader missed 19 775 of its 20 000 messages, looking for new sessions every 100 ms while
 //! the new publisher, waiting for no one, ran ahead).
 
-mod support;
+use crate::support;
 
 use shmlog::{AsyncReceiver, Bytes, Header, Polled, Receiver, RecvError, Subscription};
 use std::time::{Duration, Instant};
 use support::loss_roles::LEN;
 use support::peer::{Cfg, Peer};
 use support::{exclusive, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T60: Duration = Duration::from_secs(60);
 const SECOND: u64 = 20_000;

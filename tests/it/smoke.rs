@@ -1,4 +1,4 @@
-mod support;
+use crate::support;
 use shmlog::{OfferError, Publication, Subscription};
 use support::ShmDir;
 

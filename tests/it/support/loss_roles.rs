@@ -1,4 +1,4 @@
-//! Roles of `tests/losses.rs`: a publisher of fixed-size numbered messages, and a reader of a given
+//! Roles of `tests/it/losses.rs`: a publisher of fixed-size numbered messages, and a reader of a given
 //! speed that checks, session by session, that every message it misses lies in a loss it was
 //! told of and that no message it gets does.
 

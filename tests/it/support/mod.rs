@@ -1,6 +1,6 @@
 //! Machinery of the multi-process and reliability tests.
 //!
-//! Every test binary that uses peers re-runs itself: it defines
+//! The multi-process tests re-run their own binary: its root defines
 //! `#[test] fn peer_process() { support::roles::run_if_peer() }`, which does nothing in a normal
 //! run and plays a role (publisher, subscriber, ...) when started by [`peer::Peer::spawn`].
 #![allow(dead_code)]
@@ -13,11 +13,11 @@ pub mod loss_roles;
 pub mod peer;
 pub mod raw;
 pub mod roles;
+pub mod spawns;
 pub mod untethered_roles;
 pub mod wake_roles;
 pub mod wire;
 
-#[allow(unused_imports)] // not every test binary uses all of them
 pub use basics::*;
 pub use dir::ShmDir;
 

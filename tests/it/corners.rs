@@ -2,18 +2,13 @@
 //! a message, a frame that never completes, waiting for several readers, what is left behind, a
 //! slot file too small, a dead session's tail, and copying delivery.
 
-mod support;
+use crate::support;
 
 use shmlog::{Action, Error, Header, JoinAt, OfferError, Publication, Subscription};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
+use support::spawns::no_spawns;
 use support::{raw, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T10: Duration = Duration::from_secs(10);
 const TERM: usize = 64 << 10;
@@ -27,13 +22,7 @@ fn subscription(dir: &ShmDir, name: &str) -> Subscription {
 }
 
 /// A publisher process on `name` that publishes `count` messages and then SIGKILLs itself.
-/// Held around process spawns and around the test that needs none to happen.
-static FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn doomed_publisher(dir: &ShmDir, name: &str, count: u64) -> Peer {
-    // Forking while `a_subscription_without_a_publisher_leaves_nothing_behind` runs would lend
-    // the child its open files until exec, and their locks with them (see there).
-    let _no_fork_race = FORK.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = Cfg::new()
         .set("dir", dir.path().display())
         .set("name", name)
@@ -191,10 +180,10 @@ fn wait_for_readers_waits_for_all_of_them() {
 /// removes it when it goes: nothing is left behind.
 #[test]
 fn a_subscription_without_a_publisher_leaves_nothing_behind() {
-    // The last user knows it is last when no one else holds a lock on the file. A fork by a
+    // The last user knows it is last when no one else holds a lock on the file. A spawn by a
     // parallel test between two drops keeps the first subscription's open file (and its lock)
-    // alive in the child until it execs, so that test's spawns wait for this one (CI saw it).
-    let _no_fork_race = FORK.lock().unwrap_or_else(|e| e.into_inner());
+    // alive in the child until it execs, so spawns wait for this test (CI saw it).
+    let _quiet = no_spawns();
     let dir = ShmDir::new("leftover");
     let a = subscription(&dir, "x");
     let b = subscription(&dir, "x");

@@ -11,8 +11,8 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-/// Name of the `#[test]` every test binary with peers defines: it runs the role named by
-/// [`ROLE_VAR`] and exits, and does nothing when the variable is unset.
+/// Name of the `#[test]` at the test binary's root (`tests/it/main.rs`): it runs the role named
+/// by [`ROLE_VAR`] and exits, and does nothing when the variable is unset.
 pub const ENTRY_TEST: &str = "peer_process";
 /// Environment variable naming the role of a peer process.
 pub const ROLE_VAR: &str = "SHMLOG_TEST_PEER";
@@ -105,7 +105,10 @@ impl Peer {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("spawn peer");
+        let mut child = {
+            let _spawn = super::spawns::spawning();
+            cmd.spawn().expect("spawn peer")
+        };
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

@@ -4,18 +4,12 @@
 //! back-pressured publisher sleeps too. Peers report events on stdout (`support::roles`); the
 //! test waits for them with deadlines, never with sleeps.
 
-mod support;
+use crate::support;
 
 use shmlog::{Header, OfferError, Polled, Publication, Subscription};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::{await_word, exclusive, raw, thread_cpu, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T30: Duration = Duration::from_secs(30);
 

@@ -5,18 +5,12 @@
 //! (`support::wire::Verifier`: nothing lost, duplicated, reordered or corrupted). Peers report
 //! events on stdout; the test waits for them with deadlines, never with sleeps.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::wire::{fill, seed_of, Shape, Verifier};
 use support::{exclusive, raw, secs, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T10: Duration = Duration::from_secs(10);
 const ONE_SECOND: Duration = Duration::from_secs(1);

@@ -4,18 +4,12 @@
 //! summary line (`--nocapture`) that `docs/reliability.md` records. Random choices come from
 //! `SHMLOG_SEED` (printed) so a failure can be replayed.
 
-mod support;
+use crate::support;
 
 use shmlog::{Error, Header, JoinAt, Publication, Subscription};
 use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::{exclusive, iterations, raw, Rng, ShmDir};
-
-/// Entry point of the peer processes; does nothing in a normal test run.
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 const T10: Duration = Duration::from_secs(10);
 const ONE_SECOND: Duration = Duration::from_secs(1);

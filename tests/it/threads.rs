@@ -5,7 +5,7 @@
 //! protocol (I1, I4, I5) with every access instrumented. Sizes are small so an instrumented run
 //! stays in seconds; `SHMLOG_THREADS_COUNT` raises the message count.
 
-mod support;
+use crate::support;
 use shmlog::{Action, FragmentAssembler, Header, JoinAt, OfferError, Publication, Subscription};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,11 +1,11 @@
 //! The std-only basics of the tests: serialising the heavy tests, iteration counts, a seeded
 //! generator, message patterns. The bridge's tests (`bridge/tests/`) include this file with
-//! `#[path]` beside `dir.rs` and `wire.rs`, not the rest of `tests/support`.
+//! `#[path]` beside `dir.rs` and `wire.rs`, not the rest of `tests/it/support`.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Serialises the heavy multi-process tests of one binary: they measure reaction times (1 s
+/// Serialises the heavy multi-process tests of the test binary: they measure reaction times (1 s
 /// bounds) on a 2-core machine, where two of them at once would only measure each other.
 pub fn exclusive() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());

@@ -1,7 +1,7 @@
 //! The journal: recording a live stream into segment files, replaying it, merging a replay into
 //! the live stream, and what crashes, damage and a full disk do to it (docs/journal.md).
 
-mod support;
+use crate::support;
 
 use shmlog::journal::{self, Checksum, Fsync, Recorder, RecordingState, Replay, ReplayMerge, StopReason};
 use shmlog::{Action, Error, FragmentAssembler, Header, Publication, Subscription};
@@ -12,11 +12,6 @@ use std::time::{Duration, Instant};
 use support::peer::{Cfg, Peer};
 use support::wire::{seed_of, Shape, Verifier};
 use support::ShmDir;
-
-#[test]
-fn peer_process() {
-    support::roles::run_if_peer();
-}
 
 /// A journal directory on a real disk (the temp dir), removed on drop.
 struct DiskDir(PathBuf);
