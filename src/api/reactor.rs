@@ -177,9 +177,7 @@ mod tests {
 
     /// `true` if `wake`'s descriptor is readable now (a level-triggered look, as asyncio's).
     fn readable(wake: &WakeFd) -> bool {
-        let mut fd = libc::pollfd { fd: wake.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd; no timeout.
-        unsafe { libc::poll(&mut fd, 1, 0) == 1 }
+        crate::sys::reactor::readable_now(wake.fd())
     }
 
     #[test]

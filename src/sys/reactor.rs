@@ -79,6 +79,15 @@ impl AsFd for EdgeFd {
     }
 }
 
+/// `true` if `fd` is readable now: a level-triggered look, as asyncio's `add_reader` watches
+/// (tests of the loop's wake descriptor).
+#[cfg(test)]
+pub(crate) fn readable_now(fd: BorrowedFd<'_>) -> bool {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd that outlives the call; no timeout.
+    unsafe { libc::poll(&mut poll, 1, 0) == 1 }
+}
+
 /// A non-blocking eventfd: a word that a waker bumps and the event loop watching it clears.
 #[derive(Debug)]
 pub(crate) struct EventFd(OwnedFd);
