@@ -142,6 +142,12 @@ fn run_lane(exe: &Path, dir: &Path, lane: &str, rate: u64, count: u64) -> String
             }
             None => futex::bump_and_wake_all(page.word()),
         }
+        // A writer that died would leave this loop waiting for ever (CI runs it).
+        if page.slot(SENT).load(Ordering::Acquire) < count {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the {lane} writer exited before its last send: {status}");
+            }
+        }
     }
     line.clear();
     while !line.starts_with("report") {
