@@ -201,10 +201,10 @@ mutant no_doorbell_recheck stream::loom_models::h_
 mutant doorbell_arm_first stream::loom_models::h_
 mutant no_doorbell_pass_on stream::loom_models::i_ stream::loom_models::i2_
 mutant uncounted_sleeper stream::loom_models::i_ stream::loom_models::i2_
-mutant uncounted_reactor_sleeper stream::loom_models::i3_ stream::loom_models::i4_
+mutant uncounted_reactor_sleeper stream::loom_models::i3_ stream::loom_models::i4_ stream::loom_models::h2_
 mutant reactor_no_rang_check stream::loom_models::i3_
 mutant one_passed_word stream::loom_models::i4_
-mutant no_count_fence stream::loom_models::i3_
+mutant no_count_fence stream::loom_models::i3_ stream::loom_models::h2_
 mutant no_cut_fence journal::loom_models::j2_
 mutant unfenced_reuse journal::loom_models::j3_
 mutant unlink_before_start journal::loom_models::j4_

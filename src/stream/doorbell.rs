@@ -335,12 +335,19 @@ fn wake<'f, R: RegionMut>(
     {
         return;
     }
-    // The writers' bell counts no sleepers and passes no ring on, and several writers of a
-    // concurrent log may sleep on it: a ring wakes them all (one futex call either way), and
-    // its reactor sleepers too.
-    let writers = side.sleeping.is_none();
-    let woken = region.wake_i32(base + side.bell, if writers { i32::MAX } else { 1 });
-    if reactors > 0 && (woken == 0 || writers) {
+    // The writers' bell counts no thread sleepers and passes no ring on, and several writers of
+    // a concurrent log may sleep on it: a ring wakes them all (one futex call either way), and
+    // its reactor sleepers too, the FIFO first: a reactor's wake-up is the longer way, so it
+    // starts before the futex call, which finds no thread asleep when only a reactor waits.
+    if side.sleeping.is_none() {
+        if reactors > 0 {
+            pass_to_reactors(region, base, side, now, fanout);
+        }
+        region.wake_i32(base + side.bell, i32::MAX);
+        return;
+    }
+    let woken = region.wake_i32(base + side.bell, 1);
+    if reactors > 0 && woken == 0 {
         pass_to_reactors(region, base, side, now, fanout);
     }
 }

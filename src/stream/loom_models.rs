@@ -664,6 +664,56 @@ fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
     });
 }
 
+/// As `h`, but the writer awaits room in an async runtime's reactor, as `AsyncSender` does in a
+/// tokio runtime: it counts itself among the writer's bell's reactor sleepers and sleeps until
+/// the wake FIFO is written, so the reader that moves must write the FIFO (its ring finds no
+/// thread asleep on the writer's bell). The mutant whose reactor sleepers do not count
+/// themselves deadlocks: the reader's ring writes no FIFO.
+#[test]
+fn h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room() {
+    check("h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room", || {
+        let term = 128;
+        let (log, region) = new_plain_log(term, i32::MAX - 1);
+        let window = log.geometry().window as i64;
+        let slots = slot_region(1);
+        new_slots(&slots, 1);
+        let fanout = Arc::new(Fanout::default());
+        let slot = claimed(&slots, 0, 7).with_bell(bell(&slots).with_fanout(Arc::clone(&fanout)));
+        let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
+        let sent = layout(&[16; 3], term as i64);
+        let mut writer = writer(log, &slots, 1).with_doorbell();
+        let own_bell = bell(&slots);
+        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+        let writer = thread::spawn(move || {
+            for m in &payloads {
+                loop {
+                    match writer.offer(m) {
+                        Ok(_) => break,
+                        Err(crate::error::OfferError::BackPressured) => {
+                            // Interest first (the token), then the count: a write after it wakes us.
+                            let token = fanout.token();
+                            let room = || writer.has_room();
+                            if let Some((armed, _)) = doorbell::prepare_reactor_sleep(
+                                &own_bell,
+                                Doorbell::arm_writer,
+                                room,
+                                std::time::Duration::MAX,
+                            ) {
+                                fanout.wait_past(token);
+                                doorbell::finish_reactor_sleep(&own_bell, armed);
+                            }
+                        }
+                        Err(e) => panic!("offer: {e}"),
+                    }
+                }
+            }
+        });
+        reader.read_to_sleeping(sent.last().unwrap().end, 4);
+        writer.join().unwrap();
+        assert_eq!(reader.got, sent);
+    });
+}
+
 /// Two readers, each on its own thread, sleep whenever a poll finds nothing while the writer
 /// commits two messages of one frame each (terms of 1 KiB: a window of 512 bytes, never held
 /// back); the second sleeps in steps if `in_steps`.

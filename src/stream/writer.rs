@@ -276,7 +276,7 @@ impl<L: RegionMut, S: RegionMut, K: Liveness> Writer<L, S, K> {
 
     /// `true` if the limit, recomputed from the reader positions now, lets an append in: what a
     /// back-pressured writer re-checks after arming its bell (the async sender's).
-    #[cfg(feature = "async")]
+    #[cfg(any(feature = "async", shmlog_loom))]
     pub(crate) fn has_room(&mut self) -> bool {
         let position = self.appender.position();
         position < self.core.flow.recompute(&self.core.slots, self.session_id, position)
