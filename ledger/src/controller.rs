@@ -429,30 +429,19 @@ impl Run<'_> {
         let probe = ((start + (stop - start) * 3 / 4) & !31) + 8;
         let probe = if probe < stop { probe } else { start + 8 };
         let began = self.ctl.now();
-        let (got, at) = match shmlog::journal::truncate(&self.journal, rec.id, probe) {
-            Err(shmlog::Error::PositionNotAvailable { nearest, .. }) => {
-                ("PositionNotAvailable".to_string(), nearest)
-            }
-            Ok(_) => ("ok".to_string(), probe),
-            Err(e) => {
-                ev!(
-                    self.ctl,
-                    "truncate",
-                    "stream={stream} id={} session={} probe={probe} probe_got={}",
-                    rec.id,
-                    rec.session_id,
-                    e.to_string().replace(' ', "-")
-                );
-                return;
-            }
-        };
-        let done = if got == "ok" {
-            Ok(shmlog::journal::Outcome::default())
-        } else {
-            shmlog::journal::truncate(&self.journal, rec.id, at)
+        let text = |e: &shmlog::Error| e.to_string().replace(' ', "-");
+        // The try inside a message, then the cut at the start it named (or where the try cut,
+        // if it was taken: a defect R8.truncate reports).
+        let (got, done) = match shmlog::journal::truncate(&self.journal, rec.id, probe) {
+            Err(shmlog::Error::PositionNotAvailable { nearest, .. }) => (
+                "PositionNotAvailable".to_string(),
+                shmlog::journal::truncate(&self.journal, rec.id, nearest).map(|o| (nearest, o)),
+            ),
+            Ok(o) => ("ok".to_string(), Ok((probe, o))),
+            Err(e) => (text(&e), Err(e)),
         };
         match done {
-            Ok(o) => ev!(
+            Ok((at, o)) => ev!(
                 self.ctl,
                 "truncate",
                 "stream={stream} id={} session={} start={start} from={stop} to={at} files={} bytes={} probe={probe} probe_got={got} began={began}",
@@ -467,7 +456,7 @@ impl Run<'_> {
                 "stream={stream} id={} session={} probe={probe} probe_got={got} error={}",
                 rec.id,
                 rec.session_id,
-                e.to_string().replace(' ', "-")
+                text(&e)
             ),
         }
     }

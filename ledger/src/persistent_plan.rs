@@ -17,7 +17,7 @@ pub fn add(sc: &mut Scenario) {
     // draw stays what it was for seeds run before `controlled` was drawn.
     let mut steer = Rng::new(mix(sc.seed ^ 0x0043_5452_4c44));
     // When retention operations other than purges happen: a generator of its own too.
-    let mut ops = Rng::new(mix(sc.seed ^ 0x0052_4554_4149_4e));
+    let mut ops = Rng::new(mix(sc.seed ^ 0x0000_5245_5441_494e));
     let end = (sc.seconds * 1000.0) as u64;
     let streams: Vec<String> = sc.streams.iter().filter(|s| !s.hostile).map(|s| s.name.clone()).collect();
     let mut chosen: Vec<String> = streams.iter().filter(|_| rng.chance(0.5)).cloned().collect();
