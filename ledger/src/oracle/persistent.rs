@@ -159,7 +159,10 @@ fn missed(
     };
     // Where the controller truncated each session's recording (lowest cut).
     let cut = |session: i32| {
-        let cuts = g.ops.iter().filter(|op| op.kind == OpKind::Truncate && op.session == session);
+        let cuts = g
+            .ops
+            .iter()
+            .filter(|op| op.kind == OpKind::Truncate && op.stream == stream && op.session == session);
         cuts.filter_map(|op| op.moved.filter(|m| m.1 < m.0).map(|m| m.1)).min()
     };
     let Some(order) = f.order.get(stream) else { return Vec::new() };
