@@ -413,6 +413,25 @@ mod tests {
             assert_eq!(generate(seed, 15.0), sc);
         }
         assert!(Scenario::parse("at x spawn").is_err());
+        // With persistent readers and retention operations (every kind drawn in some seed).
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..20 {
+            let mut sc = generate(seed, 15.0);
+            crate::persistent_plan::add(&mut sc);
+            assert_eq!(Scenario::parse(&sc.to_text()).unwrap(), sc, "seed {seed}");
+            kinds.extend(sc.timeline.iter().filter_map(|(_, a)| match a {
+                Action::Purge(_) => Some("purge"),
+                Action::Detach(_) => Some("detach"),
+                Action::Attach(_) => Some("attach"),
+                Action::DeleteDetached(_) => Some("delete-detached"),
+                Action::Truncate(_) => Some("truncate"),
+                _ => None,
+            }));
+        }
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            ["attach", "delete-detached", "detach", "purge", "truncate"]
+        );
         assert_eq!(parse_u64("0x1f"), Some(31));
     }
 }
