@@ -153,7 +153,7 @@ fn python(refused: bool, quiet: bool) -> bool {
     }
 }
 
-/// A seed's scenario, with Python roles if `python`, and persistent readers and purges unless it
+/// A seed's scenario, with Python roles if `python`, and persistent readers and retention unless it
 /// is one of the fixed seeds (whose scenarios stay as chosen).
 pub fn draw(seed: u64, seconds: f64, python: bool) -> Scenario {
     let mut sc = generate(seed, seconds);

@@ -9,9 +9,9 @@ use crate::plan::{Action, Scenario};
 use crate::prng::mix;
 use crate::roles::Tracker;
 use crate::{ev, sys};
-use shmlog::journal::{recordings, RecordingState, Replay};
+use shmlog::journal::{recordings, Recording, RecordingState, Replay};
 use shmlog::FragmentAssembler;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
@@ -68,6 +68,8 @@ struct Run<'a> {
     procs: BTreeMap<String, Proc>,
     incs: u32,
     actions: usize,
+    /// Recordings the controller truncated (each is cut once).
+    cut: BTreeSet<u32>,
 }
 
 /// Runs `sc` and checks it.
@@ -110,6 +112,7 @@ pub fn run(sc: &Scenario, opts: &Options) -> std::io::Result<Outcome> {
         procs: BTreeMap::new(),
         incs: 0,
         actions: 0,
+        cut: BTreeSet::new(),
     };
     let start = Instant::now();
     for (t, action) in &sc.timeline {
@@ -199,6 +202,10 @@ impl Run<'_> {
             },
             Action::Corrupt(stream) => self.corrupt(stream),
             Action::Purge(stream) => self.purge(stream),
+            Action::Detach(stream) => self.detach(stream),
+            Action::Attach(stream) => self.attach(stream),
+            Action::DeleteDetached(stream) => self.delete_detached(stream),
+            Action::Truncate(stream) => self.truncate(stream),
         }
     }
 
@@ -324,6 +331,133 @@ impl Run<'_> {
                     e.to_string().replace(' ', "-")
                 ),
             }
+        }
+    }
+
+    /// The recordings of `stream` the catalog lists (the `what` line says so if there is no
+    /// catalog yet).
+    fn recordings_of(&self, what: &str, stream: &str) -> Vec<Recording> {
+        match recordings(&self.journal) {
+            Ok(list) => list.into_iter().flatten().filter(|r| r.stream == stream).collect(),
+            Err(_) => {
+                ev!(self.ctl, what, "stream={stream} error=no-catalog");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The line of an operation that failed.
+    fn failed(&self, what: &str, stream: &str, id: u32, e: &shmlog::Error) {
+        ev!(self.ctl, what, "stream={stream} id={} error={}", id, e.to_string().replace(' ', "-"));
+    }
+
+    /// Detaches every recording of `stream` below the middle of what it holds, as `shmlog
+    /// journal detach` would: its start moves up as a purge's does, its files stay.
+    fn detach(&mut self, stream: &str) {
+        for rec in self.recordings_of("detach", stream) {
+            let began = self.ctl.now();
+            let middle = rec.start_position + (rec.stop_position - rec.start_position) / 2;
+            match shmlog::journal::detach(&self.journal, rec.id, middle) {
+                Ok(o) => ev!(
+                    self.ctl,
+                    "detach",
+                    "stream={stream} id={} session={} from={} to={} began={began}",
+                    rec.id,
+                    rec.session_id,
+                    rec.start_position,
+                    o.start
+                ),
+                Err(e) => self.failed("detach", stream, rec.id, &e),
+            }
+        }
+    }
+
+    /// Attaches back whatever detached files of each recording of `stream` are still there.
+    fn attach(&mut self, stream: &str) {
+        for rec in self.recordings_of("attach", stream) {
+            let began = self.ctl.now();
+            match shmlog::journal::attach(&self.journal, rec.id) {
+                Ok(o) => ev!(
+                    self.ctl,
+                    "attach",
+                    "stream={stream} id={} session={} from={} to={} began={began}",
+                    rec.id,
+                    rec.session_id,
+                    rec.start_position,
+                    o.start
+                ),
+                Err(e) => self.failed("attach", stream, rec.id, &e),
+            }
+        }
+    }
+
+    /// Removes the detached files of every recording of `stream`.
+    fn delete_detached(&mut self, stream: &str) {
+        for rec in self.recordings_of("delete-detached", stream) {
+            let began = self.ctl.now();
+            match shmlog::journal::delete_detached(&self.journal, rec.id) {
+                Ok(o) => ev!(
+                    self.ctl,
+                    "delete-detached",
+                    "stream={stream} id={} session={} start={} files={} bytes={} began={began}",
+                    rec.id,
+                    rec.session_id,
+                    o.start,
+                    o.files_removed,
+                    o.bytes_removed
+                ),
+                Err(e) => self.failed("delete-detached", stream, rec.id, &e),
+            }
+        }
+    }
+
+    /// Truncates the newest stopped recording of `stream` not cut yet: first at a position
+    /// inside a message near three quarters of what it holds (a frame never starts 8 bytes past
+    /// a 32-byte boundary), which must be refused with `PositionNotAvailable` naming the
+    /// nearest message start; then at that start.
+    fn truncate(&mut self, stream: &str) {
+        let Some(rec) = self
+            .recordings_of("truncate", stream)
+            .into_iter()
+            .filter(|r| r.is_stopped() && r.stop_position > r.start_position && !self.cut.contains(&r.id))
+            .max_by_key(|r| r.id)
+        else {
+            return;
+        };
+        self.cut.insert(rec.id);
+        let (start, stop) = (rec.start_position, rec.stop_position);
+        let probe = ((start + (stop - start) * 3 / 4) & !31) + 8;
+        let probe = if probe < stop { probe } else { start + 8 };
+        let began = self.ctl.now();
+        let text = |e: &shmlog::Error| e.to_string().replace(' ', "-");
+        // The try inside a message, then the cut at the start it named (or where the try cut,
+        // if it was taken: a defect R8.truncate reports).
+        let (got, done) = match shmlog::journal::truncate(&self.journal, rec.id, probe) {
+            Err(shmlog::Error::PositionNotAvailable { nearest, .. }) => (
+                "PositionNotAvailable".to_string(),
+                shmlog::journal::truncate(&self.journal, rec.id, nearest).map(|o| (nearest, o)),
+            ),
+            Ok(o) => ("ok".to_string(), Ok((probe, o))),
+            Err(e) => (text(&e), Err(e)),
+        };
+        match done {
+            Ok((at, o)) => ev!(
+                self.ctl,
+                "truncate",
+                "stream={stream} id={} session={} start={start} from={stop} to={at} files={} bytes={} probe={probe} probe_got={got} began={began}",
+                rec.id,
+                rec.session_id,
+                o.files_removed,
+                o.bytes_removed
+            ),
+            Err(e) => ev!(
+                self.ctl,
+                "truncate",
+                "stream={stream} id={} session={} probe={probe} probe_got={got} error={}",
+                rec.id,
+                rec.session_id,
+                text(&e)
+            ),
         }
     }
 

@@ -5,7 +5,8 @@
 //! - [`plan`]: a run's streams and timeline, drawn from a seed or read from a scenario file.
 //! - [`controller`]: starts the roles as child processes, acts on them (kill, stop, close,
 //!   `clean`, corrupt), then replays the recordings and runs the oracle.
-//! - [`persistent_plan`]: persistent readers and purges added to a drawn run.
+//! - [`persistent_plan`]: persistent readers, purges and the other retention operations
+//!   (detach, attach, delete detached, truncate) added to a drawn run.
 //! - [`roles`]: writers, readers of every receive shape, recorders; [`python`]: the same roles
 //!   through the Python package (`ledger/python/role.py`), when it is installed.
 //! - [`oracle`]: the rules (`docs/reliability.md` lists them as promises).

@@ -3,7 +3,9 @@
 //! out): on some streams, a durable name read by `persistent` processes that are killed and
 //! started again under it, stopped and closed, the stream's recorder made tethered and left
 //! alone from the start (it is what they fall back to), and the stream's recordings purged
-//! under them from time to time.
+//! under them from time to time; and the other operations an operator runs on recordings while
+//! they are recorded and read (detach, attach, delete detached, truncate), drawn by a generator
+//! of their own, so seeds run before they were drawn keep the rest of their scenarios.
 
 use crate::plan::{Action, Scenario};
 use crate::prng::{mix, Rng};
@@ -14,6 +16,8 @@ pub fn add(sc: &mut Scenario) {
     // Which `poll` incarnations steer with actions: a generator of its own, so the rest of the
     // draw stays what it was for seeds run before `controlled` was drawn.
     let mut steer = Rng::new(mix(sc.seed ^ 0x0043_5452_4c44));
+    // When retention operations other than purges happen: a generator of its own too.
+    let mut ops = Rng::new(mix(sc.seed ^ 0x0000_5245_5441_494e));
     let end = (sc.seconds * 1000.0) as u64;
     let streams: Vec<String> = sc.streams.iter().filter(|s| !s.hostile).map(|s| s.name.clone()).collect();
     let mut chosen: Vec<String> = streams.iter().filter(|_| rng.chance(0.5)).cloned().collect();
@@ -42,8 +46,40 @@ pub fn add(sc: &mut Scenario) {
             sc.timeline.push((t, Action::Purge(stream.clone())));
             t += rng.range(1500, 5000);
         }
+        retention(&mut ops, &stream, end, &mut sc.timeline);
     }
     sc.timeline.sort_by_key(|(t, _)| *t);
+}
+
+/// Detaches, attaches, deletions of detached files and truncations of `stream`'s recordings,
+/// every 0.7-3 s. Most detaches are followed by an attach within 0.1-1.5 s (with a purge
+/// between, rarely, the files are gone), some by a deletion of the detached files first (the
+/// attach then brings nothing back); the final replay shows what each left.
+fn retention(rng: &mut Rng, stream: &str, end: u64, out: &mut Vec<(u64, Action)>) {
+    let mut t = rng.range(800, 2500);
+    let s = || stream.to_string();
+    while t < end {
+        match *rng.weighted(&[
+            (4, "detach-attach"),
+            (1, "detach-delete-attach"),
+            (2, "detach"),
+            (2, "truncate"),
+        ]) {
+            "truncate" => out.push((t, Action::Truncate(s()))),
+            kind => {
+                out.push((t, Action::Detach(s())));
+                if kind == "detach-delete-attach" {
+                    t += rng.range(50, 700);
+                    out.push((t, Action::DeleteDetached(s())));
+                }
+                if kind != "detach" {
+                    t += rng.range(100, 1500);
+                    out.push((t, Action::Attach(s())));
+                }
+            }
+        }
+        t += rng.range(700, 3000);
+    }
 }
 
 /// Whether action `a` is about an incarnation of `actor` (`actor.N`).

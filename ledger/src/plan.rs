@@ -63,6 +63,17 @@ pub enum Action {
     /// of `stream` loses the segments wholly below the middle of what it holds, while its
     /// recorder records and persistent readers read it.
     Purge(String),
+    /// `journal::detach` at the middle of every recording of `stream`: its start moves up as a
+    /// purge's does, but the files stay (`shmlog journal detach`).
+    Detach(String),
+    /// `journal::attach` on every recording of `stream`: detached files still there come back.
+    Attach(String),
+    /// `journal::delete_detached` on every recording of `stream`: a later attach brings nothing.
+    DeleteDetached(String),
+    /// `journal::truncate` of the newest stopped recording of `stream` not cut yet, at the
+    /// message start nearest three quarters of it (after asking at a position inside a message
+    /// first, which must be refused).
+    Truncate(String),
 }
 
 /// A whole run: streams and timeline (milliseconds from the start).
@@ -104,6 +115,10 @@ impl Scenario {
                 Action::Clean => writeln!(s, "at {t} clean"),
                 Action::Corrupt(st) => writeln!(s, "at {t} corrupt {st}"),
                 Action::Purge(st) => writeln!(s, "at {t} purge {st}"),
+                Action::Detach(st) => writeln!(s, "at {t} detach {st}"),
+                Action::Attach(st) => writeln!(s, "at {t} attach {st}"),
+                Action::DeleteDetached(st) => writeln!(s, "at {t} delete-detached {st}"),
+                Action::Truncate(st) => writeln!(s, "at {t} truncate {st}"),
             };
         }
         s
@@ -159,6 +174,10 @@ impl Scenario {
                         Some("clean") => Action::Clean,
                         Some("corrupt") => Action::Corrupt(arg(3)?),
                         Some("purge") => Action::Purge(arg(3)?),
+                        Some("detach") => Action::Detach(arg(3)?),
+                        Some("attach") => Action::Attach(arg(3)?),
+                        Some("delete-detached") => Action::DeleteDetached(arg(3)?),
+                        Some("truncate") => Action::Truncate(arg(3)?),
                         _ => return Err(bad("unknown action")),
                     };
                     sc.timeline.push((t, action));
@@ -394,6 +413,25 @@ mod tests {
             assert_eq!(generate(seed, 15.0), sc);
         }
         assert!(Scenario::parse("at x spawn").is_err());
+        // With persistent readers and retention operations (every kind drawn in some seed).
+        let mut kinds = std::collections::BTreeSet::new();
+        for seed in 0..20 {
+            let mut sc = generate(seed, 15.0);
+            crate::persistent_plan::add(&mut sc);
+            assert_eq!(Scenario::parse(&sc.to_text()).unwrap(), sc, "seed {seed}");
+            kinds.extend(sc.timeline.iter().filter_map(|(_, a)| match a {
+                Action::Purge(_) => Some("purge"),
+                Action::Detach(_) => Some("detach"),
+                Action::Attach(_) => Some("attach"),
+                Action::DeleteDetached(_) => Some("delete-detached"),
+                Action::Truncate(_) => Some("truncate"),
+                _ => None,
+            }));
+        }
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            ["attach", "delete-detached", "detach", "purge", "truncate"]
+        );
         assert_eq!(parse_u64("0x1f"), Some(31));
     }
 }

@@ -83,3 +83,8 @@ fn python_roles_keep_every_promise() {
 fn persistent_readers_killed_lapped_and_purged_under() {
     run("persistent.txt", "");
 }
+
+#[test]
+fn recordings_detached_attached_deleted_and_truncated_under_their_readers() {
+    run("retention.txt", "");
+}

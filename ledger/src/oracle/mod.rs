@@ -25,17 +25,22 @@
 //! - **R8** recordings: every recording replays genuine messages, exactly what tethered readers
 //!   delivered over its range; a tethered recorder never splits a session, lags or loses; a
 //!   recording that starts after a gap follows a loss its recorder was told of; no recorder
-//!   stops on an error (`R8.failed`: a full catalog, a failed write).
+//!   stops on an error (`R8.failed`: a full catalog, a failed write). The operator's operations
+//!   on recordings (`retention`): an attach brings back exactly what was detached and nothing
+//!   after a purge or a deletion of the detached files (`R8.attach`); the catalog ends where the
+//!   last operation left each recording (`R8.retained`); a truncation inside a message is
+//!   refused, and nothing past a cut is replayed (`R8.truncate`).
 //! - **P** persistent readers, across the incarnations of one durable name (`persistent`): at
 //!   least once (`P.missed`: anything not delivered lies in a `Purged`/`NotRecorded` loss), in
 //!   order (`P.order`), again only the tail not yet stored (`P.redelivered`), and no other loss
-//!   (`P.cause`).
+//!   (`P.cause`: `Purged` only for a session purged or detached by then).
 
 pub mod model;
 
 mod delivery;
 mod persistent;
 mod resources;
+mod retention;
 mod timing;
 
 pub use timing::{closed_bound_us, held_bound_us};
@@ -214,6 +219,7 @@ pub fn check(files: Vec<(String, String)>) -> Report {
     persistent::check(&g, &f, &mut fails);
     timing::check(&g, &f, &mut fails);
     resources::check(&g, &f, &mut fails);
+    retention::check(&g, &f, &mut fails);
     let deliveries = g
         .readers
         .iter()

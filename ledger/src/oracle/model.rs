@@ -246,18 +246,37 @@ pub struct Ledger {
     /// Files left in the stream directory after the run and a final `clean`.
     pub leftovers: Vec<Src>,
     pub catalog: Vec<CatalogRec>,
-    /// Purges the controller made: stream, session, when, and the range purged.
-    pub purges: Vec<Purge>,
+    /// Every retention operation the controller made on a recording (purges too), in order.
+    pub ops: Vec<Op>,
 }
 
-/// A purge the controller made of one recording.
+/// A retention operation on recordings (`shmlog journal ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Purge,
+    Detach,
+    Attach,
+    DeleteDetached,
+    Truncate,
+}
+
+/// What the controller did to one recording, as its line says.
 #[derive(Clone, Debug)]
-pub struct Purge {
+pub struct Op {
+    pub kind: OpKind,
     pub stream: String,
+    pub id: u32,
     pub session: i32,
+    /// When it began (a reader may meet it before its line is written).
     pub t: i64,
-    pub from: i64,
-    pub to: i64,
+    /// The start position before and after (a truncation: the stop position); `None` if the
+    /// operation failed.
+    pub moved: Option<(i64, i64)>,
+    /// A truncation's first try, inside a message: where, and what it got
+    /// (`PositionNotAvailable`).
+    pub probe: Option<i64>,
+    pub probe_got: Option<String>,
+    pub src: Src,
 }
 
 fn num<T: std::str::FromStr>(l: &Line<'_>, key: &str) -> Option<T> {
@@ -351,14 +370,31 @@ impl Ledger {
                     }
                 }
                 "leftover" => self.leftovers.push(src),
-                "purge" => {
-                    if let (Some(session), Some(from), Some(to)) =
-                        (num(&l, "session"), l.num("from"), l.num("to"))
-                    {
-                        let stream = l.get("stream").unwrap_or("").into();
-                        let t = l.num("began").unwrap_or(l.t);
-                        self.purges.push(Purge { stream, session, t, from, to });
-                    }
+                "purge" | "detach" | "attach" | "delete-detached" | "truncate" => {
+                    let kind = match l.kind {
+                        "purge" => OpKind::Purge,
+                        "detach" => OpKind::Detach,
+                        "attach" => OpKind::Attach,
+                        "delete-detached" => OpKind::DeleteDetached,
+                        _ => OpKind::Truncate,
+                    };
+                    let (Some(id), Some(session)) = (num(&l, "id"), num(&l, "session")) else { continue };
+                    let moved = match kind {
+                        OpKind::DeleteDetached => l.num("start").map(|s| (s, s)),
+                        _ => l.num("from").zip(l.num("to")),
+                    };
+                    let op = Op {
+                        kind,
+                        stream: l.get("stream").unwrap_or("").into(),
+                        id,
+                        session,
+                        t: l.num("began").unwrap_or(l.t),
+                        moved,
+                        probe: l.num("probe"),
+                        probe_got: l.get("probe_got").map(String::from),
+                        src,
+                    };
+                    self.ops.push(op);
                 }
                 "recording" => self.catalog.push(CatalogRec {
                     id: num(&l, "id").unwrap_or(0),

@@ -473,3 +473,99 @@ fn p_a_redelivery_after_a_new_message_or_out_of_order_is_caught() {
         ["P.order"]
     );
 }
+
+#[test]
+fn p_a_detach_explains_a_purged_loss_and_a_truncation_the_tail_it_cut() {
+    // A detach moves the start up as a purge does: the loss it causes reads `Purged`.
+    let purge = "1100 purge stream=s0 id=1 session=8 from=0 to=192 bytes=65536 began=1090\n";
+    let detach =
+        P_CONTROLLER.replace(purge, "1100 detach stream=s0 id=1 session=8 from=0 to=192 began=1090\n");
+    assert_eq!(persistent(&detach, P1, P2), Vec::<&str>::new());
+    // One that moved nothing explains nothing.
+    let idle = P_CONTROLLER.replace(purge, "1100 detach stream=s0 id=1 session=8 from=0 to=0 began=1090\n");
+    assert_eq!(persistent(&idle, P1, P2), ["P.cause"]);
+    // 1/2 ([192, 288) of session 7) delivered by no incarnation: missed, unless the controller
+    // truncated session 7's recording at or below its start.
+    let p2 = P2.replace("871 msg w=0 inc=1 seq=2 end=288\n", "");
+    assert_eq!(persistent(P_CONTROLLER, P1, &p2), ["P.missed"]);
+    let cut = |to: i64| {
+        format!("{P_CONTROLLER}950 truncate stream=s0 id=0 session=7 start=0 from=288 to={to} files=0 bytes=0 probe=104 probe_got=PositionNotAvailable began=940\n")
+    };
+    assert_eq!(persistent(&cut(192), P1, &p2), Vec::<&str>::new());
+    assert_eq!(persistent(&cut(224), P1, &p2), ["P.missed"]);
+}
+
+/// Recording 0 of session 7 (the good ledger's first), with the controller's operations `ops`
+/// on it, the catalog after the run saying `start` and `stop`, and its final replay delivering
+/// `replayed` (messages of writer incarnation 1).
+fn retention(ops: &str, start: i64, stop: i64, replayed: &[u64]) -> Vec<&'static str> {
+    let c = format!(
+        "{CONTROLLER}{ops}2100 recording id=0 stream=s0 session=7 start={start} stop={stop} reason=publisher-died gap=0 origin=0\n"
+    );
+    let mut body = format!("2200 start role=replay proc=replay-0 stream=s0 shape=replay tethered=1 recording=0 from={start} stop={stop}\n2200 joined session=7 at={start}\n");
+    for &seq in replayed {
+        body.push_str(&format!("2201 msg w=0 inc=1 seq={seq} end={}\n", 96 * (seq + 1)));
+    }
+    let mut f = files(&c, W1, W2, R);
+    f.push(("events/replay-0.log".into(), body));
+    check(f).rules()
+}
+
+const DETACH: &str = "1100 detach stream=s0 id=0 session=7 from=0 to=192 began=1090\n";
+const DELETE: &str =
+    "1150 delete-detached stream=s0 id=0 session=7 start=192 files=1 bytes=65536 began=1140\n";
+
+fn attach(from: i64, to: i64) -> String {
+    format!("1200 attach stream=s0 id=0 session=7 from={from} to={to} began=1190\n")
+}
+
+#[test]
+fn r8_an_attach_brings_back_what_was_detached_and_nothing_deleted_or_purged() {
+    // Detached, then attached: the recording starts where it did, and replays all of it.
+    assert_eq!(retention(&format!("{DETACH}{}", attach(192, 0)), 0, 288, &[0, 1, 2]), Vec::<&str>::new());
+    // Detached and left so: it starts at the detach's end.
+    assert_eq!(retention(DETACH, 192, 288, &[2]), Vec::<&str>::new());
+    // An attach that brought back part of it, or nothing, though the files were there.
+    assert_eq!(retention(&format!("{DETACH}{}", attach(192, 96)), 96, 288, &[1, 2]), ["R8.attach"]);
+    assert_eq!(retention(&format!("{DETACH}{}", attach(192, 192)), 192, 288, &[2]), ["R8.attach"]);
+    // The detached files deleted (or purged with what lay above them): an attach brings nothing.
+    assert_eq!(
+        retention(&format!("{DETACH}{DELETE}{}", attach(192, 192)), 192, 288, &[2]),
+        Vec::<&str>::new()
+    );
+    assert_eq!(retention(&format!("{DETACH}{DELETE}{}", attach(192, 0)), 0, 288, &[0, 1, 2]), ["R8.attach"]);
+    // Detached below 96, then purged below 192 (the detached files with it).
+    let purged = "1100 detach stream=s0 id=0 session=7 from=0 to=96 began=1090\n1150 purge stream=s0 id=0 session=7 from=96 to=192 bytes=65536 began=1140\n";
+    assert_eq!(retention(&format!("{purged}{}", attach(192, 192)), 192, 288, &[2]), Vec::<&str>::new());
+    assert_eq!(retention(&format!("{purged}{}", attach(192, 0)), 0, 288, &[0, 1, 2]), ["R8.attach"]);
+}
+
+#[test]
+fn r8_a_catalog_that_does_not_say_what_the_last_operation_left_is_caught() {
+    let ops = format!("{DETACH}{}", attach(192, 0));
+    // The attach said 0; the catalog after the run starts at 192 (the replay then, rightly, from
+    // there).
+    assert_eq!(retention(&ops, 192, 288, &[2]), ["R8.retained"]);
+    // A final replay that starts above what the catalog says misses what it holds.
+    assert_eq!(retention(&ops, 0, 288, &[2]), ["R4.missed", "R8.same"]);
+}
+
+const TRUNCATE: &str = "1300 truncate stream=s0 id=0 session=7 start=0 from=288 to=192 files=0 bytes=0 probe=104 probe_got=PositionNotAvailable began=1290\n";
+
+#[test]
+fn r8_a_truncation_refuses_a_position_inside_a_message_and_nothing_past_the_cut_is_replayed() {
+    assert_eq!(retention(TRUNCATE, 0, 192, &[0, 1]), Vec::<&str>::new());
+    // The position inside a message was taken.
+    assert_eq!(
+        retention(&TRUNCATE.replace("got=PositionNotAvailable", "got=ok"), 0, 192, &[0, 1]),
+        ["R8.truncate"]
+    );
+    // Its refusal named a start before the position, and the cut went there.
+    assert_eq!(retention(&TRUNCATE.replace("to=192", "to=96"), 0, 96, &[0]), ["R8.truncate"]);
+    // The catalog kept the old stop, or the final replay delivered a message past the cut.
+    assert_eq!(retention(TRUNCATE, 0, 288, &[0, 1, 2]), ["R8.retained", "R8.truncate"]);
+    assert_eq!(retention(TRUNCATE, 0, 192, &[0, 1, 2]), ["R8.truncate"]);
+    // A truncation that failed still says what its try inside a message got.
+    let failed = "1300 truncate stream=s0 id=0 session=7 probe=104 probe_got=Timeout\n";
+    assert_eq!(retention(failed, 0, 288, &[0, 1, 2]), ["R8.truncate"]);
+}

@@ -297,7 +297,7 @@ pub(super) fn merge(ctx: &Ctx, mut t: Tracker, live: SubscriptionBuilder) -> i32
             return finish(&mut t);
         }
     };
-    let mut m = match ReplayMerge::new(Replay::builder(&ctx.journal, id), live) {
+    let mut m = match ReplayMerge::new(Replay::builder(&ctx.journal, id), live.clone()) {
         Ok(m) => m,
         Err(e) => {
             ev!(t.out, "nostart", "why=recording-{id}:{}", e.to_string().replace(' ', "-"));
@@ -318,6 +318,25 @@ pub(super) fn merge(ctx: &Ctx, mut t: Tracker, live: SubscriptionBuilder) -> i32
         }
         let n = match m.poll(&mut asm, limit) {
             Ok(n) => n,
+            Err(shmlog::Error::PositionNotAvailable { oldest, .. })
+                if m.replay().is_some_and(|r| r.position() < oldest) =>
+            {
+                // Purged or detached under the replay: refused, as documented. What went is a
+                // loss, and a new merge goes on from the oldest message kept, as a user's would.
+                let r = m.replay().expect("replaying");
+                let (from, session) = (r.position(), r.recording().session_id);
+                let t = asm.delegate_mut();
+                ev!(t.out, "loss", "session={session} from={from} to={oldest} cause=Purged");
+                match ReplayMerge::new(Replay::builder(&ctx.journal, id).from(oldest), live.clone()) {
+                    Ok(again) => m = again,
+                    Err(e) => {
+                        ev!(t.out, "bad", "why=replay-merge-again:{}", e.to_string().replace(' ', "-"));
+                        ctx.nap(Duration::from_secs(3600));
+                        break;
+                    }
+                }
+                continue;
+            }
             Err(e) => {
                 ev!(asm.delegate_mut().out, "bad", "why=replay-merge:{}", e.to_string().replace(' ', "-"));
                 ctx.nap(Duration::from_secs(3600));
