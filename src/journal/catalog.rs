@@ -291,6 +291,12 @@ impl Catalog<MmapRegion> {
         record::cut_back(&self.region, record_base(slot), stop);
     }
 
+    /// Keeps `stop` as the stop position a truncation of record `slot` cuts back from (the
+    /// highest such): before [`Catalog::cut_back`].
+    pub(crate) fn note_cut_from(&self, slot: u32, stop: i64) {
+        record::note_cut_from(&self.region, record_base(slot), stop);
+    }
+
     pub(crate) fn resume(&self, slot: u32, stop: i64) {
         record::resume(&self.region, record_base(slot), stop, std::process::id() as i32);
     }

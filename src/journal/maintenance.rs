@@ -248,8 +248,10 @@ pub fn truncate(journal: impl AsRef<Path>, id: u32, position: i64) -> Result<Out
         return Err(Error::InvalidConfig("a recorder holds the recording"));
     }
     let result = (|| {
-        // Lowered (and a cut counted: replays following it look again) and synced before any
-        // byte goes.
+        // The old stop kept first (a persistent subscription that had not read so far reports
+        // the rest lost), then the positions lowered (and a cut counted: replays following it
+        // look again), synced before any byte goes.
+        catalog.note_cut_from(r.slot, r.stop_position);
         catalog.cut_back(r.slot, position);
         catalog.sync(r.slot)?;
         let base = base_of(position, r.segment_length);

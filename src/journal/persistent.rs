@@ -468,6 +468,7 @@ impl PersistentSubscription {
                 if self.join_live(position, recording.session_id)? {
                     Ok(())
                 } else if recording.is_stopped() {
+                    self.lost_past_cut(&recording);
                     self.next_recording(Some(id))
                 } else {
                     self.mode = Mode::Ahead { id, position };
@@ -500,9 +501,31 @@ impl PersistentSubscription {
         let session = replay.recording().session_id;
         let done = replay.is_done();
         if !self.join_live(position, session)? && done {
+            if let Some((id, _)) = self.recording {
+                // The record as it is now: a truncation may have cut it since the replay opened.
+                match super::recording(&self.journal, id) {
+                    Ok(recording) => self.lost_past_cut(&recording),
+                    Err(Error::NoSuchRecording { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             self.after_recording()?;
         }
         Ok(())
+    }
+
+    /// Before leaving stopped `recording` for the next: if a truncation cut it back from past
+    /// where this name got in it, the messages from there to the old stop are gone (`Purged`).
+    fn lost_past_cut(&mut self, recording: &Recording) {
+        let Some(cut_from) = recording.cut_from else { return };
+        let got_to = match self.session == Some(recording.session_id) {
+            true => self.boundary,
+            false => recording.start_position,
+        };
+        let from = got_to.max(recording.stop_position);
+        if cut_from > from {
+            self.lost(recording.session_id, from, cut_from, LossCause::Purged);
+        }
     }
 
     /// Reads on from the live stream at `position`, if the log of `session` is live and holds

@@ -49,6 +49,8 @@ pub(crate) const SEGMENT_MAX: u64 = 1 << 40;
 /// checksum, never cut. Version 3 added the recording's id (bits 32..64 of `PID`, for the same
 /// reason) and `ORIGIN` to `RETAIN_SEGMENTS`, which only retention writes (zero in a record that
 /// no purge touched, and in older records: no id bits means the id is the record's index).
+/// `CUT_FROM` came later without a new version: zero, as in every older record, means never
+/// truncated, and a library that does not know it leaves it alone.
 pub(crate) mod word {
     pub(crate) const STATE: usize = 0;
     pub(crate) const STOP_REASON: usize = 1;
@@ -81,6 +83,10 @@ pub(crate) mod word {
     pub(crate) const RETAIN_AGE_NS: usize = 37;
     pub(crate) const RETAIN_BYTES: usize = 38;
     pub(crate) const RETAIN_SEGMENTS: usize = 39;
+    /// The highest stop position a truncation ever cut the recording back from (zero: never
+    /// truncated): what lay between the stop and it is gone, and a persistent subscription that
+    /// had not read it reports it lost. Zero in records older than it, which read as never cut.
+    pub(crate) const CUT_FROM: usize = 40;
 }
 
 /// The `PID` word's bits 32..64 for recording `id`: `id + 1` (0 in an older record, whose id is
@@ -258,6 +264,9 @@ pub struct Recording {
     pub origin_position: i64,
     /// Its own retention policy ([`Retention::none`] if it has none).
     pub retention: Retention,
+    /// The highest stop position [`truncate`](crate::journal::truncate) cut it back from, if it
+    /// was ever truncated: the messages from `stop_position` up to it are gone.
+    pub cut_from: Option<i64>,
     pub(crate) boot_id: i64,
     /// The catalog record that holds it.
     pub(crate) slot: u32,
@@ -397,6 +406,14 @@ pub(crate) fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
     }
 }
 
+/// Before a truncation lowers the record's positions ([`cut_back`]): keeps `stop`, the stop
+/// position it cuts back from, if higher than one an earlier truncation kept (release, and
+/// before the lowered positions: a reader that loads those sees it).
+pub(crate) fn note_cut_from<R: RegionMut>(region: &R, base: usize, stop: i64) {
+    let kept = region.load_i64(at(base, word::CUT_FROM), Ordering::Relaxed);
+    region.store_i64(at(base, word::CUT_FROM), kept.max(stop), Ordering::Release);
+}
+
 /// Where a recording stands for a replay following it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Progress {
@@ -505,7 +522,7 @@ pub(crate) fn free<R: RegionMut>(region: &R, base: usize) {
         fence(Ordering::Release);
     }
     let zero = |w: usize| region.store_i64(at(base, w), 0, Ordering::Relaxed);
-    for w in (word::NAME..word::NAME + NAME_MAX / 8).chain(word::CUTS..=word::RETAIN_SEGMENTS) {
+    for w in (word::NAME..word::NAME + NAME_MAX / 8).chain(word::CUTS..=word::CUT_FROM) {
         zero(w);
     }
     region.store_i64(at(base, word::STATE), FREE, Ordering::Release);
@@ -528,7 +545,7 @@ pub fn snapshot<R: Region>(region: &R, base: usize) -> [i64; WORDS] {
         load(&mut words, i);
     }
     let name_words = ((words[word::NAME_LEN] & NAME_LEN_MASK).min(NAME_MAX as i64) as usize).div_ceil(8);
-    for i in (word::NAME..word::NAME + name_words).chain(word::RETAIN_AGE_NS..=word::RETAIN_SEGMENTS) {
+    for i in (word::NAME..word::NAME + name_words).chain(word::RETAIN_AGE_NS..=word::CUT_FROM) {
         load(&mut words, i);
     }
     words
@@ -593,6 +610,12 @@ pub fn decode(slot: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recordi
     if [origin, start, durable, recorded].iter().any(|p| p % FRAME_ALIGNMENT as i64 != 0) {
         return Err("a position is not 32-byte aligned");
     }
+    let cut_from = match w[word::CUT_FROM] {
+        0 => None,
+        // At the stop while a truncation is between its two steps (`note_cut_from`, `cut_back`).
+        c if c >= recorded && c <= max_position && c % FRAME_ALIGNMENT as i64 == 0 => Some(c),
+        _ => return Err("the truncation's old stop is not an aligned position at or past the stop"),
+    };
     let retention =
         Retention::from_words([w[word::RETAIN_AGE_NS], w[word::RETAIN_BYTES], w[word::RETAIN_SEGMENTS]])
             .ok_or("negative retention limit")?;
@@ -648,6 +671,7 @@ pub fn decode(slot: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recordi
         checksum,
         origin_position: origin,
         retention,
+        cut_from,
         boot_id: w[word::BOOT_ID],
         slot,
         purged,
@@ -770,6 +794,9 @@ mod tests {
             (word::PURGED, 8192),
             (word::PURGED, 32),
             (word::RETAIN_BYTES, -1),
+            (word::CUT_FROM, good[word::RECORDED] - 32),
+            (word::CUT_FROM, good[word::RECORDED] + 33),
+            (word::CUT_FROM, -32),
         ];
         for &(w, v) in cases {
             let mut bad = good;
@@ -779,5 +806,10 @@ mod tests {
         let mut stopped = good;
         stopped[word::STATE] = STOPPED;
         assert!(decode(0, &stopped, true).is_err(), "stopped without a reason");
+        // A truncation's old stop: none while zero, else at or past the stop.
+        assert_eq!(decode(0, &good, true).unwrap().unwrap().cut_from, None);
+        let mut cut = good;
+        cut[word::CUT_FROM] = good[word::RECORDED] + 64;
+        assert_eq!(decode(0, &cut, true).unwrap().unwrap().cut_from, Some(good[word::RECORDED] + 64));
     }
 }

@@ -156,6 +156,7 @@ mod tests {
             checksum: Checksum::None,
             origin_position: 0,
             retention: crate::journal::Retention::none(),
+            cut_from: None,
             boot_id: boot_id(),
             slot: 3,
             purged: 0,

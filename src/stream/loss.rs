@@ -56,7 +56,8 @@ pub enum LossCause {
     /// its publisher was gone: `[from, to)` was committed but not delivered.
     Fault,
     /// A persistent subscription (`journal::PersistentSubscription`) went back to the journal
-    /// for `[from, to)` and retention had already purged (or an operator detached) it.
+    /// for `[from, to)` and retention had already purged (or an operator detached) it; or an
+    /// operator truncated the recording at `from`, and it had not read up to `to`, the old stop.
     Purged,
     /// A persistent subscription went back to the journal for `[from, to)` and no recording
     /// holds it: its recorder skipped it (untethered and lapped) or was not recording then.

@@ -1642,6 +1642,62 @@ fn a_persistent_subscription_reports_what_was_purged_under_it_and_reads_on_from_
     assert!(v.total > 0 && v.total < 3_000, "{} messages read after the purge", v.total);
 }
 
+/// A truncation cuts a stopped recording's tail: a persistent subscription that had not read it
+/// reports it `Purged`, from where it got (reading on through the cut, or restarted past it) to
+/// the old stop, and delivers nothing past the cut. Without the record's note of the old stop
+/// both readers move on without a loss.
+#[test]
+fn a_persistent_subscription_reports_the_tail_a_truncation_cut_under_it() {
+    use shmlog::journal::{DurableReader, PersistentSubscription};
+    use shmlog::LossCause;
+    let (shm, disk) = (ShmDir::new("journal-ptrunc"), DiskDir::new("ptrunc"));
+    let (session, id) = record_messages(shm.path(), disk.path(), "ptrunc", 3_000, 64 << 10);
+    let ends = message_ends(disk.path(), id);
+    let stop = journal::recording(disk.path(), id).unwrap().stop_position;
+    assert_eq!(ends.last(), Some(&stop));
+    let (cut, ahead) = (ends[1_499], ends[2_249]);
+    // "ahead" stored a position past the cut before it (and was then killed).
+    DurableReader::register(disk.path(), "ahead", "ptrunc").unwrap().store(id, ahead);
+    DurableReader::register(disk.path(), "behind", "ptrunc").unwrap().store(id, 0);
+    let open = |name: &str| {
+        PersistentSubscription::builder(disk.path(), name)
+            .live(Subscription::builder("ptrunc").dir(shm.path()))
+            .open()
+            .unwrap()
+    };
+    let mut behind = open("behind");
+    let mut last_end = 0;
+    let mut assembler = FragmentAssembler::new(|_: &[u8], h: &Header| last_end = h.position());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while behind.position().is_none_or(|(_, at)| at < ends[499]) {
+        behind.poll(&mut assembler, 64).unwrap();
+        assert!(Instant::now() < deadline, "the first part was not read");
+    }
+    journal::truncate(disk.path(), id, cut).unwrap();
+    assert_eq!(journal::recording(disk.path(), id).unwrap().cut_from, Some(stop));
+    let loss = loop {
+        behind.poll(&mut assembler, 64).unwrap();
+        if let Some(loss) = behind.take_loss() {
+            break loss;
+        }
+        assert!(Instant::now() < deadline, "no loss reported for the cut tail");
+    };
+    drop(assembler);
+    assert_eq!((loss.session_id, loss.from, loss.to, loss.cause), (session, cut, stop, LossCause::Purged));
+    assert_eq!(last_end, cut, "read to the cut and not past it");
+    let mut ahead_sub = open("ahead");
+    let mut delivered = 0;
+    let loss = loop {
+        delivered += ahead_sub.poll(|_: &[u8], _: &Header| {}, 64).unwrap();
+        if let Some(loss) = ahead_sub.take_loss() {
+            break loss;
+        }
+        assert!(Instant::now() < deadline, "no loss reported to the restarted reader");
+    };
+    assert_eq!((loss.session_id, loss.from, loss.to, loss.cause), (session, ahead, stop, LossCause::Purged));
+    assert_eq!(delivered, 0, "nothing of the cut recording is past its position");
+}
+
 /// A reader steered by a handler's [`Action`]s, whichever way it gets its frames.
 trait Steered {
     fn steer(&mut self, handler: &mut dyn FnMut(&[u8], &Header) -> Action, limit: usize) -> usize;

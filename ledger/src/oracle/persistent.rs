@@ -4,9 +4,8 @@
 //! - **P.missed** at least once across incarnations: every message the stream committed between
 //!   the first and the last message the name delivered (in the stream's order: sessions by
 //!   begin, then positions) is delivered by some incarnation, or its start lies in a `Purged` or
-//!   `NotRecorded` loss one of them reported for its session, or past where the controller
-//!   truncated its session's recording (a truncation removes a stopped recording's tail without
-//!   a loss: `docs/journal.md`).
+//!   `NotRecorded` loss one of them reported for its session (a truncated tail it had not read
+//!   too: the record keeps the old stop, and the tail is reported `Purged`).
 //! - **P.order** each incarnation delivers in the stream's order, across sessions too.
 //! - **P.redelivered** a message is delivered again only as a redelivery of the tail the name had
 //!   not stored yet: what earlier incarnations delivered after the last `pos` line (the stored
@@ -14,8 +13,8 @@
 //!   previous incarnation's last poll can hold (its fragment limit, plus one message begun
 //!   before it); and all of them before the incarnation's first new message.
 //! - **P.cause** its losses are `Purged` or `NotRecorded` only (it falls back to the journal for
-//!   anything else), and `Purged` only for a session the controller had purged or detached by
-//!   then (a detached range reads as a purged one until it is attached again).
+//!   anything else), and `Purged` only for a session the controller had purged, detached or
+//!   truncated by then (a detached range reads as a purged one until it is attached again).
 
 use super::delivery::end_of;
 use super::model::{EvKind, Ledger, OpKind, ReaderLog, Src};
@@ -43,7 +42,7 @@ pub(super) fn check(g: &Ledger, f: &Facts, out: &mut Fails) {
         let delivered: Vec<Vec<Delivery>> = incs.iter().map(|r| deliveries(f, r)).collect();
         out.many(g, "P.order", &subject, in_order(&delivered));
         out.many(g, "P.redelivered", &subject, redelivered(&incs, &delivered));
-        out.many(g, "P.missed", &subject, missed(g, f, stream, &incs, &delivered));
+        out.many(g, "P.missed", &subject, missed(f, stream, &incs, &delivered));
         out.many(g, "P.cause", &subject, causes(g, &incs));
     }
 }
@@ -140,7 +139,6 @@ fn redelivered(incs: &[&ReaderLog], delivered: &[Vec<Delivery>]) -> Vec<(String,
 }
 
 fn missed(
-    g: &Ledger,
     f: &Facts,
     stream: &str,
     incs: &[&ReaderLog],
@@ -157,22 +155,13 @@ fn missed(
                 if *s == session && *from <= start && start < *to && (cause == "Purged" || cause == "NotRecorded"))
         })
     };
-    // Where the controller truncated each session's recording (lowest cut).
-    let cut = |session: i32| {
-        let cuts = g
-            .ops
-            .iter()
-            .filter(|op| op.kind == OpKind::Truncate && op.stream == stream && op.session == session);
-        cuts.filter_map(|op| op.moved.filter(|m| m.1 < m.0).map(|m| m.1)).min()
-    };
     let Some(order) = f.order.get(stream) else { return Vec::new() };
     let mut missing = Vec::new();
     for (rk, &session) in order.iter().enumerate().take(hi.0 + 1).skip(lo.0) {
         let Some(msgs) = f.per_session.get(&(stream.to_string(), session)) else { continue };
         for &(start, end, inc, seq) in msgs {
             let key = (rk, end);
-            let truncated = cut(session).is_some_and(|c| start >= c);
-            if key < lo || key > hi || got.contains(&(inc, seq)) || covered(session, start) || truncated {
+            if key < lo || key > hi || got.contains(&(inc, seq)) || covered(session, start) {
                 continue;
             }
             missing.push((session, start, end, inc, seq));
@@ -196,17 +185,20 @@ fn causes(g: &Ledger, incs: &[&ReaderLog]) -> Vec<(String, Vec<Src>)> {
             let EvKind::Loss { session, from, to, cause, .. } = &e.kind else { continue };
             let purged = || {
                 g.ops.iter().any(|op| {
-                    matches!(op.kind, OpKind::Purge | OpKind::Detach)
-                        && op.moved.is_some_and(|(from, to)| to > from)
-                        && op.stream == r.stream
-                        && op.session == *session
-                        && op.t <= e.t
+                    let removed = match op.kind {
+                        OpKind::Purge | OpKind::Detach => op.moved.is_some_and(|(from, to)| to > from),
+                        OpKind::Truncate => op.moved.is_some_and(|(stop, cut)| cut < stop),
+                        _ => false,
+                    };
+                    removed && op.stream == r.stream && op.session == *session && op.t <= e.t
                 })
             };
             let why = match cause.as_str() {
                 "NotRecorded" => continue,
                 "Purged" if purged() => continue,
-                "Purged" => "Purged, but the controller purged or detached nothing of that session by then",
+                "Purged" => {
+                    "Purged, but the controller purged, detached or truncated nothing of that session by then"
+                }
                 _ => "a loss a persistent reader never reports (it falls back to the journal)",
             };
             cases.push((format!("session {session}: [{from}, {to}) {cause}: {why}"), vec![e.src]));

@@ -484,15 +484,23 @@ fn p_a_detach_explains_a_purged_loss_and_a_truncation_the_tail_it_cut() {
     // One that moved nothing explains nothing.
     let idle = P_CONTROLLER.replace(purge, "1100 detach stream=s0 id=1 session=8 from=0 to=0 began=1090\n");
     assert_eq!(persistent(&idle, P1, P2), ["P.cause"]);
-    // 1/2 ([192, 288) of session 7) delivered by no incarnation: missed, unless the controller
-    // truncated session 7's recording at or below its start.
+    // 1/2 ([192, 288) of session 7) delivered by no incarnation: missed, even when the
+    // controller truncated session 7's recording below it, unless the name reported the cut
+    // tail (as the library does: `Purged`, from where it got to the old stop).
     let p2 = P2.replace("871 msg w=0 inc=1 seq=2 end=288\n", "");
     assert_eq!(persistent(P_CONTROLLER, P1, &p2), ["P.missed"]);
     let cut = |to: i64| {
         format!("{P_CONTROLLER}950 truncate stream=s0 id=0 session=7 start=0 from=288 to={to} files=0 bytes=0 probe=104 probe_got=PositionNotAvailable began=940\n")
     };
-    assert_eq!(persistent(&cut(192), P1, &p2), Vec::<&str>::new());
-    assert_eq!(persistent(&cut(224), P1, &p2), ["P.missed"]);
+    assert_eq!(persistent(&cut(192), P1, &p2), ["P.missed"]);
+    let told = p2.replace(
+        "1025 joined session=8",
+        "960 loss session=7 from=192 to=288 cause=Purged\n1025 joined session=8",
+    );
+    assert_eq!(persistent(&cut(192), P1, &told), Vec::<&str>::new());
+    // The loss explained only by a truncation that cut something, before it.
+    assert_eq!(persistent(&cut(288), P1, &told), ["P.cause"]);
+    assert_eq!(persistent(P_CONTROLLER, P1, &told), ["P.cause"]);
 }
 
 /// Recording 0 of session 7 (the good ledger's first), with the controller's operations `ops`
