@@ -319,6 +319,7 @@ pub(crate) fn recordings(journal: &Path, json: bool) -> Result<(), Error> {
                     "previous": r.previous,
                     "checksum": r.checksum.as_str(),
                     "origin_position": r.origin_position,
+                    "cut_from": r.cut_from,
                     "retention": retention_json(&r.retention),
                 }),
                 Err(e) => json!({ "error": e.to_string() }),
