@@ -209,6 +209,7 @@ mutant no_cut_fence journal::loom_models::j2_
 mutant unfenced_reuse journal::loom_models::j3_
 mutant unlink_before_start journal::loom_models::j4_
 mutant unfenced_reader_position journal::loom_models::j5_
+mutant cut_from_after_cut journal::loom_models::j6_
 mutant pending_after_reserve log::loom_concurrent::k1_
 mutant release_before_clean log::loom_concurrent::k1_ stream::loom_concurrent_models::k5_
 mutant unblock_over_live log::loom_concurrent::k3_

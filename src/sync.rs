@@ -258,6 +258,13 @@ pub(crate) mod protocol {
         !mutant("no_cut_fence")
     }
 
+    /// A truncation keeps the stop it cuts back from before it lowers the record's positions,
+    /// so a reader that loads the lowered stop sees the old one. Mutant: `cut_from_after_cut`.
+    #[inline(always)]
+    pub(crate) fn cut_from_first() -> bool {
+        !mutant("cut_from_after_cut")
+    }
+
     /// Whoever reuses a deleted recording's catalog record fences (release) before writing a
     /// word of it, so a reader that loads one of those words and then fences sees the record
     /// freed (seqlock over the id and state). Mutant: `unfenced_reuse`.
@@ -390,6 +397,7 @@ pub(crate) mod protocol {
         "no_doorbell_recheck",
         "relaxed_catalog",
         "no_cut_fence",
+        "cut_from_after_cut",
         "unfenced_reuse",
         "unlink_before_start",
         "unfenced_reader_position",

@@ -291,10 +291,10 @@ impl Catalog<MmapRegion> {
         record::cut_back(&self.region, record_base(slot), stop);
     }
 
-    /// Keeps `stop` as the stop position a truncation of record `slot` cuts back from (the
-    /// highest such): before [`Catalog::cut_back`].
-    pub(crate) fn note_cut_from(&self, slot: u32, stop: i64) {
-        record::note_cut_from(&self.region, record_base(slot), stop);
+    /// Truncates record `slot`'s recording from `old_stop` down to `stop`: see
+    /// `record::truncate`.
+    pub(crate) fn truncate(&self, slot: u32, old_stop: i64, stop: i64) {
+        record::truncate(&self.region, record_base(slot), old_stop, stop);
     }
 
     pub(crate) fn resume(&self, slot: u32, stop: i64) {

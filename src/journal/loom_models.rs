@@ -29,6 +29,11 @@
 //!   missing and then loads the start (`record::start`) sees it past the position it wanted: a
 //!   purge, reported as such, never as damage. The mutant that removes the file first
 //!   (`SHMLOG_MUTANT=unlink_before_start`) must fail.
+//! - `j6_truncation_vs_snapshot`: an operator truncates a stopped recording (`record::truncate`:
+//!   the old stop kept, then the positions lowered) while another process takes a snapshot and
+//!   decodes it. The snapshot always decodes, and one that holds the lowered stop holds the old
+//!   stop as `cut_from` (a persistent subscription reports the cut tail from it). The mutant that
+//!   keeps the old stop after lowering (`SHMLOG_MUTANT=cut_from_after_cut`) must fail.
 //! - `j5_durable_reader_position`: a durable reader stores its position twice, moving to another
 //!   recording (`reader_position::store`) while retention loads it (`reader_position::try_load`):
 //!   what loads is a pair that was stored, never a recording with the other's position. The
@@ -242,5 +247,36 @@ fn j5_durable_reader_position() {
             assert!([(0, 0), (1, 100), (2, 50)].contains(&pair), "a torn position loaded: {pair:?}");
         }
         writer.join().unwrap();
+    });
+}
+
+#[test]
+fn j6_truncation_vs_snapshot() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(|| {
+        let words: Vec<usize> = (0..WORDS).map(|w| w * 8).collect();
+        let region = Arc::new(LoomRegion::new(RECORD_LEN, &[], &[], &words));
+        record::publish(&*region, 0, 0, &fields());
+        record::set_recorded(&*region, 0, 12288);
+        record::stop(&*region, 0, 12288, StopReason::EndOfStream, 5);
+        let operator = {
+            let region = region.clone();
+            thread::spawn(move || record::truncate(&*region, 0, 12288, 8192))
+        };
+        // Without this yield loom explored one schedule only (the whole snapshot first); with it,
+        // the snapshot before, between and after the operator's two steps (9 schedules).
+        thread::yield_now();
+        let snapshot = record::snapshot(&*region, 0);
+        let r = match record::decode(0, &snapshot, false) {
+            Ok(Some(r)) => r,
+            other => panic!("a snapshot taken during a truncation does not decode: {other:?}"),
+        };
+        match r.stop_position {
+            8192 => assert_eq!(r.cut_from, Some(12288), "the lowered stop without the old one"),
+            12288 => assert!(matches!(r.cut_from, None | Some(12288)), "{:?}", r.cut_from),
+            other => panic!("stop position {other}"),
+        }
+        operator.join().unwrap();
     });
 }

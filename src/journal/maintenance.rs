@@ -251,8 +251,7 @@ pub fn truncate(journal: impl AsRef<Path>, id: u32, position: i64) -> Result<Out
         // The old stop kept first (a persistent subscription that had not read so far reports
         // the rest lost), then the positions lowered (and a cut counted: replays following it
         // look again), synced before any byte goes.
-        catalog.note_cut_from(r.slot, r.stop_position);
-        catalog.cut_back(r.slot, position);
+        catalog.truncate(r.slot, r.stop_position, position);
         catalog.sync(r.slot)?;
         let base = base_of(position, r.segment_length);
         let mut removed = (0, 0);

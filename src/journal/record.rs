@@ -406,12 +406,23 @@ pub(crate) fn cut_back<R: RegionMut>(region: &R, base: usize, stop: i64) {
     }
 }
 
-/// Before a truncation lowers the record's positions ([`cut_back`]): keeps `stop`, the stop
-/// position it cuts back from, if higher than one an earlier truncation kept (release, and
-/// before the lowered positions: a reader that loads those sees it).
-pub(crate) fn note_cut_from<R: RegionMut>(region: &R, base: usize, stop: i64) {
-    let kept = region.load_i64(at(base, word::CUT_FROM), Ordering::Relaxed);
-    region.store_i64(at(base, word::CUT_FROM), kept.max(stop), Ordering::Release);
+/// A truncation of a stopped recording from `old_stop` down to `stop`: keeps `old_stop` as the
+/// stop it cut back from (if higher than one an earlier truncation kept), then lowers the
+/// positions and counts a cut ([`cut_back`]). In that order, each store release: a reader that
+/// loads the lowered stop sees the old one kept (a mutant keeps it after, and loom model j6
+/// fails).
+pub(crate) fn truncate<R: RegionMut>(region: &R, base: usize, old_stop: i64, stop: i64) {
+    let keep = || {
+        let kept = region.load_i64(at(base, word::CUT_FROM), Ordering::Relaxed);
+        region.store_i64(at(base, word::CUT_FROM), kept.max(old_stop), Ordering::Release);
+    };
+    if protocol::cut_from_first() {
+        keep();
+        cut_back(region, base, stop);
+    } else {
+        cut_back(region, base, stop);
+        keep();
+    }
 }
 
 /// Where a recording stands for a replay following it.
