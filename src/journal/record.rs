@@ -623,7 +623,8 @@ pub fn decode(slot: u32, w: &[i64; WORDS], alive: bool) -> Result<Option<Recordi
     }
     let cut_from = match w[word::CUT_FROM] {
         0 => None,
-        // At the stop while a truncation is between its two steps (`note_cut_from`, `cut_back`).
+        // At the stop while a truncation is between its two steps (the old stop kept, the
+        // positions not lowered yet: `truncate`).
         c if c >= recorded && c <= max_position && c % FRAME_ALIGNMENT as i64 == 0 => Some(c),
         _ => return Err("the truncation's old stop is not an aligned position at or past the stop"),
     };
