@@ -202,8 +202,16 @@ impl Run<'_> {
             },
             Action::Corrupt(stream) => self.corrupt(stream),
             Action::Purge(stream) => self.purge(stream),
-            Action::Detach(stream) => self.detach(stream),
-            Action::Attach(stream) => self.attach(stream),
+            Action::Detach(stream) => self.move_start("detach", stream, |journal, r| {
+                shmlog::journal::detach(
+                    journal,
+                    r.id,
+                    r.start_position + (r.stop_position - r.start_position) / 2,
+                )
+            }),
+            Action::Attach(stream) => {
+                self.move_start("attach", stream, |journal, r| shmlog::journal::attach(journal, r.id))
+            }
             Action::DeleteDetached(stream) => self.delete_detached(stream),
             Action::Truncate(stream) => self.truncate(stream),
         }
@@ -351,42 +359,29 @@ impl Run<'_> {
         ev!(self.ctl, what, "stream={stream} id={} error={}", id, e.to_string().replace(' ', "-"));
     }
 
-    /// Detaches every recording of `stream` below the middle of what it holds, as `shmlog
-    /// journal detach` would: its start moves up as a purge's does, its files stay.
-    fn detach(&mut self, stream: &str) {
-        for rec in self.recordings_of("detach", stream) {
+    /// Moves the start of every recording of `stream` with `op`, as `shmlog journal` would, one
+    /// line each saying where it was (`from`) and is (`to`): `detach` below the middle of what
+    /// it holds (its start moves up as a purge's does, its files stay), or `attach` (whatever
+    /// detached files are still there come back).
+    fn move_start(
+        &mut self,
+        what: &str,
+        stream: &str,
+        op: impl Fn(&Path, &Recording) -> Result<shmlog::journal::Outcome, shmlog::Error>,
+    ) {
+        for rec in self.recordings_of(what, stream) {
             let began = self.ctl.now();
-            let middle = rec.start_position + (rec.stop_position - rec.start_position) / 2;
-            match shmlog::journal::detach(&self.journal, rec.id, middle) {
+            match op(&self.journal, &rec) {
                 Ok(o) => ev!(
                     self.ctl,
-                    "detach",
+                    what,
                     "stream={stream} id={} session={} from={} to={} began={began}",
                     rec.id,
                     rec.session_id,
                     rec.start_position,
                     o.start
                 ),
-                Err(e) => self.failed("detach", stream, rec.id, &e),
-            }
-        }
-    }
-
-    /// Attaches back whatever detached files of each recording of `stream` are still there.
-    fn attach(&mut self, stream: &str) {
-        for rec in self.recordings_of("attach", stream) {
-            let began = self.ctl.now();
-            match shmlog::journal::attach(&self.journal, rec.id) {
-                Ok(o) => ev!(
-                    self.ctl,
-                    "attach",
-                    "stream={stream} id={} session={} from={} to={} began={began}",
-                    rec.id,
-                    rec.session_id,
-                    rec.start_position,
-                    o.start
-                ),
-                Err(e) => self.failed("attach", stream, rec.id, &e),
+                Err(e) => self.failed(what, stream, rec.id, &e),
             }
         }
     }

@@ -629,68 +629,46 @@ fn g_forged_position_vs_joining_reader() {
     });
 }
 
-#[test]
-fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
-    check("h_doorbell_sleeping_reader_vs_sleeping_writer", || {
-        // Terms of 128 bytes, so a window of 64: one 64-byte frame. Three messages: the writer
-        // must sleep for room before the second and the third, the reader for each message.
-        let term = 128;
-        let (log, region) = new_plain_log(term, i32::MAX - 1);
-        let window = log.geometry().window as i64;
-        assert_eq!(window, MAX_FRAME);
-        let slots = slot_region(1);
-        new_slots(&slots, 1);
-        let slot = claimed(&slots, 0, 7).with_bell(bell(&slots));
-        let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
-        let sent = layout(&[16; 3], term as i64);
-        let mut writer = writer(log, &slots, 1).with_doorbell();
-        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
-        let writer = thread::spawn(move || {
-            for m in &payloads {
-                loop {
-                    match writer.offer(m) {
-                        Ok(_) => break,
-                        Err(crate::error::OfferError::BackPressured) => {
-                            writer.wait_for_room(std::time::Duration::MAX);
-                        }
-                        Err(e) => panic!("offer: {e}"),
-                    }
-                }
-            }
-        });
-        reader.read_to_sleeping(sent.last().unwrap().end, 4);
-        writer.join().unwrap();
-        assert_eq!(reader.got, sent);
-    });
+/// How a model's writer waits for room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WriterSleeps {
+    /// `Writer::wait_for_room`: on the writer's bell.
+    OnTheBell,
+    /// As `AsyncSender` in a runtime's reactor: interest in the wake FIFO first (its token),
+    /// then `doorbell::prepare_reactor_sleep` on the writer's bell, a sleep until a write past
+    /// the token, `finish_reactor_sleep`.
+    InTheReactor,
 }
 
-/// As `h`, but the writer awaits room in an async runtime's reactor, as `AsyncSender` does in a
-/// tokio runtime: it counts itself among the writer's bell's reactor sleepers and sleeps until
-/// the wake FIFO is written, so the reader that moves must write the FIFO (its ring finds no
-/// thread asleep on the writer's bell). The mutant whose reactor sleepers do not count
-/// themselves deadlocks: the reader's ring writes no FIFO.
-#[test]
-fn h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room() {
-    check("h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room", || {
-        let term = 128;
-        let (log, region) = new_plain_log(term, i32::MAX - 1);
-        let window = log.geometry().window as i64;
-        let slots = slot_region(1);
-        new_slots(&slots, 1);
-        let fanout = Arc::new(Fanout::default());
-        let slot = claimed(&slots, 0, 7).with_bell(bell(&slots).with_fanout(Arc::clone(&fanout)));
-        let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
-        let sent = layout(&[16; 3], term as i64);
-        let mut writer = writer(log, &slots, 1).with_doorbell();
-        let own_bell = bell(&slots);
-        let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
-        let writer = thread::spawn(move || {
-            for m in &payloads {
-                loop {
-                    match writer.offer(m) {
-                        Ok(_) => break,
-                        Err(crate::error::OfferError::BackPressured) => {
-                            // Interest first (the token), then the count: a write after it wakes us.
+/// Nobody spins: terms of 128 bytes, so a window of 64: one 64-byte frame. Three messages: the
+/// writer must sleep for room before the second and the third (as `sleeps` says), the reader
+/// (on the readers' bell) for each message. A lost wake-up either way is a deadlock.
+fn writer_and_reader_asleep(sleeps: WriterSleeps) {
+    let term = 128;
+    let (log, region) = new_plain_log(term, i32::MAX - 1);
+    let window = log.geometry().window as i64;
+    assert_eq!(window, MAX_FRAME);
+    let slots = slot_region(1);
+    new_slots(&slots, 1);
+    // The reader rings the writer through its slot's bell, which knows the stream's wake FIFO
+    // (asked only when a reactor sleeper is counted).
+    let fanout = Arc::new(Fanout::default());
+    let slot = claimed(&slots, 0, 7).with_bell(bell(&slots).with_fanout(Arc::clone(&fanout)));
+    let mut reader = SlotReader::join(&region, &slots, slot, JoinAt::Latest, window + MAX_FRAME);
+    let sent = layout(&[16; 3], term as i64);
+    let mut writer = writer(log, &slots, 1).with_doorbell();
+    let own_bell = bell(&slots);
+    let payloads: Vec<Vec<u8>> = sent.iter().map(|m| m.payload.clone()).collect();
+    let writer = thread::spawn(move || {
+        for m in &payloads {
+            loop {
+                match writer.offer(m) {
+                    Ok(_) => break,
+                    Err(crate::error::OfferError::BackPressured) => match sleeps {
+                        WriterSleeps::OnTheBell => {
+                            writer.wait_for_room(std::time::Duration::MAX);
+                        }
+                        WriterSleeps::InTheReactor => {
                             let token = fanout.token();
                             let room = || writer.has_room();
                             if let Some((armed, _)) = doorbell::prepare_reactor_sleep(
@@ -703,14 +681,32 @@ fn h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room() {
                                 doorbell::finish_reactor_sleep(&own_bell, armed);
                             }
                         }
-                        Err(e) => panic!("offer: {e}"),
-                    }
+                    },
+                    Err(e) => panic!("offer: {e}"),
                 }
             }
-        });
-        reader.read_to_sleeping(sent.last().unwrap().end, 4);
-        writer.join().unwrap();
-        assert_eq!(reader.got, sent);
+        }
+    });
+    reader.read_to_sleeping(sent.last().unwrap().end, 4);
+    writer.join().unwrap();
+    assert_eq!(reader.got, sent);
+}
+
+#[test]
+fn h_doorbell_sleeping_reader_vs_sleeping_writer() {
+    check("h_doorbell_sleeping_reader_vs_sleeping_writer", || {
+        writer_and_reader_asleep(WriterSleeps::OnTheBell)
+    });
+}
+
+/// As `h`, but the writer awaits room in an async runtime's reactor, as `AsyncSender` does in a
+/// tokio runtime, so the reader that moves must write the FIFO (its ring finds no thread asleep
+/// on the writer's bell). The mutants whose reactor sleepers do not count themselves, or whose
+/// ringer reads the count without its fence after the bump, deadlock: no FIFO write.
+#[test]
+fn h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room() {
+    check("h2_doorbell_writer_asleep_in_a_reactor_is_woken_for_room", || {
+        writer_and_reader_asleep(WriterSleeps::InTheReactor)
     });
 }
 
